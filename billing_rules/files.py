@@ -1,0 +1,121 @@
+"""The shape of the four rule files, as pydantic models (frozen, extra="forbid").
+
+These models check types, required keys and ranges of single values. Checks that look
+at several values at once (bands covering the day, versions in date order, contracts
+naming catalog models) live in `billing_rules.loader`, which also turns every failure
+into "<file>: <place>: <reason>".
+
+TOML is parsed with `parse_float=Decimal`, so `price_per_kwh = 0.33` arrives here as
+Decimal("0.33"), never as a float. Dates are TOML local dates (`2026-01-01`, unquoted).
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from decimal import Decimal
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
+Id = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+Text = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+EffectiveFrom = Annotated[date, Field(strict=True)]
+Price = Annotated[Decimal, Field(ge=0, allow_inf_nan=False)]
+ClockTime = Annotated[StrictStr, Field(pattern=r"^([01]\d|2[0-4]):[0-5]\d$")]
+Period = Annotated[StrictStr, Field(pattern=r"^\d{4}-(0[1-9]|1[0-2])$")]
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# billing.toml -------------------------------------------------------------------------
+
+
+class VatVersion(_Entry):
+    effective_from: EffectiveFrom  # first day of a billing period
+    rate: Annotated[Decimal, Field(ge=0, lt=1, allow_inf_nan=False)]
+
+
+class CreditEntry(_Entry):
+    id: Id
+    amount: Annotated[Decimal, Field(gt=0, allow_inf_nan=False)]
+    reason: Text
+    expires_period: Period | None = None  # last period in which it may be used
+
+
+class BillingFile(_Entry):
+    billing_timezone: StrictStr
+    grace_period: StrictStr  # ISO 8601 duration: "P3D", "PT36H", "P1DT12H"
+    vat: Annotated[list[VatVersion], Field(min_length=1)]
+    new_tenant_credit: list[CreditEntry] = []
+
+
+# sites.toml ---------------------------------------------------------------------------
+
+
+class Band(_Entry):
+    name: Id
+    start: ClockTime  # local wall-clock time, inclusive
+    end: ClockTime  # local wall-clock time, exclusive; "24:00" is the end of the day
+    price_per_kwh: Price
+
+
+class TariffVersion(_Entry):
+    effective_from: EffectiveFrom  # local date at the site
+    bands: Annotated[list[Band], Field(min_length=1)]
+
+
+class PueVersion(_Entry):
+    effective_from: EffectiveFrom  # local date at the site
+    pue: Annotated[Decimal, Field(allow_inf_nan=False)]
+
+
+class SiteEntry(_Entry):
+    name: Text
+    timezone: StrictStr
+    green_share: Annotated[Decimal, Field(ge=0, le=1, allow_inf_nan=False)]
+    tariff_cap_per_kwh: Price | None = None
+    pue: Annotated[list[PueVersion], Field(min_length=1)]
+    tariff: Annotated[list[TariffVersion], Field(min_length=1)]
+
+
+class SitesFile(_Entry):
+    site: Annotated[dict[Id, SiteEntry], Field(min_length=1)]
+
+
+# catalog.toml -------------------------------------------------------------------------
+
+
+class PriceVersion(_Entry):
+    effective_from: EffectiveFrom  # local date in the billing time zone
+    monthly: Price  # ¥ per card per calendar month
+    hourly: Price  # ¥ per card-hour, on demand
+
+
+class ModelEntry(_Entry):
+    name: Text
+    price: list[PriceVersion] = []  # empty is reported by the loader as "no price"
+
+
+class CatalogFile(_Entry):
+    model: Annotated[dict[Id, ModelEntry], Field(min_length=1)]
+
+
+# contracts.toml -----------------------------------------------------------------------
+
+
+class RentTerm(_Entry):
+    gpu_model: Id
+    effective_from: EffectiveFrom  # local date in the billing time zone
+    plan: Literal["monthly", "hourly"]
+    discount_pct: Annotated[Decimal, Field(ge=0, le=100, allow_inf_nan=False)] = Decimal(0)
+
+
+class TenantEntry(_Entry):
+    rent: list[RentTerm] = []
+    credit: list[CreditEntry] = []
+
+
+class ContractsFile(_Entry):
+    tenant: dict[Id, TenantEntry] = {}

@@ -1,0 +1,283 @@
+"""Load a rule directory as a whole, or refuse it with "<file>: <place>: <reason>".
+
+Steps, each finishing before the next starts, so nothing is ever half-loaded:
+
+1. the directory holds exactly the four rule files, each readable UTF-8 TOML
+   (parsed with `parse_float=Decimal`: no float ever touches a price);
+2. each file matches its pydantic model (`billing_rules.files`): keys, types, ranges;
+3. each file's own consistency: time zones exist, versions are oldest first with no
+   repeated `effective_from`, tariff bands cover the day once, PUE ≥ 1, credits are
+   whole fen;
+4. across files: contracts name catalog models and start after the model has a price;
+5. only then is a `RuleSet` built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from collections.abc import Sequence
+from datetime import date, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ValidationError
+
+from billing_rules.errors import RuleSetInvalid
+from billing_rules.files import BillingFile, CatalogFile, ContractsFile, CreditEntry, SitesFile
+from billing_rules.money import is_fen_exact
+from billing_rules.ruleset import RuleSet, minutes_of
+
+DEFAULT_RULES_DIR: Path = Path(__file__).resolve().parent / "default"
+
+BILLING, SITES, CATALOG, CONTRACTS = "billing.toml", "sites.toml", "catalog.toml", "contracts.toml"
+RULE_FILES = (BILLING, SITES, CATALOG, CONTRACTS)
+
+_KEYED_TABLES = {"site", "model", "tenant"}  # top-level tables keyed by an id: site[gz-guian]
+_TOML_POSITION = re.compile(r"^(?P<reason>.*?) \(at (?P<place>line \d+, column \d+|end of document)\)$")
+_DURATION = re.compile(r"P(?:(?P<w>\d+)W)?(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+)S)?)?")
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_rules(path: Path) -> RuleSet:
+    """Read, validate and index the rule directory `path`.
+
+    Raises RuleSetInvalid naming the file, the entry and the reason for the first defect
+    found (files in the order billing, sites, catalog, contracts).
+    """
+    path = Path(path)
+    documents, digest = _read_directory(path)
+    billing = _parse(BILLING, documents[BILLING], BillingFile)
+    sites = _parse(SITES, documents[SITES], SitesFile)
+    catalog = _parse(CATALOG, documents[CATALOG], CatalogFile)
+    contracts = _parse(CONTRACTS, documents[CONTRACTS], ContractsFile)
+
+    grace_period = _check_billing(billing)
+    _check_sites(sites)
+    _check_catalog(catalog)
+    _check_contracts(contracts, catalog, billing)
+
+    return RuleSet(
+        source=path,
+        digest=digest,
+        billing=billing,
+        grace_period=grace_period,
+        sites=sites,
+        catalog=catalog,
+        contracts=contracts,
+    )
+
+
+# step 1: files ------------------------------------------------------------------------
+
+
+def _read_directory(path: Path) -> tuple[dict[str, dict[str, Any]], str]:
+    if not path.exists():
+        raise RuleSetInvalid(str(path), "directory", "does not exist (pass a rules directory or set GPUBILL_RULES)")
+    if not path.is_dir():
+        raise RuleSetInvalid(str(path), "directory", "is not a directory")
+    for extra in sorted(p.name for p in path.glob("*.toml") if p.name not in RULE_FILES):
+        expected = ", ".join(RULE_FILES)
+        raise RuleSetInvalid(extra, "file", f"is not a rule file (expected only {expected}); remove or rename it")
+    documents: dict[str, dict[str, Any]] = {}
+    sha = hashlib.sha256()
+    for name in RULE_FILES:
+        file = path / name
+        if not file.is_file():
+            raise RuleSetInvalid(name, "file", f"missing from {path}")
+        try:
+            data = file.read_bytes()
+            text = data.decode("utf-8")
+        except OSError as exc:
+            raise RuleSetInvalid(name, "file", f"cannot be read: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise RuleSetInvalid(name, "file", f"is not UTF-8 (byte {exc.start})") from exc
+        try:
+            documents[name] = tomllib.loads(text, parse_float=Decimal)
+        except tomllib.TOMLDecodeError as exc:
+            match = _TOML_POSITION.match(str(exc))
+            place, reason = (match["place"], match["reason"]) if match else ("file", str(exc))
+            raise RuleSetInvalid(name, place, f"not valid TOML: {reason}") from exc
+        sha.update(f"{name}\0{len(data)}\0".encode() + data)
+    return documents, sha.hexdigest()
+
+
+# step 2: shapes -----------------------------------------------------------------------
+
+
+def _parse(file: str, document: dict[str, Any], model: type[M]) -> M:
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        place, reason = _describe(errors[0])
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise RuleSetInvalid(file, place, reason + more) from exc
+
+
+def place_of(loc: Sequence[str | int]) -> str:
+    """("site", "gz-guian", "tariff", 0, "bands") -> "site[gz-guian].tariff[0].bands"."""
+    text = ""
+    for i, item in enumerate(loc):
+        if isinstance(item, int) or (i == 1 and loc[0] in _KEYED_TABLES):
+            text += f"[{item}]"
+        elif item != "[key]":
+            text += f".{item}" if text else str(item)
+    return text or "top level"
+
+
+def _describe(error: dict[str, Any]) -> tuple[str, str]:
+    loc = tuple(error["loc"])
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return place_of(loc[:-1]), f"unknown key {loc[-1]!r}"
+    if kind == "missing":
+        return place_of(loc[:-1]), f"missing key {loc[-1]!r}"
+    if loc and loc[-1] == "[key]":
+        return place_of(loc), "id must be letters, digits, '.', '_' or '-' (at most 64)"
+    value = error.get("input")
+    shown = str(value) if isinstance(value, (Decimal, date, int, str)) else type(value).__name__
+    message = str(error["msg"])
+    return place_of(loc), f"{message[:1].lower()}{message[1:]}, got {shown!r}" if len(shown) <= 40 else message
+
+
+# step 3: each file --------------------------------------------------------------------
+
+
+def _check_billing(billing: BillingFile) -> timedelta:
+    _check_timezone(BILLING, "billing_timezone", billing.billing_timezone)
+    grace_period = _parse_duration(billing.grace_period)
+    if grace_period is None:
+        raise RuleSetInvalid(
+            BILLING, "grace_period", f'must be an ISO 8601 duration such as "P3D" or "PT36H", got {billing.grace_period!r}'
+        )
+    _check_versions(BILLING, "vat", billing.vat)
+    for i, version in enumerate(billing.vat):
+        if version.effective_from.day != 1:
+            raise RuleSetInvalid(
+                BILLING, f"vat[{i}].effective_from", f"VAT changes on the first day of a period, got {version.effective_from}"
+            )
+    _check_credits(BILLING, "new_tenant_credit", billing.new_tenant_credit, taken={})
+    return grace_period
+
+
+def _check_sites(sites: SitesFile) -> None:
+    for site_id, site in sites.site.items():
+        where = f"site[{site_id}]"
+        _check_timezone(SITES, f"{where}.timezone", site.timezone)
+        _check_versions(SITES, f"{where}.pue", site.pue)
+        for i, version in enumerate(site.pue):
+            if version.pue < 1:
+                raise RuleSetInvalid(SITES, f"{where}.pue[{i}].pue", f"PUE must be at least 1, got {version.pue}")
+        _check_versions(SITES, f"{where}.tariff", site.tariff)
+        for i, version in enumerate(site.tariff):
+            _check_bands(f"{where}.tariff[{i}].bands", version.bands, site.tariff_cap_per_kwh)
+
+
+def _check_bands(where: str, bands: Sequence[Any], cap: Decimal | None) -> None:
+    """Bands must cover [00:00, 24:00) of local time exactly once."""
+    for j, band in enumerate(bands):
+        start, end = minutes_of(band.start), minutes_of(band.end)
+        if start >= end:
+            raise RuleSetInvalid(SITES, f"{where}[{j}]", f"band {band.name!r} must end after it starts ({band.start}–{band.end})")
+        if cap is not None and band.price_per_kwh > cap:
+            raise RuleSetInvalid(
+                SITES, f"{where}[{j}].price_per_kwh", f"{band.price_per_kwh} exceeds the site's tariff_cap_per_kwh {cap}"
+            )
+    covered = 0  # minutes after midnight covered so far
+    for band in sorted(bands, key=lambda b: minutes_of(b.start)):
+        start, end = minutes_of(band.start), minutes_of(band.end)
+        if start < covered:
+            raise RuleSetInvalid(SITES, where, f"bands overlap at {band.start}")
+        if start > covered:
+            raise RuleSetInvalid(SITES, where, f"bands leave a gap from {_clock(covered)} to {band.start}")
+        covered = end
+    if covered != 24 * 60:
+        raise RuleSetInvalid(SITES, where, f"bands leave a gap from {_clock(covered)} to 24:00")
+
+
+def _check_catalog(catalog: CatalogFile) -> None:
+    for model_id, model in catalog.model.items():
+        where = f"model[{model_id}].price"
+        if not model.price:
+            raise RuleSetInvalid(CATALOG, where, f"model has no price; add a [[model.{model_id}.price]] version")
+        _check_versions(CATALOG, where, model.price)
+
+
+def _check_contracts(contracts: ContractsFile, catalog: CatalogFile, billing: BillingFile) -> None:
+    new_tenant_ids = {c.id: f"{BILLING} new_tenant_credit" for c in billing.new_tenant_credit}
+    for tenant, entry in contracts.tenant.items():
+        where = f"tenant[{tenant}]"
+        latest: dict[str, tuple[int, date]] = {}  # gpu_model -> (index, effective_from) of its last term
+        for i, term in enumerate(entry.rent):
+            model = catalog.model.get(term.gpu_model)
+            if model is None:
+                known = ", ".join(sorted(catalog.model))
+                raise RuleSetInvalid(
+                    CONTRACTS, f"{where}.rent[{i}].gpu_model", f"unknown model {term.gpu_model!r} (catalog.toml has {known})"
+                )
+            first_price = model.price[0].effective_from
+            if term.effective_from < first_price:
+                raise RuleSetInvalid(
+                    CONTRACTS,
+                    f"{where}.rent[{i}].effective_from",
+                    f"{term.effective_from} is before catalog.toml prices {term.gpu_model} (from {first_price})",
+                )
+            if term.gpu_model in latest:
+                j, previous = latest[term.gpu_model]
+                if term.effective_from <= previous:
+                    what = "repeats" if term.effective_from == previous else "is earlier than"
+                    raise RuleSetInvalid(
+                        CONTRACTS,
+                        f"{where}.rent[{i}].effective_from",
+                        f"{term.effective_from} {what} rent[{j}] ({previous}) for {term.gpu_model}; list terms oldest first",
+                    )
+            latest[term.gpu_model] = (i, term.effective_from)
+        _check_credits(CONTRACTS, f"{where}.credit", entry.credit, taken=dict(new_tenant_ids))
+
+
+# shared checks ------------------------------------------------------------------------
+
+
+def _check_timezone(file: str, place: str, name: str) -> None:
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise RuleSetInvalid(file, place, f"unknown time zone {name!r} (use an IANA name such as 'Asia/Shanghai')") from None
+
+
+def _check_versions(file: str, place: str, versions: Sequence[Any]) -> None:
+    """Versions are listed oldest first, each `effective_from` strictly after the previous."""
+    for i in range(1, len(versions)):
+        previous, current = versions[i - 1].effective_from, versions[i].effective_from
+        if current == previous:
+            raise RuleSetInvalid(file, f"{place}[{i}].effective_from", f"{current} repeats {place}[{i - 1}]")
+        if current < previous:
+            raise RuleSetInvalid(
+                file, f"{place}[{i}].effective_from", f"{current} is earlier than {place}[{i - 1}] ({previous}); list versions oldest first"
+            )
+
+
+def _check_credits(file: str, place: str, credits: Sequence[CreditEntry], taken: dict[str, str]) -> None:
+    for i, credit in enumerate(credits):
+        if not is_fen_exact(credit.amount):
+            raise RuleSetInvalid(file, f"{place}[{i}].amount", f"credit must be whole fen (two decimals), got {credit.amount}")
+        if credit.id in taken:
+            raise RuleSetInvalid(file, f"{place}[{i}].id", f"credit id {credit.id!r} is already used by {taken[credit.id]}")
+        taken[credit.id] = f"{place}[{i}]"
+
+
+def _parse_duration(text: str) -> timedelta | None:
+    match = _DURATION.fullmatch(text)
+    if match is None or text in ("P", "PT") or text.endswith("T"):
+        return None
+    weeks, days, hours, minutes, seconds = (int(match[k] or 0) for k in "wdhms")
+    return timedelta(weeks=weeks, days=days, hours=hours, minutes=minutes, seconds=seconds)
+
+
+def _clock(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"

@@ -1,0 +1,456 @@
+"""The `gpubill` command line (SPEC §8). Thin: parse options, call the packages, print.
+
+Every error a user can cause is a `GpubillError` (or a rule error) and is printed as one
+line on stderr with exit status 1; typer handles usage errors (exit 2).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from billing_rules import BillingRulesError, load_rules
+from gpubill.config import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, Settings, load_settings
+from gpubill.errors import GpubillError, InputFileError
+
+app = typer.Typer(
+    help="gpubill: meter and bill GPU usage — Kafka readings, Faust pricing, ClickHouse invoices and reports.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+kafka_app = typer.Typer(help="The local single-node Kafka broker (KRaft), for development and the demo.", no_args_is_help=True)
+invoice_app = typer.Typer(help="Monthly invoices.", no_args_is_help=True)
+report_app = typer.Typer(help="Finance and customer reports.", no_args_is_help=True)
+dlq_app = typer.Typer(help="Dead-lettered input.", no_args_is_help=True)
+rules_app = typer.Typer(help="Billing rule sets.", no_args_is_help=True)
+app.add_typer(kafka_app, name="kafka")
+app.add_typer(invoice_app, name="invoice")
+app.add_typer(report_app, name="report")
+app.add_typer(dlq_app, name="dlq")
+app.add_typer(rules_app, name="rules")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
+    )
+
+
+def _rules(settings: Settings, directory: Optional[Path] = None):
+    return load_rules(Path(directory or settings.rules))
+
+
+def _database(settings: Settings):
+    from gpubill.clickhouse import open_database
+
+    return open_database(settings.clickhouse)
+
+
+# ------------------------------------------------------------------------------- kafka
+
+
+def _local_broker(settings: Settings):
+    from gpubill.kafka_local import LocalBroker
+
+    return LocalBroker(settings.home_path / "kafka", bootstrap=settings.kafka)
+
+
+@kafka_app.command("up")
+def kafka_up(wait_s: float = typer.Option(90.0, help="How long to wait for the broker to answer.")) -> None:
+    """Start the local broker (idempotent) and wait until it answers."""
+    settings = load_settings()
+    broker = _local_broker(settings)
+    started = broker.up(wait_s=wait_s, progress=lambda msg: err.print(f"[dim]{msg}[/dim]"))
+    out.print(f"Kafka broker {'started' if started else 'already up'} at {settings.kafka}")
+
+
+@kafka_app.command("down")
+def kafka_down() -> None:
+    """Stop the local broker started by `gpubill kafka up`."""
+    settings = load_settings()
+    stopped = _local_broker(settings).down()
+    out.print("Kafka broker stopped" if stopped else "no local Kafka broker was running")
+
+
+# ------------------------------------------------------------------------------ producers
+
+
+@app.command()
+def simulate(
+    gpus: int = typer.Option(8, min=1, help="Cards in the simulated fleet."),
+    model: str = typer.Option("A800-80G", help="GPU model (catalog id)."),
+    minutes: int = typer.Option(10, min=1, help="Minutes of readings, one per card per second per stream."),
+    start: Optional[str] = typer.Option(None, help="First second, RFC 3339 (default: now − minutes)."),
+    tenants: int = typer.Option(3, min=0, help="Tenants renting cards."),
+    site: str = typer.Option("gz-guian", help="Site of the fleet."),
+    seed: int = typer.Option(7, help="Random seed (same seed, same readings)."),
+) -> None:
+    """Produce realistic readings of a simulated fleet to Kafka."""
+    from schemas.events import parse_ts
+    from streams.kafka_io import ensure_pipeline_topics
+    from streams.producers import produce_readings
+    from streams.simulator import simulate_fleet
+
+    settings = load_settings()
+    rules = _rules(settings)
+    if not rules.has_model(model):
+        raise GpubillError(f"unknown model {model!r}; known: {', '.join(rules.model_ids)}")
+    if not rules.has_site(site):
+        raise GpubillError(f"unknown site {site!r}; known: {', '.join(rules.site_ids)}")
+    try:
+        start_s = parse_ts(start) if start else int(datetime.now(timezone.utc).timestamp()) - minutes * 60
+    except ValueError as exc:
+        raise GpubillError(f"--start: {exc}") from None
+    ensure_pipeline_topics(settings)
+    total = gpus * minutes * 60 * 2
+    readings = simulate_fleet(gpus=gpus, gpu_model=model, minutes=minutes, start=start_s, tenants=tenants, site=site, seed=seed)
+    report = _produce_with_progress(settings, readings, total, f"simulating {gpus} × {model}")
+    out.print(f"produced {report.total} readings ({', '.join(f'{t}: {n}' for t, n in report.produced.items())})")
+
+
+def _produce_with_progress(settings: Settings, readings, total: int, label: str):
+    from rich.progress import Progress
+
+    from streams.producers import produce_readings
+
+    with Progress(console=err, transient=True) as progress:
+        task = progress.add_task(label, total=total)
+        return produce_readings(settings, readings, progress=lambda n: progress.advance(task, n))
+
+
+@app.command()
+def replay(file: Path = typer.Argument(..., help="NDJSON file: one JSON reading per line.")) -> None:
+    """Produce the readings of an NDJSON file to Kafka exactly as they are."""
+    from rich.progress import Progress
+
+    from streams.kafka_io import ensure_pipeline_topics
+    from streams.producers import replay_file
+
+    if not file.is_file():
+        raise InputFileError(f"cannot read {file}: no such file")
+    settings = load_settings()
+    ensure_pipeline_topics(settings)
+    with Progress(console=err, transient=True) as progress:
+        task = progress.add_task(f"replaying {file.name}", total=file.stat().st_size)
+        report = replay_file(settings, file, progress=lambda n: progress.advance(task, n))
+    out.print(
+        f"replayed {report.total} readings from {file} "
+        f"({', '.join(f'{t}: {n}' for t, n in sorted(report.produced.items())) or 'none'}); "
+        f"{report.deadlettered} dead-lettered by replay"
+    )
+
+
+# --------------------------------------------------------------------------------- worker
+
+
+def _pipeline(settings: Settings, rules, database, *, metrics: bool):
+    from streams.app import Pipeline
+    from streams.metrics import Metrics
+    from streams.rating import Rater
+    from streams.sink import ClickHouseSink
+
+    sink = ClickHouseSink(database, max_wait_s=60.0 if not metrics else 3600.0)
+    return Pipeline(rules=rules, sink=sink, rater=Rater(rules), metrics=Metrics() if metrics else None)
+
+
+@app.command()
+def worker(
+    drain: bool = typer.Option(False, "--drain", help="Process everything up to the end offsets at start, flush, exit 0."),
+) -> None:
+    """Run the pipeline: validate, dedupe, attribute and price readings into ClickHouse."""
+    from streams.app import run_worker
+    from streams.kafka_io import drain_targets, ensure_pipeline_topics
+    from streams.metrics import Metrics
+
+    settings = load_settings()
+    _setup_logging("WARNING" if drain else "INFO")
+    rules = _rules(settings)
+    ensure_pipeline_topics(settings)
+    targets = drain_targets(settings, [TOPIC_USAGE, TOPIC_POWER, TOPIC_DEADLETTER]) if drain else None
+    database = _database(settings)
+    if drain and not targets:
+        out.print("nothing to drain: the consumer group is at the end of every partition")
+        database.close()
+        return
+    if not drain:
+        Metrics.serve(settings.metrics_port)
+    pipeline = _pipeline(settings, rules, database, metrics=not drain)
+    if drain:
+        err.print(f"draining {sum(targets.values())} offsets across {len(targets)} partitions …")
+    code = run_worker(settings, pipeline, drain_targets=targets)
+    database.close()
+    if code:
+        raise typer.Exit(code)
+    if drain:
+        out.print(f"drained: {pipeline.sink.stats.rows} rows written in {pipeline.sink.stats.batches} batches")
+
+
+@app.command()
+def up() -> None:
+    """Run worker and scheduler in one process (the embedded database allows one process)."""
+    import asyncio
+
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+    from reports.scheduler import add_billing_job, run_due
+    from streams.app import run_worker
+    from streams.kafka_io import ensure_pipeline_topics
+    from streams.metrics import Metrics
+
+    settings = load_settings()
+    _setup_logging("INFO")
+    rules = _rules(settings)
+    ensure_pipeline_topics(settings)
+    database = _database(settings)
+    Metrics.serve(settings.metrics_port)
+    pipeline = _pipeline(settings, rules, database, metrics=True)
+
+    async def scheduler_task() -> None:
+        scheduler = AsyncIOScheduler(timezone=rules.billing_tz)
+        loop = asyncio.get_running_loop()
+
+        async def job() -> None:  # share the sink's thread: one chDB caller at a time
+            await loop.run_in_executor(pipeline.executor, run_due, database, rules)
+
+        add_billing_job(scheduler, job, rules)
+        scheduler.start()
+        await asyncio.Event().wait()
+
+    err.print(f"gpubill up: worker + scheduler; metrics on :{settings.metrics_port}; Ctrl-C to stop")
+    code = run_worker(settings, pipeline, loglevel="INFO", extra_tasks=[scheduler_task])
+    database.close()
+    raise typer.Exit(code)
+
+
+@app.command()
+def scheduler() -> None:
+    """Run only the monthly billing scheduler (server deployments; embedded mode: use `up`)."""
+    from apscheduler.schedulers.blocking import BlockingScheduler
+
+    from reports.scheduler import add_billing_job, run_due
+
+    settings = load_settings()
+    _setup_logging("INFO")
+    rules = _rules(settings)
+    database = _database(settings)
+    blocking = BlockingScheduler(timezone=rules.billing_tz)
+    add_billing_job(blocking, lambda: run_due(database, rules), rules)
+    try:
+        blocking.start()
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        database.close()
+
+
+# -------------------------------------------------------------------------------- invoices
+
+
+def _check_period(period: str) -> str:
+    import re
+
+    if not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", period):
+        raise GpubillError(f"--period: {period!r} is not a month like 2026-03")
+    return period
+
+
+@invoice_app.command("run")
+def invoice_run(
+    period: str = typer.Option(..., help="Billing period YYYY-MM (billing time zone)."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Also write each invoice as JSON, CSV and PDF here."),
+) -> None:
+    """Invoice every tenant with charges in the period (re-running changes nothing)."""
+    from reports.invoicing import list_invoices, run_period
+
+    settings = load_settings()
+    rules = _rules(settings)
+    with _database(settings) as database:
+        report = run_period(database, rules, _check_period(period), progress=lambda n: err.print(f"[dim]{n}[/dim]"))
+        out.print(f"{period}: {len(report.created)} invoices created, {len(report.existing)} already final")
+        for number, tenant, total in list_invoices(database, period):
+            out.print(f"  {number}  {tenant:<24} {total:>14} CNY")
+        if out_dir:
+            _write_invoices(database, period, out_dir)
+
+
+def _write_invoices(database, period: str, out_dir: Path) -> list[Path]:
+    from reports.invoicing import list_invoices, load_invoice
+    from reports.render import render_invoice
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for number, tenant, _ in list_invoices(database, period):
+        invoice = load_invoice(database, tenant, period)
+        for fmt in ("json", "csv", "pdf"):
+            path = out_dir / f"{number}_{tenant}_{period}.{fmt}"
+            path.write_bytes(render_invoice(invoice, fmt))
+            written.append(path)
+    return written
+
+
+@invoice_app.command("show")
+def invoice_show(
+    period: str = typer.Option(..., help="Billing period YYYY-MM."),
+    tenant: str = typer.Option(..., help="Tenant id."),
+    fmt: str = typer.Option("json", "--format", help="json, csv or pdf (pdf needs --out)."),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="Write to this file instead of stdout."),
+) -> None:
+    """Print one invoice."""
+    from reports.invoicing import load_invoice
+    from reports.render import render_invoice
+
+    if fmt not in ("json", "csv", "pdf"):
+        raise GpubillError(f"--format: {fmt!r} is not one of json, csv, pdf")
+    settings = load_settings()
+    with _database(settings) as database:
+        data = render_invoice(load_invoice(database, tenant, _check_period(period)), fmt)
+    _emit(data, out_file, binary=fmt == "pdf")
+
+
+def _emit(data: bytes | str, out_file: Optional[Path], *, binary: bool = False) -> None:
+    raw = data.encode() if isinstance(data, str) else data
+    if out_file:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_bytes(raw)
+        err.print(f"wrote {out_file}")
+    elif binary:
+        raise GpubillError("this format is binary: give --out FILE")
+    else:
+        sys.stdout.write(raw.decode())
+        if not raw.endswith(b"\n"):
+            sys.stdout.write("\n")
+
+
+# ------------------------------------------------------------------------------------- dlq
+
+
+@dlq_app.command("list")
+def dlq_list(
+    limit: int = typer.Option(20, min=1, help="How many, newest first."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+) -> None:
+    """The dead-lettered input, newest first, with reason and source position."""
+    import orjson
+    from rich.table import Table
+
+    settings = load_settings()
+    with _database(settings) as database:
+        rows = database.query_dicts(
+            "SELECT dead_at, source_topic, source_partition, source_offset, source_line, reason, original "
+            "FROM deadletters FINAL ORDER BY dead_at DESC, source_topic, source_partition, source_offset DESC, "
+            "source_line DESC LIMIT {n:UInt32}",
+            {"n": limit},
+        )
+    for row in rows:
+        row["dead_at"] = row["dead_at"].replace(tzinfo=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if fmt == "json":
+        sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    if fmt != "table":
+        raise GpubillError(f"--format: {fmt!r} is not one of table, json")
+    table = Table("dead at", "source", "reason", "original")
+    for row in rows:
+        where = f"{row['source_topic']}[{row['source_partition']}]@{row['source_offset']}"
+        if row["source_line"]:
+            where = f"{row['source_topic']} line {row['source_line']}"
+        table.add_row(row["dead_at"], where, row["reason"], row["original"][:60])
+    out.print(table)
+
+
+# ----------------------------------------------------------------------------------- reports
+
+
+@report_app.command("cost-share")
+def report_cost_share(
+    period: str = typer.Option(..., help="Billing period YYYY-MM."),
+    what_if_site: Optional[str] = typer.Option(None, help="Also price the same energy at this site."),
+    fmt: str = typer.Option("table", "--format", help="table, csv or json."),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="Write to this file instead of stdout."),
+) -> None:
+    """Per site and GPU model: cards, GPU-hours, rent, electricity billed and idle, share, green kWh."""
+    from reports.cost_share import cost_share, store_cost_share, what_if
+    from reports.render import render_cost_share
+
+    if fmt not in ("table", "csv", "json"):
+        raise GpubillError(f"--format: {fmt!r} is not one of table, csv, json")
+    settings = load_settings()
+    rules = _rules(settings)
+    with _database(settings) as database:
+        rows = cost_share(database, rules, _check_period(period))
+        store_cost_share(database, period, rows)
+        compared = what_if(database, rules, period, what_if_site, rows) if what_if_site else None
+    _emit(render_cost_share(rows, fmt, what_if=compared), out_file)
+
+
+@report_app.command("usage")
+def report_usage(
+    tenant: str = typer.Option(..., help="Tenant id."),
+    period: str = typer.Option(..., help="Billing period YYYY-MM."),
+    fmt: str = typer.Option("csv", "--format", help="csv, json, parquet or pdf."),
+    out_file: Path = typer.Option(..., "--out", help="File to write."),
+) -> None:
+    """A customer's usage report: per day, instance and GPU."""
+    from reports.render import render_usage
+    from reports.usage_report import usage_report
+
+    if fmt not in ("csv", "json", "parquet", "pdf"):
+        raise GpubillError(f"--format: {fmt!r} is not one of csv, json, parquet, pdf")
+    settings = load_settings()
+    rules = _rules(settings)
+    with _database(settings) as database:
+        report = usage_report(database, rules, tenant, _check_period(period))
+    _emit(render_usage(report, fmt), out_file)
+
+
+# ------------------------------------------------------------------------------------- rules
+
+
+@rules_app.command("check")
+def rules_check(directory: Optional[Path] = typer.Argument(None, help="Rules directory (default: GPUBILL_RULES).")) -> None:
+    """Validate a rule set as a whole; exit 1 naming file, place and reason when invalid."""
+    settings = load_settings()
+    rules = _rules(settings, directory)
+    out.print(
+        f"rules OK: {len(rules.site_ids)} sites ({', '.join(rules.site_ids)}), "
+        f"{len(rules.model_ids)} models ({', '.join(rules.model_ids)}), billing time zone {rules.billing_tz}"
+    )
+
+
+# -------------------------------------------------------------------------------------- demo
+
+
+@app.command()
+def demo(
+    minutes: int = typer.Option(20, min=1, help="Minutes of simulated readings."),
+    gpus: int = typer.Option(8, min=1, help="Cards per model (RTX4090, A800-80G, H800-80G)."),
+) -> None:
+    """The main job on embedded defaults: broker, fleet, pipeline, invoices, reports in ./out/."""
+    from gpubill.demo import run_demo
+
+    run_demo(load_settings(), minutes=minutes, gpus=gpus, out=out, err=err)
+
+
+def main() -> None:
+    try:
+        app()
+    except (GpubillError, BillingRulesError) as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

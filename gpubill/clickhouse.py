@@ -1,0 +1,193 @@
+"""The one seam to ClickHouse: open a client from a DSN, migrate, and hold the chDB lock.
+
+The same code serves the embedded engine (`chdb:///abs/path`, the default under ./var/)
+and a server (`http://user:pass@host:8123/db`). chDB allows one process per directory and
+fails with an unhelpful message when a second one tries, so before opening it we take an
+advisory lock of our own beside it and write our pid and command there; a second process
+is told which process holds the database and what to do.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence
+from urllib.parse import urlsplit
+
+import clickhouse_connect
+from clickhouse_connect.driver.exceptions import ClickHouseError
+
+from gpubill.errors import ConfigError, DatabaseBusy, DatabaseError
+
+MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+def normalize_dsn(dsn: str) -> str:
+    """Make a chDB DSN absolute (chdb:///abs/path); check the scheme of any other DSN."""
+    scheme = dsn.split(":", 1)[0].lower()
+    if scheme == "chdb":
+        rest = dsn[len("chdb:") :]
+        rest = rest[2:] if rest.startswith("//") else rest
+        if not rest:
+            raise ConfigError("GPUBILL_CLICKHOUSE: a chDB DSN needs a directory, e.g. chdb:///srv/gpubill/clickhouse")
+        return f"chdb://{Path(rest).expanduser().resolve()}"
+    if scheme in ("http", "https", "clickhouse", "clickhouses"):
+        parts = urlsplit(dsn)
+        if not parts.hostname:
+            raise ConfigError(f"GPUBILL_CLICKHOUSE: {redact(dsn)} names no host")
+        return dsn
+    raise ConfigError(
+        f"GPUBILL_CLICKHOUSE: unsupported DSN {redact(dsn)!r}; use chdb:///path/to/dir or http://user:pass@host:8123/db"
+    )
+
+
+def redact(dsn: str) -> str:
+    """The DSN with its password replaced by ***, for messages and logs."""
+    return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", dsn)
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, file name, SQL) of every shipped migration, in order."""
+    found = []
+    for entry in resources.files("schemas").joinpath("migrations").iterdir():
+        match = MIGRATION_NAME.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+def split_statements(sql: str) -> list[str]:
+    """Split a migration file into statements (no semicolons inside our DDL strings)."""
+    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
+    return [stmt.strip() for stmt in "\n".join(lines).split(";") if stmt.strip()]
+
+
+@dataclass
+class Database:
+    """An open ClickHouse client plus, for chDB, the lock that keeps other processes out."""
+
+    dsn: str
+    client: Any
+    _lock_fd: int | None = field(default=None, repr=False)
+
+    @property
+    def embedded(self) -> bool:
+        return self.dsn.startswith("chdb:")
+
+    def command(self, sql: str, parameters: dict | None = None) -> Any:
+        try:
+            return self.client.command(sql, parameters=parameters)
+        except ClickHouseError as exc:
+            raise DatabaseError(f"ClickHouse refused a statement: {_first_line(exc)}") from exc
+
+    def query(self, sql: str, parameters: dict | None = None) -> list[tuple]:
+        try:
+            return self.client.query(sql, parameters=parameters).result_rows
+        except ClickHouseError as exc:
+            raise DatabaseError(f"ClickHouse refused a query: {_first_line(exc)}") from exc
+
+    def query_dicts(self, sql: str, parameters: dict | None = None) -> list[dict]:
+        try:
+            result = self.client.query(sql, parameters=parameters)
+        except ClickHouseError as exc:
+            raise DatabaseError(f"ClickHouse refused a query: {_first_line(exc)}") from exc
+        names = result.column_names
+        return [dict(zip(names, row)) for row in result.result_rows]
+
+    def insert(self, table: str, rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> None:
+        """Insert rows; raises DatabaseError when ClickHouse does not acknowledge them."""
+        if not rows:
+            return
+        try:
+            self.client.insert(table, rows, column_names=list(columns))
+        except ClickHouseError as exc:
+            raise DatabaseError(f"ClickHouse refused an insert into {table}: {_first_line(exc)}") from exc
+
+    def migrate(self) -> list[str]:
+        """Apply the shipped migrations not yet recorded; idempotent. Returns the names applied."""
+        self.command(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, "
+            "applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = ReplacingMergeTree ORDER BY version"
+        )
+        done = {row[0] for row in self.query("SELECT version FROM schema_migrations")}
+        applied = []
+        for version, name, sql in migrations():
+            if version in done:
+                continue
+            for statement in split_statements(sql):
+                self.command(statement)
+            self.insert("schema_migrations", [[version, name]], ["version", "name"])
+            applied.append(name)
+        return applied
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except Exception:  # noqa: BLE001 - closing must not mask the real outcome
+            pass
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_database(dsn: str, *, migrate: bool = True) -> Database:
+    """Open ClickHouse at `dsn` and bring its schema up to date.
+
+    Raises DatabaseBusy when another process holds the embedded database, DatabaseError
+    when the server cannot be reached or refuses us, ConfigError for a malformed DSN.
+    """
+    dsn = normalize_dsn(dsn)
+    lock_fd = None
+    if dsn.startswith("chdb:"):
+        path = Path(dsn[len("chdb://") :])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock_fd = _lock_embedded(path)
+    try:
+        client = clickhouse_connect.get_client(dsn=dsn, **({} if lock_fd is not None else {"connect_timeout": 5}))
+        database = Database(dsn=dsn, client=client, _lock_fd=lock_fd)
+        database.command("SELECT 1")
+    except ClickHouseError as exc:
+        if lock_fd is not None:
+            os.close(lock_fd)
+        raise DatabaseError(f"cannot open ClickHouse at {redact(dsn)}: {_first_line(exc)}") from exc
+    except BaseException:
+        if lock_fd is not None:
+            os.close(lock_fd)
+        raise
+    if migrate:
+        database.migrate()
+    return database
+
+
+def _lock_embedded(path: Path) -> int:
+    lock_path = path.with_name(path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+        os.close(fd)
+        raise DatabaseBusy(
+            f"the embedded database {path} is in use by {holder}; stop that process "
+            "(or run this command inside `gpubill up`), or point GPUBILL_CLICKHOUSE at a ClickHouse server"
+        ) from None
+    os.ftruncate(fd, 0)
+    command = " ".join(Path(sys.argv[0]).name if i == 0 else a for i, a in enumerate(sys.argv))
+    os.pwrite(fd, f"pid {os.getpid()} ({command})".encode(), 0)
+    return fd
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300]

@@ -1,0 +1,90 @@
+"""`gpubill demo`: the whole product once, on embedded defaults, in a few minutes.
+
+1. a Kafka broker (the local one is started unless GPUBILL_KAFKA names another);
+2. a simulated mixed fleet (RTX 4090, A800, H800) for the last hours of last month;
+3. `gpubill worker --drain` in a child process: readings → Faust → chDB;
+4. the month is invoiced; invoices, usage reports and the cost share go to ./out/;
+5. the cost-share table, with the East-coast what-if, is printed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress
+
+from gpubill.clickhouse import open_database
+from gpubill.config import Settings
+from gpubill.errors import GpubillError
+
+DEMO_MODELS = ["RTX4090", "A800-80G", "H800-80G"]
+WHAT_IF_SITE = "sh-east"
+
+
+def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: Console) -> None:
+    from billing_rules import load_rules
+    from gpubill.kafka_local import LocalBroker
+    from reports.cost_share import cost_share, store_cost_share, what_if
+    from reports.invoicing import list_invoices, load_invoice, run_period
+    from reports.render import render_cost_share, render_cost_share_table, render_invoice, render_usage
+    from reports.usage_report import usage_report
+    from streams.kafka_io import ensure_pipeline_topics
+    from streams.producers import produce_readings
+    from streams.simulator import simulate_fleet
+
+    started = time.monotonic()
+    rules = load_rules(Path(settings.rules))
+    if "GPUBILL_KAFKA" not in os.environ:
+        broker = LocalBroker(settings.home_path / "kafka", bootstrap=settings.kafka)
+        if broker.up(progress=lambda msg: err.print(f"[dim]{msg}[/dim]")):
+            err.print(f"started the local Kafka broker at {settings.kafka}")
+    ensure_pipeline_topics(settings)
+
+    now_s = int(datetime.now(timezone.utc).timestamp())
+    period = rules.period_of(rules.period_bounds(rules.period_of(now_s))[0] - 1)  # last month
+    start_s = rules.period_bounds(period)[1] - minutes * 60 - 3600
+    cards = gpus * len(DEMO_MODELS)
+    total = cards * minutes * 60 * 2
+    err.print(f"[bold]1/4[/bold] simulating {cards} cards × {minutes} min in {period} → Kafka ({total:,} readings)")
+    readings = simulate_fleet(gpus=cards, gpu_model=DEMO_MODELS[0], models=DEMO_MODELS, minutes=minutes,
+                              start=start_s, tenants=4, site="gz-guian", seed=2026)
+    with Progress(console=err, transient=True) as progress:
+        task = progress.add_task("producing", total=total)
+        produce_readings(settings, readings, progress=lambda n: progress.advance(task, n))
+
+    err.print("[bold]2/4[/bold] running the pipeline: gpubill worker --drain")
+    drained = subprocess.run([sys.executable, "-m", "gpubill.cli", "worker", "--drain"], env=os.environ.copy())
+    if drained.returncode:
+        raise GpubillError(f"the worker failed (exit {drained.returncode}); see its messages above")
+
+    out_dir = settings.out_path
+    err.print(f"[bold]3/4[/bold] invoicing {period} and writing reports under {out_dir}/")
+    with open_database(settings.clickhouse) as database:
+        run = run_period(database, rules, period)
+        (out_dir / "invoices").mkdir(parents=True, exist_ok=True)
+        (out_dir / "usage").mkdir(parents=True, exist_ok=True)
+        invoices = list_invoices(database, period)
+        for number, tenant, total_cny in invoices:
+            invoice = load_invoice(database, tenant, period)
+            for fmt in ("json", "csv", "pdf"):
+                (out_dir / "invoices" / f"{number}_{tenant}.{fmt}").write_bytes(render_invoice(invoice, fmt))
+            report = usage_report(database, rules, tenant, period)
+            for fmt in ("csv", "json", "parquet", "pdf"):
+                (out_dir / "usage" / f"{tenant}_{period}.{fmt}").write_bytes(render_usage(report, fmt))
+        rows = cost_share(database, rules, period)
+        store_cost_share(database, period, rows)
+        compared = what_if(database, rules, period, WHAT_IF_SITE, rows)
+    (out_dir / f"cost-share_{period}.csv").write_text(render_cost_share(rows, "csv", what_if=compared))
+    (out_dir / f"cost-share_{period}.json").write_text(render_cost_share(rows, "json", what_if=compared))
+
+    err.print(f"[bold]4/4[/bold] {len(run.created)} invoices created, {len(run.existing)} already final")
+    for number, tenant, total_cny in invoices:
+        out.print(f"  {number}  {tenant:<12} {total_cny:>12} CNY")
+    out.print(render_cost_share_table(rows, what_if=compared))
+    out.print(f"[dim]done in {time.monotonic() - started:.0f}s; files under {out_dir}/[/dim]")

@@ -1,0 +1,108 @@
+"""Cost share for finance (SPEC §6): per site and GPU model, what the cards earned and burned.
+
+electricity_share = all electricity of the cards (billed to tenants + unallocated idle)
+÷ rent revenue — the operator's "share" column (¥54 / ¥599 = 9 % for an RTX 4090).
+
+What-if: the same recorded energy priced with another site's PUE and tariff, minute by
+minute (tariff bands change on minute boundaries at the finest), to show the saving.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timezone
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from billing_rules import MJ_PER_KWH, round_fen, round_quantity
+
+_GROUPS_SQL = """
+SELECT site, gpu_model, stream, tenant != '' AS allocated, rent_price, rent_per_s, tariff_per_kwh, pue,
+       count() AS n, sum(energy_mj) AS mj
+FROM rated_seconds FINAL
+WHERE period = {p:String}
+GROUP BY site, gpu_model, stream, allocated, rent_price, rent_per_s, tariff_per_kwh, pue
+"""
+_CARDS_SQL = """
+SELECT site, gpu_model, uniqExact(gpu_uuid) FROM rated_seconds FINAL
+WHERE period = {p:String} GROUP BY site, gpu_model
+"""
+_ENERGY_BY_MINUTE_SQL = """
+SELECT site, gpu_model, toUnixTimestamp(toStartOfMinute(second)) AS minute, sum(energy_mj)
+FROM rated_seconds FINAL
+WHERE period = {p:String} AND stream = 'energy'
+GROUP BY site, gpu_model, minute
+"""
+
+
+def cost_share(db: Any, rules: Any, period: str) -> list[dict]:
+    """One row per (site, gpu model) with money rounded once per row and column."""
+    rules.period_bounds(period)
+    rent: dict[tuple, Fraction] = defaultdict(Fraction)
+    seconds: dict[tuple, int] = defaultdict(int)
+    billed: dict[tuple, Fraction] = defaultdict(Fraction)
+    idle: dict[tuple, Fraction] = defaultdict(Fraction)
+    kwh: dict[tuple, Fraction] = defaultdict(Fraction)
+    for site, model, stream, allocated, price, per_s, tariff, pue, n, mj in db.query(_GROUPS_SQL, {"p": period}):
+        key = (site, model)
+        if stream == "rent":
+            seconds[key] += int(n)
+            rent[key] += Fraction(int(n)) * Fraction(price) / int(per_s)
+        else:
+            facility_kwh = Fraction(int(mj)) * Fraction(pue) / MJ_PER_KWH
+            kwh[key] += facility_kwh
+            (billed if allocated else idle)[key] += facility_kwh * Fraction(tariff)
+    cards = {(site, model): int(n) for site, model, n in db.query(_CARDS_SQL, {"p": period})}
+    rows = []
+    for key in sorted(set(cards) | set(rent) | set(kwh)):
+        site, model = key
+        green_share = Fraction(rules.site(site).green_share) if rules.has_site(site) else Fraction(0)
+        electricity = billed[key] + idle[key]
+        rows.append({
+            "site": site,
+            "gpu_model": model or "(unknown)",
+            "cards": cards.get(key, 0),
+            "rented_gpu_hours": round_quantity(Fraction(seconds[key], 3600)),
+            "rent_revenue": round_fen(rent[key]),
+            "electricity_billed": round_fen(billed[key]),
+            "electricity_unallocated": round_fen(idle[key]),
+            "electricity_share": _ratio(electricity, rent[key]),
+            "green_kwh": round_quantity(kwh[key] * green_share),
+            "total_kwh": round_quantity(kwh[key]),
+        })
+    return rows
+
+
+def what_if(db: Any, rules: Any, period: str, other_site: str, actual: list[dict]) -> list[dict]:
+    """The period's energy priced at `other_site`, beside the actual electricity of each row."""
+    if not rules.has_site(other_site):
+        from billing_rules import UnknownSite
+
+        raise UnknownSite(f"unknown site {other_site!r}; known: {', '.join(rules.site_ids)}")
+    cost: dict[tuple, Fraction] = defaultdict(Fraction)
+    for site, model, minute, mj in db.query(_ENERGY_BY_MINUTE_SQL, {"p": period}):
+        rate = rules.energy_rate(other_site, int(minute))
+        cost[(site, model or "(unknown)")] += Fraction(int(mj)) * Fraction(rate.pue) * Fraction(rate.tariff_per_kwh) / MJ_PER_KWH
+    rows = []
+    for row in actual:
+        key = (row["site"], row["gpu_model"])
+        electricity = row["electricity_billed"] + row["electricity_unallocated"]
+        other = round_fen(cost.get(key, Fraction(0)))
+        rows.append({**row, "what_if_site": other_site, "what_if_electricity": other, "saving": other - electricity})
+    return rows
+
+
+def store_cost_share(db: Any, period: str, rows: list[dict]) -> None:
+    """Keep the period's cost share in ClickHouse for finance (latest computation wins)."""
+    now = datetime.now(timezone.utc)
+    columns = ("period", "site", "gpu_model", "cards", "rented_gpu_hours", "rent_revenue", "electricity_billed",
+               "electricity_unallocated", "electricity_share", "green_kwh", "total_kwh", "computed_at")
+    db.insert("cost_share", [(period, *(r[c] for c in columns[1:-1]), now) for r in rows], columns)
+
+
+def _ratio(numerator: Fraction, denominator: Fraction) -> Decimal:
+    if not denominator:
+        return Decimal(0)
+    value = numerator / denominator
+    return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(Decimal("0.000001"))

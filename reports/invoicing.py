@@ -1,0 +1,237 @@
+"""The billing run: invoice every tenant with charges in a period, once, gap-free.
+
+Steps for `run_period(db, rules, period)`:
+
+1. Read the invoices that already exist for the period; a tenant that has one is done —
+   a finalized invoice is never changed, so re-running a period is a no-op for it.
+2. For the other tenants, read rated usage (rent seconds, allocated energy) and any late
+   data for earlier, already-finalized periods (as adjustments with a reference to their
+   period), and the credit still available; `billing_rules.build_invoice` does the money.
+3. Number the invoice (sequential per year, no gaps: the next number is read from the
+   stored invoices just before the write) and write its lines, then its header row. The
+   header is the commit point: lines without a header are leftovers of a crash and are
+   deleted before the tenant is invoiced again.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any, Callable
+
+from billing_rules import (
+    Adjustment,
+    EnergyUsage,
+    RentUsage,
+    build_invoice,
+    credit_available,
+)
+from gpubill.errors import NotFound
+from reports.usage_queries import energy_usage_sql, rent_usage_sql, tenants_with_charges_sql
+
+CURRENCY = "CNY"
+LINE_COLUMNS = (
+    "number", "tenant", "period", "line_no", "kind", "gpu_model", "plan", "site", "band", "pue", "ref_period",
+    "description", "quantity", "unit", "unit_price", "amount", "exact_amount",
+)
+HEADER_COLUMNS = (
+    "number", "year", "seq", "tenant", "period", "status", "issued_at", "currency", "subtotal", "credit_used",
+    "net", "tax", "total", "vat_rate",
+)
+
+
+@dataclass(frozen=True)
+class StoredLine:
+    kind: str
+    gpu_model: str | None
+    plan: str | None
+    site: str | None
+    band: str | None
+    pue: Decimal | None
+    ref_period: str | None
+    description: str
+    quantity: Decimal
+    unit: str
+    unit_price: Decimal
+    amount: Decimal
+
+
+@dataclass(frozen=True)
+class StoredInvoice:
+    tenant: str
+    period: str
+    number: str
+    status: str
+    issued_at: str
+    currency: str
+    subtotal: Decimal
+    credit_used: Decimal
+    net: Decimal
+    tax: Decimal
+    total: Decimal
+    vat_rate: Decimal
+    lines: tuple[StoredLine, ...] = field(default=())
+
+
+@dataclass
+class RunReport:
+    period: str
+    created: list[str] = field(default_factory=list)   # invoice numbers written by this run
+    existing: list[str] = field(default_factory=list)  # invoices that were already final
+
+
+def _usage_by_tenant(db: Any, period: str, tenant: str | None = None) -> tuple[dict, dict]:
+    rent: dict[str, list[RentUsage]] = defaultdict(list)
+    for t, model, plan, price, per_s, seconds in db.query(*rent_usage_sql(period, tenant)):
+        rent[t].append(RentUsage(gpu_model=model, plan=plan, price=price, per_s=int(per_s), seconds=int(seconds)))
+    energy: dict[str, list[EnergyUsage]] = defaultdict(list)
+    for t, site, band, tariff, pue, mj in db.query(*energy_usage_sql(period, tenant)):
+        energy[t].append(EnergyUsage(site=site, band=band, tariff_per_kwh=tariff, pue=pue, energy_mj=int(mj)))
+    return rent, energy
+
+
+def _line_key(line: Any) -> tuple:
+    """What makes two lines about the same charge: grouping fields and unit price."""
+    return (line.gpu_model or "", line.plan or "", line.site or "", line.band or "", str(line.pue or ""), str(line.unit_price))
+
+
+def pending_adjustments(db: Any, rules: Any, tenant: str, period: str) -> list[Adjustment]:
+    """Late data for the tenant's finalized periods before `period`, as signed fen amounts.
+
+    For each such period: recompute its rent and electricity lines from the rated data as
+    it is now, and compare each line's rounded amount with what was already invoiced for
+    it (the original line plus adjustments on later invoices that reference the period).
+    """
+    earlier = [row[0] for row in db.query(
+        "SELECT period FROM invoices FINAL WHERE tenant = {t:String} AND period < {p:String} ORDER BY period",
+        {"t": tenant, "p": period},
+    )]
+    adjustments: list[Adjustment] = []
+    for ref in earlier:
+        rent, energy = _usage_by_tenant(db, ref, tenant)
+        now = build_invoice(tenant, ref, rent[tenant], energy[tenant], (), Decimal(0), Decimal(0))
+        billed: dict[tuple, Decimal] = defaultdict(Decimal)
+        for line in _stored_lines(db, tenant, ref, kinds=("rent", "electricity")):
+            billed[_line_key(line)] += line.amount
+        for line in _stored_lines_referencing(db, tenant, ref):
+            billed[_line_key(line)] += line.amount
+        for line in now.lines:
+            delta = line.amount - billed.pop(_line_key(line), Decimal(0))
+            if delta:
+                adjustments.append(Adjustment(ref_period=ref, description=_adjustment_text(line, ref), amount=delta))
+        for key, amount in billed.items():  # a line that no longer exists (should not happen)
+            if amount:
+                adjustments.append(Adjustment(ref_period=ref, description=f"correction for {ref}: {'/'.join(key)}", amount=-amount))
+    return adjustments
+
+
+def _adjustment_text(line: Any, ref: str) -> str:
+    what = f"{line.gpu_model} {line.plan} rent" if line.kind == "rent" else f"electricity {line.site} {line.band}"
+    return f"late usage for {ref}: {what} @ {line.unit_price}"
+
+
+def run_period(db: Any, rules: Any, period: str, *, now: datetime | None = None,
+               progress: Callable[[str], None] | None = None) -> RunReport:
+    """Invoice every tenant with charges (or pending adjustments) in `period`. Idempotent."""
+    rules.period_bounds(period)  # validates the period string
+    now = now or datetime.now(timezone.utc)
+    report = RunReport(period=period)
+    existing = {row[0]: row[1] for row in db.query(
+        "SELECT tenant, number FROM invoices FINAL WHERE period = {p:String}", {"p": period})}
+    tenants = {row[0] for row in db.query(*tenants_with_charges_sql(period))}
+    tenants |= {row[0] for row in db.query(
+        "SELECT DISTINCT tenant FROM invoices FINAL WHERE period < {p:String}", {"p": period})}
+    rent, energy = _usage_by_tenant(db, period)
+    for tenant in sorted(tenants):
+        if tenant in existing:
+            report.existing.append(existing[tenant])
+            continue
+        adjustments = pending_adjustments(db, rules, tenant, period)
+        if not rent.get(tenant) and not energy.get(tenant) and not adjustments:
+            continue
+        used_before = sum((r[0] for r in db.query(
+            "SELECT credit_used FROM invoices FINAL WHERE tenant = {t:String} AND period < {p:String}",
+            {"t": tenant, "p": period})), Decimal(0))
+        available = credit_available(rules.credit_grants(tenant), used_before)
+        draft = build_invoice(
+            tenant, period, rent.get(tenant, ()), energy.get(tenant, ()), adjustments, available, rules.vat_rate(period)
+        )
+        number = _write_invoice(db, draft, now)
+        report.created.append(number)
+        if progress:
+            progress(number)
+    db.insert("billing_runs", [[period, now, len(report.created) + len(report.existing)]], ["period", "completed_at", "invoices"])
+    return report
+
+
+def _write_invoice(db: Any, draft: Any, now: datetime) -> str:
+    year = int(draft.period[:4])
+    db.command(
+        "DELETE FROM invoice_lines WHERE tenant = {t:String} AND period = {p:String}",
+        {"t": draft.tenant, "p": draft.period},
+    )
+    seq = int(db.query("SELECT max(seq) FROM invoices FINAL WHERE year = {y:UInt16}", {"y": year})[0][0] or 0) + 1
+    number = f"GB-{year}-{seq:06d}"
+    rows = []
+    for line_no, line in enumerate(draft.lines, start=1):
+        rows.append((
+            number, draft.tenant, draft.period, line_no, line.kind, line.gpu_model, line.plan, line.site, line.band,
+            line.pue, line.ref_period, line.description, line.quantity, line.unit, line.unit_price, line.amount,
+            _fraction_text(line.exact_amount),
+        ))
+    db.insert("invoice_lines", rows, LINE_COLUMNS)
+    db.insert("invoices", [(
+        number, year, seq, draft.tenant, draft.period, "finalized", now, CURRENCY, draft.subtotal, draft.credit_used,
+        draft.net, draft.tax, draft.total, draft.vat_rate,
+    )], HEADER_COLUMNS)
+    return number
+
+
+def _fraction_text(value: Fraction | Decimal) -> str:
+    value = Fraction(value)
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+
+
+def _stored_lines(db: Any, tenant: str, period: str, kinds: tuple[str, ...] | None = None) -> list[StoredLine]:
+    sql = (
+        "SELECT kind, gpu_model, plan, site, band, pue, ref_period, description, quantity, unit, unit_price, amount "
+        "FROM invoice_lines FINAL WHERE tenant = {t:String} AND period = {p:String} ORDER BY line_no"
+    )
+    lines = [StoredLine(*row) for row in db.query(sql, {"t": tenant, "p": period})]
+    return [line for line in lines if kinds is None or line.kind in kinds]
+
+
+def _stored_lines_referencing(db: Any, tenant: str, ref: str) -> list[StoredLine]:
+    sql = (
+        "SELECT kind, gpu_model, plan, site, band, pue, ref_period, description, quantity, unit, unit_price, amount "
+        "FROM invoice_lines FINAL WHERE tenant = {t:String} AND kind = 'adjustment' AND ref_period = {r:String}"
+    )
+    return [StoredLine(*row) for row in db.query(sql, {"t": tenant, "r": ref})]
+
+
+def load_invoice(db: Any, tenant: str, period: str) -> StoredInvoice:
+    """The stored invoice of `tenant` for `period`; NotFound when there is none."""
+    rows = db.query(
+        "SELECT number, status, issued_at, currency, subtotal, credit_used, net, tax, total, vat_rate "
+        "FROM invoices FINAL WHERE tenant = {t:String} AND period = {p:String}",
+        {"t": tenant, "p": period},
+    )
+    if not rows:
+        raise NotFound(f"no invoice for tenant {tenant!r} in {period}; run `gpubill invoice run --period {period}` first")
+    number, status, issued_at, currency, subtotal, credit_used, net, tax, total, vat_rate = rows[0]
+    issued = issued_at.replace(tzinfo=timezone.utc) if issued_at.tzinfo is None else issued_at
+    return StoredInvoice(
+        tenant=tenant, period=period, number=number, status=status,
+        issued_at=issued.isoformat(timespec="seconds").replace("+00:00", "Z"), currency=currency,
+        subtotal=subtotal, credit_used=credit_used, net=net, tax=tax, total=total, vat_rate=vat_rate,
+        lines=tuple(_stored_lines(db, tenant, period)),
+    )
+
+
+def list_invoices(db: Any, period: str) -> list[tuple[str, str, Decimal]]:
+    """(number, tenant, total) of every invoice of a period."""
+    return [tuple(r) for r in db.query(
+        "SELECT number, tenant, total FROM invoices FINAL WHERE period = {p:String} ORDER BY number", {"p": period})]

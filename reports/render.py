@@ -1,0 +1,30 @@
+"""Rendering of reports and invoices into bytes or text: pure, no ClickHouse, no Kafka.
+
+The callers (CLI, download service) read the data and pass plain Python objects in;
+everything here is deterministic for the same input, PDFs included.
+
+    render_usage(report, fmt)            customer usage report: csv, json, parquet, pdf
+    invoice_to_dict(inv)                 the JSON contract of ``gpubill invoice show``
+    render_invoice(inv, fmt)             json, csv, pdf
+    render_cost_share_table(rows, ...)   a rich Table for the terminal
+    render_cost_share(rows, fmt, ...)    table (text), csv, json
+
+An unknown ``fmt`` raises ``ValueError("unknown format ...")``. The pieces live in
+``render_usage``, ``render_invoice``, ``render_cost_share``, with number formatting in
+``render_format`` and PDF drawing in ``render_pdf``.
+"""
+
+from reports.render_cost_share import render_cost_share, render_cost_share_table
+from reports.render_invoice import invoice_to_dict, render_invoice
+from reports.render_usage import UsageReport, UsageRow, UsageTotals, render_usage
+
+__all__ = [
+    "UsageReport",
+    "UsageRow",
+    "UsageTotals",
+    "invoice_to_dict",
+    "render_cost_share",
+    "render_cost_share_table",
+    "render_invoice",
+    "render_usage",
+]

@@ -1,0 +1,250 @@
+"""Invoices (SPEC §5, §8) as JSON, CSV and PDF.
+
+``inv`` is duck-typed: anything with ``tenant, period, number, status, issued_at,
+currency, lines, subtotal, net, tax, total, vat_rate``, whose lines have ``kind``, the
+grouping fields ``gpu_model, plan, site, band, pue, ref_period`` (None where they do not
+apply), ``description, quantity, unit, unit_price, amount``.
+
+:func:`invoice_to_dict` is the contract of ``gpubill invoice show --format json``: money
+as strings with two decimals, quantities with at least six, unit prices with six, PUE and
+VAT rate as short decimals. The CSV and PDF are written from that same dict, so the three
+formats can never disagree on a figure.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import orjson
+
+from reports.render_format import (
+    as_decimal,
+    latin1,
+    money_str,
+    plain,
+    quantity_str,
+    rate_str,
+    unit_price_str,
+)
+from reports.render_pdf import ACCENT, MUTED, RULE, ReportPDF, draw_table, fit_text
+
+__all__ = ["GROUPING_FIELDS", "INVOICE_CSV_COLUMNS", "invoice_to_dict", "render_invoice"]
+
+GROUPING_FIELDS = ("gpu_model", "plan", "site", "band", "pue", "ref_period")
+INVOICE_CSV_COLUMNS = ("kind", *GROUPING_FIELDS, "description", "quantity", "unit", "unit_price", "amount")
+SELLER = "gpubill GPU Cloud"
+
+
+def _opt(value: Any, fmt: Any) -> Any:
+    return None if value is None else fmt(value)
+
+
+def _line_to_dict(line: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {"kind": plain(line.kind)}
+    for name in GROUPING_FIELDS:
+        value = getattr(line, name, None)
+        if value is not None:
+            d[name] = rate_str(value) if name == "pue" else plain(value)
+    d["description"] = getattr(line, "description", None)
+    d["quantity"] = _opt(line.quantity, quantity_str)
+    d["unit"] = plain(line.unit)
+    d["unit_price"] = _opt(line.unit_price, unit_price_str)
+    d["amount"] = money_str(line.amount)
+    return d
+
+
+def invoice_to_dict(inv: Any) -> dict[str, Any]:
+    """The invoice as plain JSON-ready data, keys in the order of the CLI contract."""
+    return {
+        "tenant": inv.tenant,
+        "period": inv.period,
+        "number": inv.number,
+        "status": plain(inv.status),
+        "issued_at": inv.issued_at,
+        "currency": inv.currency,
+        "lines": [_line_to_dict(line) for line in inv.lines],
+        "subtotal": money_str(inv.subtotal),
+        "net": money_str(inv.net),
+        "tax": money_str(inv.tax),
+        "total": money_str(inv.total),
+        "vat_rate": rate_str(inv.vat_rate),
+    }
+
+
+def invoice_json(inv: Any) -> bytes:
+    return orjson.dumps(invoice_to_dict(inv), option=orjson.OPT_INDENT_2)
+
+
+def invoice_csv(inv: Any) -> bytes:
+    """One row per line, then ``subtotal``, ``net``, ``tax`` and ``total`` rows (amount only)."""
+    d = invoice_to_dict(inv)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=INVOICE_CSV_COLUMNS, lineterminator="\r\n", restval="")
+    writer.writeheader()
+    for line in d["lines"]:
+        writer.writerow({k: ("" if v is None else v) for k, v in line.items()})
+    vat = _vat_label(inv.vat_rate)
+    for key, description in (("subtotal", "Subtotal"), ("net", "Net"), ("tax", vat), ("total", "Total")):
+        writer.writerow({"kind": key, "description": description, "amount": d[key]})
+    return buf.getvalue().encode("utf-8")
+
+
+def _vat_label(rate: Any) -> str:
+    """``Decimal("0.06") -> "VAT 6%"``, ``Decimal("0.065") -> "VAT 6.5%"``."""
+    return f"VAT {(as_decimal(rate) * 100).normalize():f}%"
+
+
+_KIND_TITLES = {
+    "rent": "GPU rent",
+    "electricity": "Electricity",
+    "credit": "Credit",
+    "discount": "Discount",
+    "adjustment": "Adjustment",
+}
+
+
+def _line_label(line: dict[str, Any]) -> tuple[str, str]:
+    """Main text and a detail text (grouping fields) for one line of the PDF table."""
+    kind = str(line["kind"])
+    details = []
+    for name, label in (("gpu_model", ""), ("plan", "plan "), ("site", "site "), ("band", "band "),
+                        ("pue", "PUE "), ("ref_period", "for period ")):
+        if name in line:
+            details.append(f"{label}{line[name]}")
+    main = line.get("description") or _KIND_TITLES.get(kind, kind.capitalize())
+    return main, ", ".join(details)
+
+
+def _grouped_money(text: str) -> str:
+    sign, digits = ("-", text[1:]) if text.startswith("-") else ("", text)
+    whole, _, frac = digits.partition(".")
+    return f"{sign}{int(whole):,}.{frac}"
+
+
+def invoice_pdf(inv: Any) -> bytes:
+    """An A4 invoice: seller and customer blocks, the line table, the totals, 'Amounts in CNY'."""
+    d = invoice_to_dict(inv)
+    status = str(d["status"] or "")
+    pdf = ReportPDF(
+        title=f"Invoice {d['number'] or '(draft)'}",
+        footer_note=f"{SELLER} - invoice {d['number'] or '(draft)'} - {d['tenant']} - {d['period']}",
+        created_at=d["issued_at"],
+    )
+    pdf.add_page()
+    width = pdf.usable_width
+    top = pdf.get_y()
+
+    # seller block (left) and the invoice title (right)
+    pdf.set_font("Helvetica", "B", 15)
+    pdf.set_text_color(*ACCENT)
+    pdf.cell(width / 2, 8, SELLER)
+    pdf.set_font("Helvetica", "B", 22)
+    pdf.set_text_color(33, 37, 41)
+    pdf.cell(width / 2, 8, "INVOICE", align="R", new_x="LMARGIN", new_y="NEXT")
+    pdf.set_font("Helvetica", "", 8)
+    pdf.set_text_color(*MUTED)
+    pdf.cell(width / 2, 4.5, "GPU compute rental and metered electricity")
+    if status and status.lower() not in ("final", "finalized", "issued"):
+        pdf.set_font("Helvetica", "B", 9)
+        pdf.set_text_color(192, 57, 43)
+        pdf.cell(width / 2, 4.5, latin1(status.upper()), align="R")
+    pdf.set_text_color(33, 37, 41)
+    pdf.set_y(top + 18)
+    pdf.set_draw_color(*ACCENT)
+    pdf.set_line_width(0.6)
+    pdf.line(pdf.l_margin, pdf.get_y(), pdf.l_margin + width, pdf.get_y())
+    pdf.ln(5)
+
+    # customer (left) and invoice facts (right)
+    y = pdf.get_y()
+    pdf.set_font("Helvetica", "", 7.5)
+    pdf.set_text_color(*MUTED)
+    pdf.cell(0, 4, "BILL TO", new_x="LMARGIN", new_y="NEXT")
+    pdf.set_font("Helvetica", "B", 11)
+    pdf.set_text_color(33, 37, 41)
+    pdf.cell(width / 2, 6, fit_text(pdf, d["tenant"], width / 2 - 2))
+    facts = [
+        ("Invoice number", d["number"] or "(not numbered)"),
+        ("Billing period", d["period"]),
+        ("Issued", d["issued_at"] or "not issued"),
+        ("Status", status or "-"),
+        ("Currency", d["currency"]),
+    ]
+    pdf.set_y(y)
+    for label, value in facts:
+        pdf.set_x(pdf.l_margin + width * 0.55)
+        pdf.set_font("Helvetica", "", 8)
+        pdf.set_text_color(*MUTED)
+        pdf.cell(width * 0.18, 5, label)
+        pdf.set_font("Helvetica", "B", 8)
+        pdf.set_text_color(33, 37, 41)
+        pdf.cell(width * 0.27, 5, latin1(value), align="R", new_x="LMARGIN", new_y="NEXT")
+    pdf.ln(6)
+
+    # lines
+    rows = []
+    for line in d["lines"]:
+        main, detail = _line_label(line)
+        rows.append((
+            f"{main}\n{detail}" if detail else main,
+            line["quantity"] or "",
+            line["unit"] or "",
+            line["unit_price"] or "",
+            _grouped_money(line["amount"]),
+        ))
+    draw_table(
+        pdf,
+        headings=("Description", "Quantity", "Unit", "Unit price", "Amount"),
+        rows=rows,
+        col_widths=(86, 28, 20, 22, 24),
+        align=("LEFT", "RIGHT", "LEFT", "RIGHT", "RIGHT"),
+        font_size=8,
+        wrap=(True, False, False, False, False),
+    )
+    pdf.ln(4)
+
+    # totals, right-aligned block
+    vat_label = _vat_label(inv.vat_rate)
+    totals = [("Subtotal", d["subtotal"]), ("Net", d["net"]), (vat_label, d["tax"])]
+    if pdf.get_y() > pdf.h - 60:
+        pdf.add_page()
+    x_label, w_label, w_value = pdf.l_margin + width - 80, 50, 30
+    for label, value in totals:
+        pdf.set_x(x_label)
+        pdf.set_font("Helvetica", "", 9)
+        pdf.cell(w_label, 6, latin1(label))
+        pdf.cell(w_value, 6, _grouped_money(value), align="R", new_x="LMARGIN", new_y="NEXT")
+    pdf.set_draw_color(*RULE)
+    pdf.set_line_width(0.3)
+    pdf.line(x_label, pdf.get_y() + 0.5, x_label + w_label + w_value, pdf.get_y() + 0.5)
+    pdf.ln(1.5)
+    pdf.set_x(x_label)
+    pdf.set_fill_color(226, 234, 244)
+    pdf.set_font("Helvetica", "B", 11)
+    pdf.cell(w_label, 8, f"Total ({d['currency']})", fill=True)
+    pdf.cell(w_value, 8, _grouped_money(d["total"]), align="R", fill=True, new_x="LMARGIN", new_y="NEXT")
+    pdf.ln(8)
+
+    pdf.set_font("Helvetica", "", 8)
+    pdf.set_text_color(*MUTED)
+    notes = (
+        f"Amounts in {d['currency']}. Quantities: GPU-hours for rent, kWh (including the site's PUE) "
+        "for electricity. Line amounts are exact sums rounded half up to the fen; "
+        f"{_vat_label(inv.vat_rate)} of net."
+    )
+    pdf.multi_cell(0, 4, latin1(notes), new_x="LMARGIN", new_y="NEXT")
+    return bytes(pdf.output())
+
+
+_RENDERERS = {"json": invoice_json, "csv": invoice_csv, "pdf": invoice_pdf}
+
+
+def render_invoice(inv: Any, fmt: str) -> bytes:
+    """The invoice as bytes in ``fmt`` (json, csv or pdf)."""
+    try:
+        renderer = _RENDERERS[fmt]
+    except KeyError:
+        raise ValueError(f"unknown format {fmt!r} for an invoice; use one of: {', '.join(_RENDERERS)}") from None
+    return renderer(inv)

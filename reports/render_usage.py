@@ -1,0 +1,299 @@
+"""Customer usage report (SPEC §6): per day, instance and GPU, as CSV, JSON, Parquet or PDF.
+
+The report is plain data built by the caller (who reads ClickHouse and has already limited
+it to one tenant); rendering is pure and deterministic: the same report gives the same
+bytes, the PDF included (its creation date is the report's ``generated_at``).
+
+Written precision: money (CNY) two decimals, GPU-hours and kWh six decimals, average
+utilisation one decimal, all rounded half up by :mod:`reports.render_format`.
+"""
+
+from __future__ import annotations
+
+import calendar
+import csv
+import io
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date
+from decimal import Decimal
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from reports.render_format import grouped, latin1, money_str, round_half_up
+from reports.render_pdf import MUTED, RULE, ReportPDF, draw_bar_chart, draw_table
+
+__all__ = ["USAGE_COLUMNS", "UsageReport", "UsageRow", "UsageTotals", "render_usage"]
+
+USAGE_COLUMNS = (
+    "day",
+    "instance",
+    "gpu_uuid",
+    "gpu_model",
+    "gpu_hours",
+    "avg_util_pct",
+    "kwh",
+    "rent",
+    "electricity",
+)
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """One day × instance × GPU. Money in CNY rounded to the fen; kWh after PUE."""
+
+    day: str  # "2026-03-05", in the billing time zone
+    instance: str  # "" when the GPU ran without an instance
+    gpu_uuid: str
+    gpu_model: str
+    gpu_hours: Decimal
+    avg_util_pct: Decimal
+    kwh: Decimal
+    rent: Decimal
+    electricity: Decimal
+
+
+@dataclass(frozen=True)
+class UsageTotals:
+    gpu_hours: Decimal
+    kwh: Decimal
+    rent: Decimal
+    electricity: Decimal
+
+    @property
+    def amount(self) -> Decimal:
+        """Rent plus electricity, before credits and VAT."""
+        return self.rent + self.electricity
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    tenant: str
+    period: str  # "2026-03"
+    generated_at: str  # RFC3339
+    rows: tuple[UsageRow, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rows", tuple(self.rows))
+
+    @property
+    def totals(self) -> UsageTotals:
+        """Exact Decimal sums of the rows (rent and electricity are sums of fen amounts)."""
+        return UsageTotals(
+            gpu_hours=sum((r.gpu_hours for r in self.rows), Decimal(0)),
+            kwh=sum((r.kwh for r in self.rows), Decimal(0)),
+            rent=sum((r.rent for r in self.rows), Decimal(0)),
+            electricity=sum((r.electricity for r in self.rows), Decimal(0)),
+        )
+
+
+def _q6(value: Decimal) -> str:
+    return f"{round_half_up(value, 6):f}"
+
+
+def _util(value: Decimal) -> str:
+    return f"{round_half_up(value, 1):f}"
+
+
+def _row_strings(row: UsageRow) -> dict[str, str]:
+    return {
+        "day": row.day,
+        "instance": row.instance,
+        "gpu_uuid": row.gpu_uuid,
+        "gpu_model": row.gpu_model,
+        "gpu_hours": _q6(row.gpu_hours),
+        "avg_util_pct": _util(row.avg_util_pct),
+        "kwh": _q6(row.kwh),
+        "rent": money_str(row.rent),
+        "electricity": money_str(row.electricity),
+    }
+
+
+def _totals_strings(totals: UsageTotals) -> dict[str, str]:
+    return {
+        "gpu_hours": _q6(totals.gpu_hours),
+        "kwh": _q6(totals.kwh),
+        "rent": money_str(totals.rent),
+        "electricity": money_str(totals.electricity),
+    }
+
+
+def usage_csv(report: UsageReport) -> bytes:
+    """Header plus one line per row; no total line, so the file stays machine-friendly."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=USAGE_COLUMNS, lineterminator="\r\n")
+    writer.writeheader()
+    for row in report.rows:
+        writer.writerow(_row_strings(row))
+    return buf.getvalue().encode("utf-8")
+
+
+def usage_json(report: UsageReport) -> bytes:
+    """``{"tenant","period","generated_at","rows","totals"}``; every number is a string."""
+    doc = {
+        "tenant": report.tenant,
+        "period": report.period,
+        "generated_at": report.generated_at,
+        "rows": [_row_strings(r) for r in report.rows],
+        "totals": _totals_strings(report.totals),
+    }
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+
+
+PARQUET_SCHEMA = pa.schema(
+    [
+        pa.field("day", pa.date32(), nullable=False),
+        pa.field("instance", pa.string(), nullable=False),
+        pa.field("gpu_uuid", pa.string(), nullable=False),
+        pa.field("gpu_model", pa.string(), nullable=False),
+        pa.field("gpu_hours", pa.decimal128(20, 6), nullable=False),
+        pa.field("avg_util_pct", pa.decimal128(5, 1), nullable=False),
+        pa.field("kwh", pa.decimal128(20, 6), nullable=False),
+        pa.field("rent", pa.decimal128(18, 2), nullable=False),
+        pa.field("electricity", pa.decimal128(18, 2), nullable=False),
+    ]
+)
+
+
+def usage_parquet(report: UsageReport) -> bytes:
+    """One Parquet row per usage row; decimal columns; tenant and period in the file metadata."""
+    rows = report.rows
+    columns = {
+        "day": [date.fromisoformat(r.day) for r in rows],
+        "instance": [r.instance for r in rows],
+        "gpu_uuid": [r.gpu_uuid for r in rows],
+        "gpu_model": [r.gpu_model for r in rows],
+        "gpu_hours": [round_half_up(r.gpu_hours, 6) for r in rows],
+        "avg_util_pct": [round_half_up(r.avg_util_pct, 1) for r in rows],
+        "kwh": [round_half_up(r.kwh, 6) for r in rows],
+        "rent": [round_half_up(r.rent, 2) for r in rows],
+        "electricity": [round_half_up(r.electricity, 2) for r in rows],
+    }
+    metadata = {
+        "tenant": report.tenant,
+        "period": report.period,
+        "generated_at": report.generated_at,
+        "currency": "CNY",
+        "report": "gpubill usage",
+    }
+    table = pa.Table.from_pydict(columns, schema=PARQUET_SCHEMA.with_metadata(metadata))
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+def _daily_hours(report: UsageReport) -> tuple[list[str], list[Decimal]]:
+    """GPU-hours per day; for a ``YYYY-MM`` period every day of the month gets a bar."""
+    per_day: dict[str, Decimal] = {}
+    try:
+        year, month = (int(p) for p in report.period.split("-"))
+        days_in_month = calendar.monthrange(year, month)[1]
+        for d in range(1, days_in_month + 1):
+            per_day[f"{year:04d}-{month:02d}-{d:02d}"] = Decimal(0)
+    except ValueError:
+        pass  # not a calendar month: only the days that have usage
+    for row in report.rows:
+        per_day[row.day] = per_day.get(row.day, Decimal(0)) + row.gpu_hours
+    days = sorted(per_day)
+    one_month = len({d[:7] for d in days}) <= 1
+    labels = [d[8:] if one_month else d[5:] for d in days]
+    return labels, [per_day[d] for d in days]
+
+
+def _summary_box(pdf: ReportPDF, report: UsageReport) -> None:
+    totals = report.totals
+    cells = [
+        ("GPU-hours", grouped(totals.gpu_hours, 6)),
+        ("Energy billed (kWh)", grouped(totals.kwh, 6)),
+        ("Rent (CNY)", grouped(totals.rent, 2)),
+        ("Electricity (CNY)", grouped(totals.electricity, 2)),
+        ("Total excl. VAT (CNY)", grouped(totals.amount, 2)),
+    ]
+    x0, y0, w, h = pdf.l_margin, pdf.get_y(), pdf.usable_width, 17
+    pdf.set_draw_color(*RULE)
+    pdf.set_fill_color(248, 250, 252)
+    pdf.set_line_width(0.3)
+    pdf.rect(x0, y0, w, h, style="DF")
+    cw = w / len(cells)
+    for i, (label, value) in enumerate(cells):
+        x = x0 + i * cw
+        if i:
+            pdf.line(x, y0 + 2, x, y0 + h - 2)
+        pdf.set_xy(x, y0 + 2.5)
+        pdf.set_font("Helvetica", "", 7)
+        pdf.set_text_color(*MUTED)
+        pdf.cell(cw, 4, latin1(label), align="C")
+        pdf.set_xy(x, y0 + 8)
+        pdf.set_font("Helvetica", "B", 10.5 if len(value) < 15 else 9)
+        pdf.set_text_color(33, 37, 41)
+        pdf.cell(cw, 6, value, align="C")
+    gpus = len({r.gpu_uuid for r in report.rows})
+    pdf.set_xy(x0, y0 + h + 1)
+    pdf.set_font("Helvetica", "", 7)
+    pdf.set_text_color(*MUTED)
+    pdf.cell(0, 4, f"{gpus} GPU(s), {len(report.rows)} row(s). VAT is added on the invoice.")
+    pdf.set_text_color(33, 37, 41)
+    pdf.set_y(y0 + h + 8)
+
+
+def usage_pdf(report: UsageReport) -> bytes:
+    """A4: title, totals box, GPU-hours per day bar chart, then the paginated detail table."""
+    title = f"GPU usage report - {report.tenant} - {report.period}"
+    pdf = ReportPDF(
+        title=title,
+        footer_note=f"gpubill GPU Cloud - usage report for {report.tenant}, {report.period} - generated {report.generated_at}",
+        created_at=report.generated_at,
+    )
+    pdf.add_page()
+    pdf.set_font("Helvetica", "B", 16)
+    pdf.multi_cell(0, 8, latin1(title), new_x="LMARGIN", new_y="NEXT")
+    pdf.set_font("Helvetica", "", 8)
+    pdf.set_text_color(*MUTED)
+    pdf.cell(0, 5, latin1(f"Generated {report.generated_at}. Amounts in CNY, excluding VAT; kWh include PUE."),
+             new_x="LMARGIN", new_y="NEXT")
+    pdf.set_text_color(33, 37, 41)
+    pdf.ln(3)
+    _summary_box(pdf, report)
+
+    pdf.heading("GPU-hours per day")
+    labels, hours = _daily_hours(report)
+    draw_bar_chart(pdf, labels, hours, y_title="GPU-hours")
+    pdf.ln(2)
+
+    pdf.heading("Detail by day, instance and GPU")
+    totals = report.totals
+    draw_table(
+        pdf,
+        headings=("Day", "Instance", "GPU", "Model", "GPU-hours", "Util %", "kWh", "Rent", "Electricity"),
+        rows=[
+            (r.day, r.instance or "-", r.gpu_uuid, r.gpu_model, _q6(r.gpu_hours), _util(r.avg_util_pct),
+             _q6(r.kwh), money_str(r.rent), money_str(r.electricity))
+            for r in report.rows
+        ],
+        col_widths=(16, 19, 35, 25, 19, 11, 20, 17, 18),
+        align=("LEFT", "LEFT", "LEFT", "LEFT", "RIGHT", "RIGHT", "RIGHT", "RIGHT", "RIGHT"),
+        font_size=7.5,
+        keep_tail=(0, 0, 8, 0, 0, 0, 0, 0, 0),
+        total=("Total", "", "", "", _q6(totals.gpu_hours), "", _q6(totals.kwh),
+               money_str(totals.rent), money_str(totals.electricity)),
+    )
+    return bytes(pdf.output())
+
+
+_RENDERERS: dict[str, Callable[[UsageReport], bytes]] = {
+    "csv": usage_csv,
+    "json": usage_json,
+    "parquet": usage_parquet,
+    "pdf": usage_pdf,
+}
+
+
+def render_usage(report: UsageReport, fmt: str) -> bytes:
+    """The usage report as bytes in ``fmt`` (csv, json, parquet or pdf)."""
+    try:
+        renderer = _RENDERERS[fmt]
+    except KeyError:
+        raise ValueError(f"unknown format {fmt!r} for a usage report; use one of: {', '.join(_RENDERERS)}") from None
+    return renderer(report)

@@ -1,0 +1,59 @@
+"""A customer's usage report (SPEC §6): per day, instance and GPU, for one tenant.
+
+Only rows of the asked tenant are read (the WHERE clause is the tenant boundary), so a
+tenant never sees another tenant's data. Money is rounded once per report row; the
+invoice rounds once per invoice line, so row sums may differ from it by a few fen.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timezone
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from billing_rules import MJ_PER_KWH, round_fen, round_quantity
+from reports.render import UsageReport, UsageRow
+
+_SQL = """
+SELECT toString(toDate(second, {tz:String})) AS day, instance, gpu_uuid, gpu_model, stream,
+       rent_price, rent_per_s, tariff_per_kwh, pue,
+       count() AS n, sum(util_pct) AS util_sum, sum(energy_mj) AS mj
+FROM rated_seconds FINAL
+WHERE tenant = {tenant:String} AND period = {period:String}
+GROUP BY day, instance, gpu_uuid, gpu_model, stream, rent_price, rent_per_s, tariff_per_kwh, pue
+"""
+
+
+def usage_report(db: Any, rules: Any, tenant: str, period: str, *, now: datetime | None = None) -> UsageReport:
+    """Build the report; an empty one when the tenant had no usage in the period."""
+    rules.period_bounds(period)
+    params = {"tenant": tenant, "period": period, "tz": str(rules.billing_tz)}
+    seconds: dict[tuple, int] = defaultdict(int)
+    util: dict[tuple, Decimal] = defaultdict(Decimal)
+    rent: dict[tuple, Fraction] = defaultdict(Fraction)
+    kwh: dict[tuple, Fraction] = defaultdict(Fraction)
+    cost: dict[tuple, Fraction] = defaultdict(Fraction)
+    for day, instance, gpu, model, stream, price, per_s, tariff, pue, n, util_sum, mj in db.query(_SQL, params):
+        key = (day, instance, gpu, model)
+        if stream == "rent":
+            seconds[key] += int(n)
+            util[key] += Decimal(util_sum)
+            rent[key] += Fraction(int(n)) * Fraction(price) / int(per_s)
+        else:
+            billed_kwh = Fraction(int(mj)) * Fraction(pue) / MJ_PER_KWH
+            kwh[key] += billed_kwh
+            cost[key] += billed_kwh * Fraction(tariff)
+    rows = []
+    for key in sorted(set(seconds) | set(kwh)):
+        day, instance, gpu, model = key
+        n = seconds.get(key, 0)
+        avg = (util[key] / n).quantize(Decimal("0.1")) if n else Decimal("0.0")
+        rows.append(UsageRow(
+            day=day, instance=instance, gpu_uuid=gpu, gpu_model=model,
+            gpu_hours=round_quantity(Fraction(n, 3600)), avg_util_pct=avg, kwh=round_quantity(kwh[key]),
+            rent=round_fen(rent[key]), electricity=round_fen(cost[key]),
+        ))
+    generated = (now or datetime.now(timezone.utc)).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return UsageReport(tenant=tenant, period=period, generated_at=generated, rows=tuple(rows))

@@ -1,0 +1,193 @@
+"""The v1 readings of SPEC §3: what a node agent sends, and how it is checked.
+
+`parse_reading` turns one message value into a `UsageReading` or `PowerReading`, or raises
+`InvalidReading` with a one-line reason that becomes the dead-letter reason. It is pure:
+the set of known sites and models and the current time are passed in.
+
+Numbers are parsed as `Decimal` (never float) so that `power_w` quantizes to whole
+milliwatts exactly (round half up) and `util_pct` keeps its digits.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from datetime import datetime
+from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
+
+from schemas.errors import InvalidReading
+
+MAX_FUTURE_S = 600  # SPEC §3: a timestamp more than 10 minutes ahead is refused
+MAX_POWER_W = Decimal(5000)
+
+Text = Annotated[StrictStr, Field(min_length=1, max_length=256)]
+
+
+def _exact_number(value: Any) -> Decimal:
+    """Accept JSON integers and decimals (parsed as Decimal); refuse bools, strings, floats."""
+    if isinstance(value, bool) or not isinstance(value, (int, Decimal)):
+        raise ValueError("must be a number")
+    number = Decimal(value)
+    if not number.is_finite():
+        raise ValueError("must be a finite number")
+    return number
+
+
+class _Reading(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    event_id: Annotated[StrictStr, Field(min_length=1, max_length=128)]
+    ts: StrictStr
+    site: Text
+    node: Text
+    gpu_uuid: Text
+
+    @field_validator("ts")
+    @classmethod
+    def _rfc3339_with_offset(cls, value: str) -> str:
+        parse_ts(value)
+        return value
+
+    @property
+    def second(self) -> int:
+        """The UTC epoch second this reading covers: floor(ts)."""
+        return parse_ts(self.ts)
+
+
+class UsageReading(_Reading):
+    """One second of one card's use (topic gpu.usage.v1)."""
+
+    kind: Literal["usage"]
+    gpu_model: Text
+    tenant: Annotated[StrictStr, Field(min_length=1, max_length=256)] | None
+    instance: Annotated[StrictStr, Field(min_length=1, max_length=256)] | None
+    util_pct: Decimal
+    mem_used_mib: Annotated[StrictInt, Field(ge=0)]
+
+    @field_validator("util_pct", mode="before")
+    @classmethod
+    def _util_range(cls, value: Any) -> Decimal:
+        number = _exact_number(value)
+        if not Decimal(0) <= number <= Decimal(100):
+            raise ValueError("must be between 0 and 100")
+        return number
+
+
+class PowerReading(_Reading):
+    """One second of one card's electrical draw (topic gpu.power.v1)."""
+
+    kind: Literal["power"]
+    power_w: Decimal
+
+    @field_validator("power_w", mode="before")
+    @classmethod
+    def _power_range(cls, value: Any) -> Decimal:
+        number = _exact_number(value)
+        if not Decimal(0) <= number <= MAX_POWER_W:
+            raise ValueError("must be between 0 and 5000")
+        return number
+
+    @property
+    def power_mw(self) -> int:
+        """Draw in whole milliwatts, rounded half up; one second at P mW is P millijoules."""
+        return int((self.power_w * 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+Reading = UsageReading | PowerReading
+
+
+def parse_ts(value: str) -> int:
+    """RFC 3339 timestamp with an offset → UTC epoch second (floor). Raises ValueError."""
+    if len(value) < 20 or value[10] not in "Tt ":
+        raise ValueError("must be an RFC 3339 timestamp such as 2026-03-01T00:00:05Z")
+    try:
+        moment = datetime.fromisoformat(value.replace("z", "Z"))
+    except ValueError:
+        raise ValueError("must be an RFC 3339 timestamp such as 2026-03-01T00:00:05Z") from None
+    if moment.tzinfo is None:
+        raise ValueError("must carry a UTC offset (Z or +08:00)")
+    # Exact floor, also for fractions: no float arithmetic on the timestamp.
+    whole = int(moment.replace(microsecond=0).timestamp())
+    return whole
+
+
+def decode_json(raw: bytes) -> Any:
+    """Parse JSON with exact decimals. Raises InvalidReading on bytes that are not JSON."""
+    try:
+        return json.loads(raw, parse_float=Decimal, parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError, InvalidOperation) as exc:
+        raise InvalidReading(f"not JSON: {_short(str(exc))}") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")
+
+
+def read_kind(document: Any) -> str | None:
+    """The `kind` of a decoded reading, or None when it cannot be read."""
+    if isinstance(document, dict):
+        kind = document.get("kind")
+        if kind in ("usage", "power"):
+            return kind
+    return None
+
+
+def validate_reading(
+    document: Any,
+    *,
+    known_sites: Collection[str],
+    known_models: Collection[str],
+    now_s: int,
+) -> Reading:
+    """Check one decoded reading against SPEC §3. Raises InvalidReading(reason)."""
+    kind = read_kind(document)
+    if kind is None:
+        if not isinstance(document, dict):
+            raise InvalidReading("a reading must be a JSON object")
+        raise InvalidReading("kind: must be 'usage' or 'power'")
+    model = UsageReading if kind == "usage" else PowerReading
+    try:
+        reading = model.model_validate(document)
+    except ValidationError as exc:
+        raise InvalidReading(_first_error(exc)) from None
+    if reading.site not in known_sites:
+        raise InvalidReading(f"site: unknown site {reading.site!r}")
+    if isinstance(reading, UsageReading) and reading.gpu_model not in known_models:
+        raise InvalidReading(f"gpu_model: unknown model {reading.gpu_model!r}")
+    if reading.second > now_s + MAX_FUTURE_S:
+        raise InvalidReading(f"ts: {reading.ts} is more than 10 minutes in the future")
+    return reading
+
+
+def parse_reading(
+    raw: bytes,
+    *,
+    known_sites: Collection[str],
+    known_models: Collection[str],
+    now_s: int,
+    expect_kind: str | None = None,
+) -> Reading:
+    """Decode and validate one message value; `expect_kind` is the kind its topic carries."""
+    reading = validate_reading(decode_json(raw), known_sites=known_sites, known_models=known_models, now_s=now_s)
+    if expect_kind is not None and reading.kind != expect_kind:
+        raise InvalidReading(f"kind: a {reading.kind} reading on the {expect_kind} topic")
+    return reading
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    place = ".".join(str(part) for part in error["loc"]) or "reading"
+    if error["type"] == "missing":
+        return f"{place}: missing field"
+    if error["type"] == "extra_forbidden":
+        return f"{place}: unknown field"
+    message = error["msg"].removeprefix("Value error, ")
+    return f"{place}: {_short(message)}"
+
+
+def _short(text: str, limit: int = 200) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

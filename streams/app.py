@@ -1,0 +1,161 @@
+"""The Faust app: topics declared once, two agents, and the worker that runs them.
+
+    gpu.usage.v1 ┐                                  ┌─► ClickHouse readings_*, rated_seconds,
+    gpu.power.v1 ┴─► rate_readings (batches) ───────┤   conflicts, deadletters
+                                                    └─► gpu.deadletter.v1 (bad input)
+    gpu.deadletter.v1 ─► store_deadletters ─────────────► ClickHouse deadletters
+
+Both reading topics have the same partition count and key (gpu_uuid), so Faust assigns
+partition p of both to the same worker: a card's usage and power meet in one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+
+from gpubill.config import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, Settings
+from streams.metrics import Metrics
+from streams.pipeline import BatchResult, Message, deadletter_row_from_record, process_batch, utcnow
+from streams.rating import Outcome, Rater
+from streams.sink import ClickHouseSink
+
+log = logging.getLogger("gpubill.worker")
+
+BATCH_MAX = 5000
+BATCH_WITHIN_S = 0.5
+
+
+@dataclass
+class Pipeline:
+    """What the agents share: rules, state, the sink, progress towards a drain target."""
+
+    rules: Any
+    sink: ClickHouseSink | None
+    rater: Rater
+    metrics: Metrics | None = None
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="sink"))
+
+    def record(self, positions: dict[tuple[str, int], int]) -> None:
+        for position, next_offset in positions.items():
+            if next_offset > self.positions.get(position, 0):
+                self.positions[position] = next_offset
+
+    async def write(self, outcome: Outcome, deadletter_rows: list[tuple]) -> None:
+        """Persist in the sink's thread so the consumer keeps fetching meanwhile."""
+        if self.sink is None:
+            return
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.executor, self.sink.write, outcome, deadletter_rows)
+        except Exception:  # the sink gave up: exit without committing anything (see sink.py)
+            log.exception("ClickHouse did not accept a batch; exiting without committing its offsets")
+            logging.shutdown()
+            os._exit(3)
+        if self.metrics:
+            self.metrics.flushed(time.monotonic() - started, outcome, len(deadletter_rows))
+
+
+def to_message(event: Any) -> Message:
+    m = event.message
+    return Message(m.topic, m.partition, m.offset, m.key, m.value, tuple(m.headers or ()))
+
+
+def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
+    """Create the Faust app with its topics and agents bound to `pipeline`."""
+    app = faust.App(
+        settings.group,
+        broker=[f"kafka://{server.strip()}" for server in settings.kafka.split(",")],
+        store="memory://",
+        web_enabled=False,
+        topic_partitions=settings.partitions,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_interval=1.0,
+        producer_acks=-1,
+        stream_buffer_maxsize=BATCH_MAX * 2,
+        broker_max_poll_records=BATCH_MAX,
+    )
+    readings = app.topic(TOPIC_USAGE, TOPIC_POWER, key_serializer="raw", value_serializer="raw")
+    deadletter_topic = app.topic(TOPIC_DEADLETTER, key_serializer="raw", value_serializer="raw")
+    known_sites, known_models = frozenset(pipeline.rules.site_ids), frozenset(pipeline.rules.model_ids)
+
+    @app.agent(readings, name="rate_readings")
+    async def rate_readings(stream):
+        """Validate → dedupe → attribute → rate, a batch at a time; yields each batch's result."""
+        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            now = utcnow()
+            result = process_batch(
+                [to_message(e) for e in events], pipeline.rater, known_sites=known_sites, known_models=known_models, now=now
+            )
+            await _send_deadletters(deadletter_topic, result)
+            await pipeline.write(result.outcome, [d.row(now) for d in result.deadletters])
+            pipeline.record(result.positions)
+            if pipeline.metrics:
+                pipeline.metrics.batch(result, pipeline.rater)
+            yield result
+
+    @app.agent(deadletter_topic, name="store_deadletters")
+    async def store_deadletters(stream):
+        """Keep every dead letter in ClickHouse (those refused by `replay` arrive only here)."""
+        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            now = utcnow()
+            messages = [to_message(e) for e in events]
+            await pipeline.write(Outcome(), [deadletter_row_from_record(m, now) for m in messages])
+            pipeline.record({(m.topic, m.partition): m.offset + 1 for m in messages})
+            yield len(messages)
+
+    app.gpubill_agents = (rate_readings, store_deadletters)
+    return app
+
+
+async def _send_deadletters(topic: Any, result: BatchResult) -> None:
+    """Produce the batch's dead letters and wait for the broker's acknowledgement."""
+    pending = []
+    for letter in result.deadletters:
+        pending.append(await topic.send(key=letter.message.key, value=letter.message.value or b"", headers=letter.headers()))
+    for future in pending:
+        await future
+
+
+def run_worker(settings: Settings, pipeline: Pipeline, *, drain_targets: dict[tuple[str, int], int] | None = None,
+               loglevel: str = "WARN", extra_tasks: list | None = None) -> int:
+    """Run the Faust worker until interrupted, or with `drain_targets` until they are reached.
+
+    Returns the process exit code (0 when a drain completed).
+    """
+    app = build_app(settings, pipeline)
+    outcome = {"code": 0}
+
+    if drain_targets is not None:
+
+        @app.task
+        async def stop_when_drained() -> None:
+            while True:
+                if all(pipeline.positions.get(tp, 0) >= end for tp, end in drain_targets.items()):
+                    break
+                await asyncio.sleep(0.2)
+            # Every batch up to the targets is in ClickHouse and acked: commit, then stop.
+            await app.consumer.commit()
+            log.info("drained to the end offsets; committed")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    for task in extra_tasks or []:
+        app.task(task)
+
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            outcome["code"] = int(exc.code) if isinstance(exc.code, int) else 1
+    return outcome["code"]

@@ -1,0 +1,40 @@
+"""Prometheus metrics of the worker (served by `gpubill worker` / `gpubill up`)."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class Metrics:
+    """The worker's counters; one instance per process."""
+
+    def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
+        self.readings_in = Counter("gpubill_readings_in_total", "Messages read, per topic", ["topic"], registry=registry)
+        self.deadletters = Counter("gpubill_deadletters_total", "Messages dead-lettered", registry=registry)
+        self.duplicates = Counter("gpubill_duplicates_total", "Readings dropped as duplicates (same event_id)", registry=registry)
+        self.conflicts = Counter("gpubill_conflicts_total", "Readings for an already-seen (stream, gpu, second)", registry=registry)
+        self.unallocated = Counter("gpubill_unallocated_seconds_total", "Energy seconds rated without a tenant (yet)", registry=registry)
+        self.flush_seconds = Histogram("gpubill_flush_seconds", "Time to write one batch to ClickHouse", registry=registry)
+        self.batch_rows = Histogram(
+            "gpubill_batch_rows", "Rows written per batch", buckets=(10, 100, 1000, 5000, 20000, 100000), registry=registry
+        )
+        self.state_entries = Gauge("gpubill_dedupe_state_entries", "Readings held in the dedupe horizon", registry=registry)
+
+    def batch(self, result, rater) -> None:
+        for topic, count in result.readings_in.items():
+            self.readings_in.labels(topic).inc(count)
+        self.deadletters.inc(len(result.deadletters))
+        self.duplicates.inc(result.outcome.duplicates)
+        self.conflicts.inc(len(result.outcome.conflicts))
+        self.unallocated.inc(sum(1 for row in result.outcome.rated if row[0] == "energy" and row[4] == ""))
+        self.state_entries.set(rater.state_size)
+
+    def flushed(self, seconds: float, outcome, deadletters: int) -> None:
+        self.flush_seconds.observe(seconds)
+        rows = len(outcome.readings_usage) + len(outcome.readings_power) + len(outcome.rated) + deadletters
+        self.batch_rows.observe(rows)
+
+    @staticmethod
+    def serve(port: int) -> None:
+        if port:
+            start_http_server(port)

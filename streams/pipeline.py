@@ -1,0 +1,109 @@
+"""One batch of Kafka messages in, rows and dead letters out: the worker's logic per batch.
+
+Kept out of the Faust `async for` body so it can be tested without Kafka: `process_batch`
+takes plain `Message`s (topic, partition, offset, key, value) and returns what to write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from gpubill.config import TOPIC_POWER, TOPIC_USAGE
+from schemas.errors import InvalidReading
+from schemas.events import parse_reading
+from streams.rating import Outcome, Rater
+
+KIND_OF_TOPIC = {TOPIC_USAGE: "usage", TOPIC_POWER: "power"}
+
+# Kafka headers on a dead letter; the value is the original message, byte for byte.
+H_REASON = "gpubill-reason"
+H_TOPIC = "gpubill-source-topic"
+H_PARTITION = "gpubill-source-partition"
+H_OFFSET = "gpubill-source-offset"
+H_LINE = "gpubill-source-line"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass
+class DeadLetter:
+    """A message refused with a reason; both a Kafka record and a ClickHouse row."""
+
+    message: Message
+    reason: str
+    line: int = 0
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        pairs = [
+            (H_REASON, self.reason.encode()),
+            (H_TOPIC, self.message.topic.encode()),
+            (H_PARTITION, str(self.message.partition).encode()),
+            (H_OFFSET, str(self.message.offset).encode()),
+        ]
+        if self.line:
+            pairs.append((H_LINE, str(self.line).encode()))
+        return pairs
+
+    def row(self, now: datetime) -> tuple:
+        original = (self.message.value or b"").decode("utf-8", "surrogateescape")
+        return (self.message.topic, self.message.partition, self.message.offset, self.line, self.reason, original, now)
+
+
+@dataclass
+class BatchResult:
+    outcome: Outcome = field(default_factory=Outcome)
+    deadletters: list[DeadLetter] = field(default_factory=list)
+    readings_in: dict[str, int] = field(default_factory=dict)
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic, partition) → next offset
+
+
+def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_models, now: datetime) -> BatchResult:
+    """Validate, deduplicate, attribute and price a batch of reading messages."""
+    result = BatchResult()
+    now_s = int(now.timestamp())
+    for message in messages:
+        result.readings_in[message.topic] = result.readings_in.get(message.topic, 0) + 1
+        position = (message.topic, message.partition)
+        result.positions[position] = max(result.positions.get(position, 0), message.offset + 1)
+        expect = KIND_OF_TOPIC.get(message.topic)
+        if message.value is None:
+            result.deadletters.append(DeadLetter(message, "empty message (no value)"))
+            continue
+        try:
+            reading = parse_reading(
+                message.value, known_sites=known_sites, known_models=known_models, now_s=now_s, expect_kind=expect
+            )
+        except InvalidReading as exc:
+            result.deadletters.append(DeadLetter(message, str(exc)))
+            continue
+        rater.rate(reading, message.partition, message.offset, now, result.outcome)
+    rater.evict()
+    return result
+
+
+def deadletter_row_from_record(message: Message, now: datetime) -> tuple:
+    """A dead letter read back from gpu.deadletter.v1 (e.g. one that `replay` refused)."""
+    headers = {name: value.decode("utf-8", "replace") for name, value in message.headers}
+    original = (message.value or b"").decode("utf-8", "surrogateescape")
+    return (
+        headers.get(H_TOPIC, message.topic),
+        int(headers.get(H_PARTITION, message.partition)),
+        int(headers.get(H_OFFSET, message.offset)),
+        int(headers.get(H_LINE, 0)),
+        headers.get(H_REASON, "no reason given"),
+        original,
+        now,
+    )
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)

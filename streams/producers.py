@@ -1,0 +1,96 @@
+"""Readings into Kafka: `replay` an NDJSON file exactly as written, or `simulate` a fleet.
+
+Both key each message by `gpu_uuid` so a card's readings stay in one partition, in order,
+and route by `kind` (usage → gpu.usage.v1, power → gpu.power.v1).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import orjson
+
+from gpubill.config import READING_TOPICS, TOPIC_DEADLETTER, Settings
+from gpubill.errors import InputFileError
+from streams.kafka_io import flush_producer, make_producer
+from streams.pipeline import DeadLetter, Message
+
+Progress = Callable[[int], None]
+
+
+@dataclass
+class ProduceReport:
+    produced: dict[str, int]
+    deadlettered: int = 0
+    skipped_blank: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.produced.values())
+
+
+def classify_line(line: bytes) -> tuple[str | None, bytes | None, str]:
+    """(topic, key, reason) for one NDJSON line; topic None means: dead-letter with reason.
+
+    Only `kind` and `gpu_uuid` are read here; everything else is the worker's to judge, so
+    bad readings with a readable kind travel to the pipeline's dead-letter path unchanged.
+    """
+    try:
+        document = json.loads(line)
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, None, f"kind: cannot be read, the line is not JSON ({exc.__class__.__name__})"
+    if not isinstance(document, dict):
+        return None, None, "kind: cannot be read, the line is not a JSON object"
+    topic = READING_TOPICS.get(document.get("kind")) if isinstance(document.get("kind"), str) else None
+    if topic is None:
+        return None, None, f"kind: must be 'usage' or 'power', got {document.get('kind')!r}"
+    gpu = document.get("gpu_uuid")
+    return topic, gpu.encode() if isinstance(gpu, str) else None, ""
+
+
+def replay_file(settings: Settings, path: Path, progress: Progress | None = None) -> ProduceReport:
+    """Produce every line of `path` to Kafka; lines whose kind is unreadable are dead-lettered here."""
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise InputFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    report = ProduceReport(produced={})
+    producer = make_producer(settings)
+    source = f"replay:{path}"
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            line = raw.rstrip(b"\r\n")
+            if not line.strip():
+                report.skipped_blank += 1
+                continue
+            topic, key, reason = classify_line(line)
+            if topic is None:
+                letter = DeadLetter(Message(source, -1, -1, None, line), f"line {number}: {reason}", line=number)
+                producer.send(TOPIC_DEADLETTER, value=line, headers=letter.headers())
+                report.deadlettered += 1
+            else:
+                producer.send(topic, key=key, value=line)
+                report.produced[topic] = report.produced.get(topic, 0) + 1
+            if progress:
+                progress(len(raw))
+    flush_producer(producer, settings)
+    producer.close()
+    return report
+
+
+def produce_readings(settings: Settings, readings: Iterable[dict], progress: Progress | None = None) -> ProduceReport:
+    """Produce reading dicts (e.g. from `streams.simulator`) as JSON, keyed by gpu_uuid."""
+    report = ProduceReport(produced={})
+    producer = make_producer(settings)
+    for count, reading in enumerate(readings, start=1):
+        topic = READING_TOPICS[reading["kind"]]
+        producer.send(topic, key=reading["gpu_uuid"].encode(), value=orjson.dumps(reading))
+        report.produced[topic] = report.produced.get(topic, 0) + 1
+        if progress and count % 1000 == 0:
+            progress(1000)
+    flush_producer(producer, settings)
+    producer.close()
+    return report

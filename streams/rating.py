@@ -1,0 +1,200 @@
+"""Deduplicate, attribute and price readings: the stateful heart of the worker, without I/O.
+
+`Rater.rate()` takes one validated reading with its Kafka position and returns the rows
+it causes. All rows are keyed so that writing them again is harmless (ClickHouse
+ReplacingMergeTree, see schemas/migrations/0001_init.sql):
+
+- a usage reading with a tenant gives a `rent` row for (gpu, second);
+- a power reading gives an `energy` row for (gpu, second), attributed to the tenant of
+  the same second's usage reading, or unallocated (tenant '') when none is known yet;
+- a usage reading whose power reading was already rated re-writes that energy row,
+  joined, with a higher version: that is the "correcting delta" that moves energy from
+  unallocated to the tenant. Versions only grow with information (joined beats unjoined,
+  then the earlier offset wins), so the rows converge to the batch join of SPEC §4
+  whatever the arrival order.
+
+Deduplication (SPEC §4): the same event_id on a stream is one reading; a second reading
+for the same (stream, gpu, second) is a conflict, recorded, and the first in partition
+order counts. State is kept for `horizon_s` behind the newest second seen and evicted
+after that, so memory is bounded by fleet size × horizon, not by the length of the run.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Protocol
+
+from schemas.events import PowerReading, UsageReading
+
+# ReplacingMergeTree keeps the row with the highest version. Offsets stay below 2**48.
+_OFFSET_SPAN = 1 << 48
+_JOINED = 1 << 50
+ZERO = Decimal(0)
+
+
+class Rules(Protocol):  # the part of billing_rules.RuleSet the rater needs
+    def period_of(self, second: int) -> str: ...
+    def rent_rate(self, tenant: str, gpu_model: str, second: int) -> Any: ...
+    def energy_rate(self, site: str, second: int) -> Any: ...
+
+
+@dataclass(slots=True)
+class _UsageSeen:
+    event_id: str
+    tenant: str | None
+    instance: str | None
+    gpu_model: str
+    offset: int
+
+
+@dataclass(slots=True)
+class _PowerSeen:
+    event_id: str
+    reading: PowerReading
+    power_mw: int
+    partition: int
+    offset: int
+
+
+@dataclass
+class Outcome:
+    """Rows caused by one batch of readings, as tuples in schemas.tables column order."""
+
+    readings_usage: list[tuple] = field(default_factory=list)
+    readings_power: list[tuple] = field(default_factory=list)
+    rated: list[tuple] = field(default_factory=list)
+    conflicts: list[tuple] = field(default_factory=list)
+    duplicates: int = 0
+
+    def extend(self, other: "Outcome") -> None:
+        self.readings_usage += other.readings_usage
+        self.readings_power += other.readings_power
+        self.rated += other.rated
+        self.conflicts += other.conflicts
+        self.duplicates += other.duplicates
+
+
+class Rater:
+    """Per-worker state: what was seen in the last `horizon_s` seconds, per stream."""
+
+    def __init__(self, rules: Rules, *, horizon_s: int = 900) -> None:
+        self.rules = rules
+        self.horizon_s = horizon_s
+        self.newest_second = 0
+        # (gpu, second) → first reading; OrderedDicts in arrival order make eviction cheap.
+        self._usage: OrderedDict[tuple[str, int], _UsageSeen] = OrderedDict()
+        self._power: OrderedDict[tuple[str, int], _PowerSeen] = OrderedDict()
+        self._usage_ids: dict[str, int] = {}
+        self._power_ids: dict[str, int] = {}
+        self._model_of_gpu: dict[str, str] = {}
+
+    @property
+    def state_size(self) -> int:
+        return len(self._usage) + len(self._power)
+
+    def rate(self, reading: UsageReading | PowerReading, partition: int, offset: int, now: Any, out: Outcome) -> None:
+        """Add the rows caused by `reading` (at Kafka `partition`/`offset`) to `out`."""
+        second = reading.second
+        if second > self.newest_second:
+            self.newest_second = second
+        if isinstance(reading, UsageReading):
+            self._rate_usage(reading, second, partition, offset, now, out)
+        else:
+            self._rate_power(reading, second, partition, offset, now, out)
+
+    def evict(self) -> int:
+        """Forget readings older than the horizon; returns how many entries were dropped.
+
+        Entries sit in arrival order, so this pops from the front until it meets a fresh
+        one: amortized O(dropped). A late reading parked behind a fresh one waits at most
+        one more horizon, which keeps memory bounded all the same.
+        """
+        cutoff = self.newest_second - self.horizon_s
+        dropped = 0
+        for seen, ids in ((self._usage, self._usage_ids), (self._power, self._power_ids)):
+            while seen:
+                key = next(iter(seen))
+                if key[1] >= cutoff:
+                    break
+                ids.pop(seen.popitem(last=False)[1].event_id, None)
+                dropped += 1
+        return dropped
+
+    # -- usage ---------------------------------------------------------------------------
+
+    def _rate_usage(self, reading: UsageReading, second: int, partition: int, offset: int, now: Any, out: Outcome) -> None:
+        key = (reading.gpu_uuid, second)
+        if reading.event_id in self._usage_ids:
+            out.duplicates += 1
+            return
+        first = self._usage.get(key)
+        if first is not None:
+            out.conflicts.append(
+                ("usage", reading.gpu_uuid, second, first.event_id, reading.event_id, partition, offset, now)
+            )
+            return
+        self._usage[key] = _UsageSeen(reading.event_id, reading.tenant, reading.instance, reading.gpu_model, offset)
+        self._usage_ids[reading.event_id] = second
+        self._model_of_gpu[reading.gpu_uuid] = reading.gpu_model
+        out.readings_usage.append(
+            (
+                reading.event_id, reading.ts, second, reading.site, reading.node, reading.gpu_uuid,
+                reading.gpu_model, reading.tenant, reading.instance, reading.util_pct, reading.mem_used_mib,
+                partition, offset, now,
+            )
+        )
+        if reading.tenant is not None:
+            rate = self.rules.rent_rate(reading.tenant, reading.gpu_model, second)
+            out.rated.append(
+                (
+                    "rent", reading.gpu_uuid, second, self.rules.period_of(second), reading.tenant,
+                    reading.instance or "", reading.gpu_model, reading.site, reading.node,
+                    rate.plan, rate.price, rate.per_s, reading.util_pct, 0, "", ZERO, ZERO,
+                    _OFFSET_SPAN - 1 - offset, partition, offset, now,
+                )
+            )
+        power = self._power.get(key)
+        if power is not None:  # the power of this second was rated before its usage: join it now
+            out.rated.append(self._energy_row(power, self._usage[key], now))
+
+    # -- power ---------------------------------------------------------------------------
+
+    def _rate_power(self, reading: PowerReading, second: int, partition: int, offset: int, now: Any, out: Outcome) -> None:
+        key = (reading.gpu_uuid, second)
+        if reading.event_id in self._power_ids:
+            out.duplicates += 1
+            return
+        first = self._power.get(key)
+        if first is not None:
+            out.conflicts.append(
+                ("power", reading.gpu_uuid, second, first.event_id, reading.event_id, partition, offset, now)
+            )
+            return
+        power = _PowerSeen(reading.event_id, reading, reading.power_mw, partition, offset)
+        self._power[key] = power
+        self._power_ids[reading.event_id] = second
+        out.readings_power.append(
+            (
+                reading.event_id, reading.ts, second, reading.site, reading.node, reading.gpu_uuid,
+                power.power_mw, partition, offset, now,
+            )
+        )
+        out.rated.append(self._energy_row(power, self._usage.get(key), now))
+
+    def _energy_row(self, power: _PowerSeen, usage: _UsageSeen | None, now: Any) -> tuple:
+        reading = power.reading
+        second = reading.second
+        rate = self.rules.energy_rate(reading.site, second)
+        version = _OFFSET_SPAN - 1 - power.offset
+        if usage is not None:
+            version += _JOINED
+            tenant, instance, gpu_model = usage.tenant or "", usage.instance or "", usage.gpu_model
+        else:
+            tenant, instance, gpu_model = "", "", self._model_of_gpu.get(reading.gpu_uuid, "")
+        return (
+            "energy", reading.gpu_uuid, second, self.rules.period_of(second), tenant, instance, gpu_model,
+            reading.site, reading.node, "", ZERO, 0, ZERO, power.power_mw, rate.band, rate.tariff_per_kwh,
+            rate.pue, version, power.partition, power.offset, now,
+        )

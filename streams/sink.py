@@ -1,0 +1,76 @@
+"""Write a batch of rows to ClickHouse, then (and only then) let its offsets be committed.
+
+Flush, in steps (after OpenMeter's sink):
+
+1. Insert the batch's rows, table by table. Every table is a ReplacingMergeTree whose key
+   is derived from the input alone (Kafka position, or stream/gpu/second with a version
+   that only grows with information), so inserting the same batch twice leaves the same
+   rows: a crash between step 1 and step 2 costs a re-insert, never a double count.
+2. Return. The caller acks the batch's events and Faust commits their offsets after it:
+   at-least-once delivery plus idempotent writes = effectively once.
+
+If ClickHouse does not acknowledge, the sink retries with backoff and nothing is acked;
+when it gives up (drain mode), the process exits at once without committing, which is
+the same as a crash before step 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from gpubill.errors import DatabaseError
+from schemas import tables
+from streams.rating import Outcome
+
+log = logging.getLogger("gpubill.sink")
+
+
+@dataclass
+class SinkStats:
+    batches: int = 0
+    rows: int = 0
+    last_flush_s: float = 0.0
+    retries: int = 0
+
+
+@dataclass
+class ClickHouseSink:
+    """Writes `Outcome`s and dead letters through a `gpubill.clickhouse.Database`."""
+
+    database: object
+    max_wait_s: float = 600.0
+    stats: SinkStats = field(default_factory=SinkStats)
+
+    def write(self, outcome: Outcome, deadletters: list[tuple] | None = None) -> None:
+        """Insert every row of the batch; returns only when ClickHouse acknowledged all."""
+        plan = [
+            ("readings_usage", outcome.readings_usage, tables.READINGS_USAGE),
+            ("readings_power", outcome.readings_power, tables.READINGS_POWER),
+            ("rated_seconds", outcome.rated, tables.RATED_SECONDS),
+            ("conflicts", outcome.conflicts, tables.CONFLICTS),
+            ("deadletters", deadletters or [], tables.DEADLETTERS),
+        ]
+        started = time.monotonic()
+        for table, rows, columns in plan:
+            if rows:
+                self._insert_with_retry(table, rows, columns)
+        self.stats.batches += 1
+        self.stats.rows += sum(len(rows) for _, rows, _ in plan)
+        self.stats.last_flush_s = time.monotonic() - started
+
+    def _insert_with_retry(self, table: str, rows: list[tuple], columns: tuple[str, ...]) -> None:
+        delay_s, waited_s = 0.5, 0.0
+        while True:
+            try:
+                self.database.insert(table, rows, columns)
+                return
+            except DatabaseError as exc:
+                if waited_s >= self.max_wait_s:
+                    raise
+                self.stats.retries += 1
+                log.warning("insert into %s failed, retrying in %.1fs: %s", table, delay_s, exc)
+                time.sleep(delay_s)
+                waited_s += delay_s
+                delay_s = min(delay_s * 2, 15.0)
