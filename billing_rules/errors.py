@@ -18,7 +18,13 @@ from __future__ import annotations
 
 
 class BillingRulesError(Exception):
-    """Base of every error raised by `billing_rules`."""
+    """Base of every error raised by `billing_rules`; str() is one line meant for the user.
+
+    LookupError subclasses override KeyError-style quoting: str() is the message as given.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
 
 
 class RuleSetInvalid(BillingRulesError):
@@ -39,15 +45,9 @@ class RuleSetInvalid(BillingRulesError):
 class UnknownSite(BillingRulesError, LookupError):
     """Raised for a site id that sites.toml does not define; check with `RuleSet.has_site` first."""
 
-    def __str__(self) -> str:
-        return f"unknown site {self.args[0]!r} (not in sites.toml)"
-
 
 class UnknownModel(BillingRulesError, LookupError):
     """Raised for a GPU model that catalog.toml does not define; check with `RuleSet.has_model` first."""
-
-    def __str__(self) -> str:
-        return f"unknown GPU model {self.args[0]!r} (not in catalog.toml)"
 
 
 class NoRuleInForce(BillingRulesError, LookupError):

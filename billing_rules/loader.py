@@ -257,9 +257,8 @@ def _check_versions(file: str, place: str, versions: Sequence[Any]) -> None:
         if current == previous:
             raise RuleSetInvalid(file, f"{place}[{i}].effective_from", f"{current} repeats {place}[{i - 1}]")
         if current < previous:
-            raise RuleSetInvalid(
-                file, f"{place}[{i}].effective_from", f"{current} is earlier than {place}[{i - 1}] ({previous}); list versions oldest first"
-            )
+            reason = f"{current} is earlier than {place}[{i - 1}] ({previous}); list versions oldest first"
+            raise RuleSetInvalid(file, f"{place}[{i}].effective_from", reason)
 
 
 def _check_credits(file: str, place: str, credits: Sequence[CreditEntry], taken: dict[str, str]) -> None:

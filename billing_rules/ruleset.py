@@ -139,24 +139,30 @@ class RuleSet:
         contracts: ContractsFile,
     ) -> None:
         """Index already validated files; called by the loader only."""
-        init = object.__setattr__
-        init(self, "source", source)
-        init(self, "digest", digest)  # sha256 of the rule files, recorded with invoices
-        init(self, "_billing_tz", ZoneInfo(billing.billing_timezone))
-        init(self, "_grace", grace_period)
-        init(self, "_vat_periods", tuple(periods.format_period(v.effective_from.year, v.effective_from.month) for v in billing.vat))
-        init(self, "_vat_rates", tuple(v.rate for v in billing.vat))
-        init(self, "_sites", {site_id: _index_site(site_id, entry) for site_id, entry in sorted(sites.site.items())})
-        init(self, "_prices", {model_id: _versions((p.effective_from, p) for p in entry.price) for model_id, entry in sorted(catalog.model.items())})
-        terms: dict[tuple[str, str], list] = {}
+        terms: dict[tuple[str, str], list] = {}  # (tenant, gpu_model) -> [(effective_from, term)]
         for tenant, entry in contracts.tenant.items():
             for term in entry.rent:
                 terms.setdefault((tenant, term.gpu_model), []).append((term.effective_from, term))
-        init(self, "_contracts", {key: _versions(items) for key, items in terms.items()})
-        init(self, "_new_tenant_credits", tuple(_grant(c) for c in billing.new_tenant_credit))
-        init(self, "_tenant_credits", {tenant: tuple(_grant(c) for c in entry.credit) for tenant, entry in contracts.tenant.items()})
-        init(self, "_rent_cache", {})
-        init(self, "_energy_cache", {})
+        fields = {
+            "source": source,
+            "digest": digest,  # sha256 of the rule files, to record with what was priced
+            "_billing_tz": ZoneInfo(billing.billing_timezone),
+            "_grace": grace_period,
+            "_vat_periods": tuple(f"{v.effective_from:%Y-%m}" for v in billing.vat),
+            "_vat_rates": tuple(v.rate for v in billing.vat),
+            "_sites": {site_id: _index_site(site_id, entry) for site_id, entry in sorted(sites.site.items())},
+            "_prices": {
+                model_id: _versions((p.effective_from, p) for p in entry.price)
+                for model_id, entry in sorted(catalog.model.items())
+            },
+            "_contracts": {key: _versions(items) for key, items in terms.items()},
+            "_new_tenant_credits": tuple(_grant(c) for c in billing.new_tenant_credit),
+            "_tenant_credits": {tenant: tuple(_grant(c) for c in e.credit) for tenant, e in contracts.tenant.items()},
+            "_rent_cache": {},  # (tenant, gpu_model, local day ordinal) -> RentRate
+            "_energy_cache": {},  # (site, local day ordinal) -> (band start minutes, EnergyRate per band)
+        }
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("RuleSet is immutable; load a new one with load_rules()")
@@ -258,12 +264,12 @@ class RuleSet:
         try:
             return self._sites[site_id]
         except KeyError:
-            raise UnknownSite(site_id) from None
+            raise UnknownSite(f"unknown site {site_id!r} (sites.toml has {', '.join(self._sites)})") from None
 
     def _rent_rate_on(self, tenant: str, gpu_model: str, day: date) -> RentRate:
         prices = self._prices.get(gpu_model)
         if prices is None:
-            raise UnknownModel(gpu_model)
+            raise UnknownModel(f"unknown GPU model {gpu_model!r} (catalog.toml has {', '.join(self._prices)})")
         price = prices.at(day.toordinal())
         if price is None:
             raise NoRuleInForce(f"catalog.toml has no price for {gpu_model} before {prices.first} (asked for {day})")
@@ -286,7 +292,8 @@ class RuleSet:
         tariff = entry.tariff.at(day)
         if pue is None or tariff is None:
             first = max(entry.pue.first, entry.tariff.first)
-            raise NoRuleInForce(f"sites.toml has no PUE and tariff for site {site_id} before {first} (asked for {date.fromordinal(day)})")
+            asked = date.fromordinal(day)
+            raise NoRuleInForce(f"sites.toml has no PUE and tariff for site {site_id} before {first} (asked for {asked})")
         starts, names, prices = tariff
         return starts, tuple(EnergyRate(band=n, tariff_per_kwh=p, pue=pue) for n, p in zip(names, prices))
 

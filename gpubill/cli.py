@@ -434,7 +434,7 @@ def rules_check(directory: Optional[Path] = typer.Argument(None, help="Rules dir
 @app.command()
 def demo(
     minutes: int = typer.Option(20, min=1, help="Minutes of simulated readings."),
-    gpus: int = typer.Option(8, min=1, help="Cards per model (RTX4090, A800-80G, H800-80G)."),
+    gpus: int = typer.Option(8, min=1, help="Cards per model (RTX4090, A800-80G, H800-80G), rounded up to nodes of 8."),
 ) -> None:
     """The main job on embedded defaults: broker, fleet, pipeline, invoices, reports in ./out/."""
     from gpubill.demo import run_demo

@@ -32,7 +32,7 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
     from gpubill.kafka_local import LocalBroker
     from reports.cost_share import cost_share, store_cost_share, what_if
     from reports.invoicing import list_invoices, load_invoice, run_period
-    from reports.render import render_cost_share, render_cost_share_table, render_invoice, render_usage
+    from reports.render import render_cost_share, render_invoice, render_usage
     from reports.usage_report import usage_report
     from streams.kafka_io import ensure_pipeline_topics
     from streams.producers import produce_readings
@@ -49,7 +49,8 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
     now_s = int(datetime.now(timezone.utc).timestamp())
     period = rules.period_of(rules.period_bounds(rules.period_of(now_s))[0] - 1)  # last month
     start_s = rules.period_bounds(period)[1] - minutes * 60 - 3600
-    cards = gpus * len(DEMO_MODELS)
+    per_model = -(-gpus // 8) * 8  # whole nodes of eight cards; the simulator gives each node one model
+    cards = per_model * len(DEMO_MODELS)
     total = cards * minutes * 60 * 2
     err.print(f"[bold]1/4[/bold] simulating {cards} cards × {minutes} min in {period} → Kafka ({total:,} readings)")
     readings = simulate_fleet(gpus=cards, gpu_model=DEMO_MODELS[0], models=DEMO_MODELS, minutes=minutes,
@@ -86,5 +87,5 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
     err.print(f"[bold]4/4[/bold] {len(run.created)} invoices created, {len(run.existing)} already final")
     for number, tenant, total_cny in invoices:
         out.print(f"  {number}  {tenant:<12} {total_cny:>12} CNY")
-    out.print(render_cost_share_table(rows, what_if=compared))
+    sys.stdout.write(render_cost_share(rows, "table", what_if=compared) + "\n")
     out.print(f"[dim]done in {time.monotonic() - started:.0f}s; files under {out_dir}/[/dim]")

@@ -26,7 +26,8 @@ from gpubill.config import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, Settings
 from streams.metrics import Metrics
 from streams.pipeline import BatchResult, Message, deadletter_row_from_record, process_batch, utcnow
 from streams.rating import Outcome, Rater
-from streams.sink import ClickHouseSink
+from gpubill.errors import DatabaseError
+from streams.sink import ClickHouseSink, lookup_stored
 
 log = logging.getLogger("gpubill.worker")
 
@@ -50,20 +51,30 @@ class Pipeline:
             if next_offset > self.positions.get(position, 0):
                 self.positions[position] = next_offset
 
-    async def write(self, outcome: Outcome, deadletter_rows: list[tuple]) -> None:
-        """Persist in the sink's thread so the consumer keeps fetching meanwhile."""
-        if self.sink is None:
-            return
-        started = time.monotonic()
+    def handle(self, messages: list[Message], known_sites, known_models) -> BatchResult:
+        """Rate a batch and persist it (runs in the sink's thread: the only ClickHouse caller)."""
+        now = utcnow()
+        lookup = lookup_stored(self.sink.database) if self.sink else None
+        result = process_batch(
+            messages, self.rater, known_sites=known_sites, known_models=known_models, now=now, lookup=lookup
+        )
+        if self.sink:
+            started = time.monotonic()
+            rows = [letter.row(now) for letter in result.deadletters]
+            self.sink.write(result.outcome, rows)
+            if self.metrics:
+                self.metrics.flushed(time.monotonic() - started, result.outcome, len(rows))
+        return result
+
+    async def in_sink_thread(self, func, *args):
+        """Run `func` in the sink's thread; if ClickHouse gave up, exit without committing."""
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self.executor, self.sink.write, outcome, deadletter_rows)
-        except Exception:  # the sink gave up: exit without committing anything (see sink.py)
+            return await loop.run_in_executor(self.executor, func, *args)
+        except DatabaseError:
             log.exception("ClickHouse did not accept a batch; exiting without committing its offsets")
             logging.shutdown()
             os._exit(3)
-        if self.metrics:
-            self.metrics.flushed(time.monotonic() - started, outcome, len(deadletter_rows))
 
 
 def to_message(event: Any) -> Message:
@@ -93,12 +104,9 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
     async def rate_readings(stream):
         """Validate → dedupe → attribute → rate, a batch at a time; yields each batch's result."""
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            now = utcnow()
-            result = process_batch(
-                [to_message(e) for e in events], pipeline.rater, known_sites=known_sites, known_models=known_models, now=now
-            )
+            messages = [to_message(e) for e in events]
+            result = await pipeline.in_sink_thread(pipeline.handle, messages, known_sites, known_models)
             await _send_deadletters(deadletter_topic, result)
-            await pipeline.write(result.outcome, [d.row(now) for d in result.deadletters])
             pipeline.record(result.positions)
             if pipeline.metrics:
                 pipeline.metrics.batch(result, pipeline.rater)
@@ -110,7 +118,9 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
             now = utcnow()
             messages = [to_message(e) for e in events]
-            await pipeline.write(Outcome(), [deadletter_row_from_record(m, now) for m in messages])
+            if pipeline.sink:
+                rows = [deadletter_row_from_record(m, now) for m in messages]
+                await pipeline.in_sink_thread(pipeline.sink.write, Outcome(), rows)
             pipeline.record({(m.topic, m.partition): m.offset + 1 for m in messages})
             yield len(messages)
 

@@ -7,6 +7,7 @@ takes plain `Message`s (topic, partition, offset, key, value) and returns what t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 from datetime import datetime, timezone
 
 from gpubill.config import TOPIC_POWER, TOPIC_USAGE
@@ -66,10 +67,20 @@ class BatchResult:
     positions: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic, partition) → next offset
 
 
-def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_models, now: datetime) -> BatchResult:
-    """Validate, deduplicate, attribute and price a batch of reading messages."""
+Lookup = Callable[[set, set], tuple[list[tuple], list[tuple]]]
+
+
+def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_models, now: datetime,
+                  lookup: Lookup | None = None) -> BatchResult:
+    """Validate, deduplicate, attribute and price a batch of reading messages.
+
+    Steps: (1) decode and validate each message, dead-lettering the bad ones; (2) ask
+    `lookup` for stored counterparts the rater no longer (or never) held in memory —
+    usage for power readings, power for usage readings — and preload them; (3) rate.
+    """
     result = BatchResult()
     now_s = int(now.timestamp())
+    accepted = []
     for message in messages:
         result.readings_in[message.topic] = result.readings_in.get(message.topic, 0) + 1
         position = (message.topic, message.partition)
@@ -85,6 +96,14 @@ def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_m
         except InvalidReading as exc:
             result.deadletters.append(DeadLetter(message, str(exc)))
             continue
+        accepted.append((reading, message))
+    if lookup is not None:
+        need_usage, need_power = rater.lookups([reading for reading, _ in accepted])
+        if need_usage or need_power:
+            usage_rows, power_rows = lookup(need_usage, need_power)
+            rater.preload_usage(usage_rows)
+            rater.preload_power(power_rows)
+    for reading, message in accepted:
         rater.rate(reading, message.partition, message.offset, now, result.outcome)
     rater.evict()
     return result

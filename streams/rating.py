@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
-from schemas.events import PowerReading, UsageReading
+from schemas.events import PowerReading, UsageReading  # noqa: F401 - PowerReading in annotations
 
 # ReplacingMergeTree keeps the row with the highest version. Offsets stay below 2**48.
 _OFFSET_SPAN = 1 << 48
@@ -52,7 +52,10 @@ class _UsageSeen:
 @dataclass(slots=True)
 class _PowerSeen:
     event_id: str
-    reading: PowerReading
+    gpu_uuid: str
+    second: int
+    site: str
+    node: str
     power_mw: int
     partition: int
     offset: int
@@ -89,6 +92,11 @@ class Rater:
         self._usage_ids: dict[str, int] = {}
         self._power_ids: dict[str, int] = {}
         self._model_of_gpu: dict[str, str] = {}
+        # Per stream: the newest second seen, and per gpu the oldest second seen by this
+        # process. A counterpart older than either may have been rated by an earlier
+        # process or evicted, so it is looked up in ClickHouse (see `lookups`).
+        self._newest = {"usage": 0, "power": 0}
+        self._floor: dict[str, dict[str, int]] = {"usage": {}, "power": {}}
 
     @property
     def state_size(self) -> int:
@@ -99,6 +107,12 @@ class Rater:
         second = reading.second
         if second > self.newest_second:
             self.newest_second = second
+        stream = reading.kind
+        if second > self._newest[stream]:
+            self._newest[stream] = second
+        floor = self._floor[stream]
+        if second < floor.get(reading.gpu_uuid, second + 1):
+            floor[reading.gpu_uuid] = second
         if isinstance(reading, UsageReading):
             self._rate_usage(reading, second, partition, offset, now, out)
         else:
@@ -111,7 +125,11 @@ class Rater:
         one: amortized O(dropped). A late reading parked behind a fresh one waits at most
         one more horizon, which keeps memory bounded all the same.
         """
-        cutoff = self.newest_second - self.horizon_s
+        # The slower stream's clock decides, so that a topic consumed ahead of the other
+        # does not evict entries its counterpart still needs (but never more than four
+        # horizons behind the faster one, to stay bounded if one stream stops).
+        slower = min(self._newest.values()) or self.newest_second
+        cutoff = max(slower, self.newest_second - 4 * self.horizon_s) - self.horizon_s
         dropped = 0
         for seen, ids in ((self._usage, self._usage_ids), (self._power, self._power_ids)):
             while seen:
@@ -121,6 +139,45 @@ class Rater:
                 ids.pop(seen.popitem(last=False)[1].event_id, None)
                 dropped += 1
         return dropped
+
+    def lookups(self, readings: list) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+        """Keys whose counterpart may be stored but is not in memory: (usage keys, power keys).
+
+        A usage reading needs the power of its second, a power reading the usage. When the
+        counterpart is not in memory it has either not arrived yet (it will join on arrival)
+        or it was seen before this process started or before eviction: only then, i.e. when
+        the second is older than this process's first reading of that gpu on the other
+        stream or older than the horizon, is ClickHouse asked.
+        """
+        need_usage: set[tuple[str, int]] = set()
+        need_power: set[tuple[str, int]] = set()
+        for reading in readings:
+            key = (reading.gpu_uuid, reading.second)
+            other = "power" if reading.kind == "usage" else "usage"
+            memory = self._power if other == "power" else self._usage
+            if key in memory:
+                continue
+            floor = self._floor[other].get(reading.gpu_uuid)
+            if floor is None or key[1] < floor or key[1] < self._newest[other] - self.horizon_s:
+                (need_power if other == "power" else need_usage).add(key)
+        return need_usage, need_power
+
+    def preload_usage(self, rows: list[tuple]) -> None:
+        """Stored usage readings: (gpu, second, event_id, tenant, instance, gpu_model, offset)."""
+        for gpu, second, event_id, tenant, instance, gpu_model, offset in rows:
+            key = (gpu, int(second))
+            if key not in self._usage:
+                self._usage[key] = _UsageSeen(event_id, tenant, instance, gpu_model, int(offset))
+                self._usage_ids[event_id] = int(second)
+                self._model_of_gpu.setdefault(gpu, gpu_model)
+
+    def preload_power(self, rows: list[tuple]) -> None:
+        """Stored power readings: (gpu, second, event_id, site, node, power_mw, partition, offset)."""
+        for gpu, second, event_id, site, node, power_mw, partition, offset in rows:
+            key = (gpu, int(second))
+            if key not in self._power:
+                self._power[key] = _PowerSeen(event_id, gpu, int(second), site, node, int(power_mw), int(partition), int(offset))
+                self._power_ids[event_id] = int(second)
 
     # -- usage ---------------------------------------------------------------------------
 
@@ -172,7 +229,9 @@ class Rater:
                 ("power", reading.gpu_uuid, second, first.event_id, reading.event_id, partition, offset, now)
             )
             return
-        power = _PowerSeen(reading.event_id, reading, reading.power_mw, partition, offset)
+        power = _PowerSeen(
+            reading.event_id, reading.gpu_uuid, second, reading.site, reading.node, reading.power_mw, partition, offset
+        )
         self._power[key] = power
         self._power_ids[reading.event_id] = second
         out.readings_power.append(
@@ -184,17 +243,16 @@ class Rater:
         out.rated.append(self._energy_row(power, self._usage.get(key), now))
 
     def _energy_row(self, power: _PowerSeen, usage: _UsageSeen | None, now: Any) -> tuple:
-        reading = power.reading
-        second = reading.second
-        rate = self.rules.energy_rate(reading.site, second)
+        second = power.second
+        rate = self.rules.energy_rate(power.site, second)
         version = _OFFSET_SPAN - 1 - power.offset
         if usage is not None:
             version += _JOINED
             tenant, instance, gpu_model = usage.tenant or "", usage.instance or "", usage.gpu_model
         else:
-            tenant, instance, gpu_model = "", "", self._model_of_gpu.get(reading.gpu_uuid, "")
+            tenant, instance, gpu_model = "", "", self._model_of_gpu.get(power.gpu_uuid, "")
         return (
-            "energy", reading.gpu_uuid, second, self.rules.period_of(second), tenant, instance, gpu_model,
-            reading.site, reading.node, "", ZERO, 0, ZERO, power.power_mw, rate.band, rate.tariff_per_kwh,
+            "energy", power.gpu_uuid, second, self.rules.period_of(second), tenant, instance, gpu_model,
+            power.site, power.node, "", ZERO, 0, ZERO, power.power_mw, rate.band, rate.tariff_per_kwh,
             rate.pue, version, power.partition, power.offset, now,
         )

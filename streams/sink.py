@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from gpubill.errors import DatabaseError
 from schemas import tables
@@ -45,12 +46,14 @@ class ClickHouseSink:
 
     def write(self, outcome: Outcome, deadletters: list[tuple] | None = None) -> None:
         """Insert every row of the batch; returns only when ClickHouse acknowledged all."""
+        # Rated rows first: a raw reading found in ClickHouse after a crash is taken as
+        # already rated (see Rater.lookups), so its rated rows must never be missing.
         plan = [
-            ("readings_usage", outcome.readings_usage, tables.READINGS_USAGE),
-            ("readings_power", outcome.readings_power, tables.READINGS_POWER),
             ("rated_seconds", outcome.rated, tables.RATED_SECONDS),
             ("conflicts", outcome.conflicts, tables.CONFLICTS),
             ("deadletters", deadletters or [], tables.DEADLETTERS),
+            ("readings_usage", outcome.readings_usage, tables.READINGS_USAGE),
+            ("readings_power", outcome.readings_power, tables.READINGS_POWER),
         ]
         started = time.monotonic()
         for table, rows, columns in plan:
@@ -74,3 +77,47 @@ class ClickHouseSink:
                 time.sleep(delay_s)
                 waited_s += delay_s
                 delay_s = min(delay_s * 2, 15.0)
+
+
+_USAGE_LOOKUP_SQL = """
+SELECT gpu_uuid, toUnixTimestamp(second) AS s,
+       argMin(event_id, (src_partition, src_offset)), argMin(tenant, (src_partition, src_offset)),
+       argMin(instance, (src_partition, src_offset)), argMin(gpu_model, (src_partition, src_offset)),
+       min(src_offset)
+FROM readings_usage
+WHERE gpu_uuid IN {gpus:Array(String)} AND second BETWEEN {lo:UInt32} AND {hi:UInt32}
+  AND (gpu_uuid, toUnixTimestamp(second)) IN {keys:Array(Tuple(String, UInt32))}
+GROUP BY gpu_uuid, s
+"""
+_POWER_LOOKUP_SQL = """
+SELECT gpu_uuid, toUnixTimestamp(second) AS s,
+       argMin(event_id, (src_partition, src_offset)), argMin(site, (src_partition, src_offset)),
+       argMin(node, (src_partition, src_offset)), argMin(power_mw, (src_partition, src_offset)),
+       argMin(src_partition, (src_partition, src_offset)), min(src_offset)
+FROM readings_power
+WHERE gpu_uuid IN {gpus:Array(String)} AND second BETWEEN {lo:UInt32} AND {hi:UInt32}
+  AND (gpu_uuid, toUnixTimestamp(second)) IN {keys:Array(Tuple(String, UInt32))}
+GROUP BY gpu_uuid, s
+"""
+
+
+def lookup_stored(database) -> "Callable":
+    """A `streams.pipeline.Lookup` reading the first stored reading per (gpu, second)."""
+
+    def lookup(need_usage: set, need_power: set) -> tuple[list[tuple], list[tuple]]:
+        return _query_keys(database, _USAGE_LOOKUP_SQL, need_usage), _query_keys(database, _POWER_LOOKUP_SQL, need_power)
+
+    return lookup
+
+
+def _query_keys(database, sql: str, keys: set) -> list[tuple]:
+    if not keys:
+        return []
+    seconds = [second for _, second in keys]
+    params = {
+        "gpus": sorted({gpu for gpu, _ in keys}),
+        "lo": min(seconds),
+        "hi": max(seconds),
+        "keys": sorted(keys),
+    }
+    return database.query(sql, params)
