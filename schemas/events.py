@@ -101,7 +101,7 @@ Reading = UsageReading | PowerReading
 
 def parse_ts(value: str) -> int:
     """RFC 3339 timestamp with an offset → UTC epoch second (floor). Raises ValueError."""
-    if len(value) < 20 or value[10] not in "Tt ":
+    if len(value) < 19 or value[10] not in "Tt ":
         raise ValueError("must be an RFC 3339 timestamp such as 2026-03-01T00:00:05Z")
     try:
         moment = datetime.fromisoformat(value.replace("z", "Z"))

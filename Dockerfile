@@ -1,0 +1,40 @@
+# gpubill: worker, scheduler and the rest of the CLI in one image (see docs/deployment.md).
+#
+#   docker build -t gpubill .
+#   docker run --rm gpubill --help
+#
+# compose.yaml runs it as `worker`, `scheduler` (and a one-shot migration) against the
+# Kafka and ClickHouse services.
+
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# Install the project and its dependencies (all of them ship manylinux wheels for
+# CPython 3.11, so no compiler is needed). The source tree is only needed to build.
+COPY . /src
+RUN pip install /src \
+    && rm -rf /src
+
+# Run as an unprivileged user. Its home is the working directory: GPUBILL_HOME, the
+# Faust data directory (<group>-data) and GPUBILL_OUT (invoices, reports) live here.
+RUN groupadd --system --gid 10001 gpubill \
+    && useradd --system --uid 10001 --gid gpubill --home-dir /var/lib/gpubill --create-home \
+       --shell /usr/sbin/nologin gpubill \
+    && mkdir -p /var/lib/gpubill/out \
+    && chown -R gpubill:gpubill /var/lib/gpubill
+
+USER gpubill:gpubill
+WORKDIR /var/lib/gpubill
+
+ENV GPUBILL_HOME=/var/lib/gpubill \
+    GPUBILL_OUT=/var/lib/gpubill/out
+
+# 9464: the worker's Prometheus metrics (GPUBILL_METRICS_PORT); 8080: download service.
+EXPOSE 9464 8080
+
+ENTRYPOINT ["gpubill"]
+CMD ["--help"]

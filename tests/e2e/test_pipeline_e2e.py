@@ -1,0 +1,146 @@
+"""Readings in Kafka → Faust worker → chDB → invoices, on real parts, checked to the fen.
+
+The fixture (tests/e2e/fixtures/make_readings.py says what is in it) is replayed into a
+real broker and drained by `gpubill worker --drain` into chDB. Every expected figure below
+is worked out by hand from the fixture and the test rules (tests/e2e/rules):
+
+    acme  A800-80G hourly  ¥3600/h = ¥1 per second
+    beta  RTX4090 monthly  ¥2,678,400/month: ¥1/s in March (31 d = 2,678,400 s),
+                           ¥2,678,400 / 2,592,000 = ¥31/30 per second in April (30 d)
+    gz-guian  PUE 1.12, ¥330/kWh;  1 kWh = 3,600,000,000 mJ;  VAT 6 %;  trial credit ¥10
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+
+from tests.e2e.conftest import FIXTURES
+
+pytestmark = pytest.mark.e2e
+
+PUE, TARIFF, MJ_PER_KWH = Fraction(112, 100), Fraction(330), 3_600_000_000
+
+
+def fen(x: Fraction) -> str:
+    """Half up to two decimals, written independently of billing_rules.round_fen."""
+    return str(Decimal(x.numerator * 100 // x.denominator + (1 if (x * 100) % 1 >= Fraction(1, 2) else 0)) / 100
+               ) if x >= 0 else "-" + fen(-x)
+
+
+def electricity(seconds: int, watts: Fraction) -> Fraction:
+    return seconds * watts * 1000 * PUE * TARIFF / MJ_PER_KWH
+
+
+def lines_by_kind(invoice: dict) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = {}
+    for line in invoice["lines"]:
+        grouped.setdefault(line["kind"], []).append(line)
+    return grouped
+
+
+def test_fen_helper_is_half_up():
+    assert [fen(Fraction(x)) for x in ("2.46708", "7.3392", "3.1482", "0.005", "103.33333")] == [
+        "2.47", "7.34", "3.15", "0.01", "103.33"]
+
+
+def test_readings_to_invoices_to_the_fen(gpubill):
+    # -- 1. replay and drain; part 2 brings late usage and old duplicates to a new worker
+    replayed = gpubill.run("replay", str(FIXTURES / "readings_part1.ndjson"))
+    assert "2 dead-lettered by replay" in replayed.stdout
+    gpubill.run("worker", "--drain")
+    gpubill.run("replay", str(FIXTURES / "readings_part2.ndjson"))
+    gpubill.run("worker", "--drain")
+
+    # -- 2. invoice March: acme first (sorted), then beta; numbers are gap-free
+    gpubill.run("invoice", "run", "--period", "2026-03")
+    acme = gpubill.json("invoice", "show", "--period", "2026-03", "--tenant", "acme", "--format", "json")
+    beta = gpubill.json("invoice", "show", "--period", "2026-03", "--tenant", "beta", "--format", "json")
+    assert (acme["number"], beta["number"]) == ("GB-2026-000001", "GB-2026-000002")
+    assert acme["status"] == beta["status"] == "finalized"
+
+    # acme March: 120 s × ¥1 = ¥120.00 rent; 120 s × 1000 W = 1.2e8 mJ → 0.037333 billed kWh
+    #   × ¥330 = ¥12.32; subtotal 132.32; credit −10.00; net 122.32; VAT 7.3392 → 7.34; total 129.66
+    lines = lines_by_kind(acme)
+    assert [(l["gpu_model"], l["plan"], l["quantity"], l["unit_price"], l["amount"]) for l in lines["rent"]] == [
+        ("A800-80G", "hourly", "0.033333", "3600.000000", "120.00")]
+    assert [(l["site"], l["band"], l["pue"], l["quantity"], l["amount"]) for l in lines["electricity"]] == [
+        ("gz-guian", "flat", "1.12", "0.037333", fen(electricity(120, Fraction(1000))))]
+    assert fen(electricity(120, Fraction(1000))) == "12.32"
+    assert [l["amount"] for l in lines["credit"]] == ["-10.00"]
+    assert (acme["subtotal"], acme["net"], acme["tax"], acme["total"]) == ("132.32", "122.32", "7.34", "129.66")
+
+    # beta March: 60 s × ¥1 = ¥60.00 (the conflicting 4999 W reading does not count);
+    #   60 s × 400.5 W = 24,030,000 mJ → × 1.12 × 330 / 3.6e9 = ¥2.46708 → 2.47
+    #   subtotal 62.47; credit −10.00; net 52.47; VAT 3.1482 → 3.15; total 55.62
+    lines = lines_by_kind(beta)
+    assert [(l["gpu_model"], l["plan"], l["amount"]) for l in lines["rent"]] == [("RTX4090", "monthly", "60.00")]
+    assert [l["amount"] for l in lines["electricity"]] == [fen(electricity(60, Fraction(4005, 10)))] == ["2.47"]
+    assert (beta["subtotal"], beta["net"], beta["tax"], beta["total"]) == ("62.47", "52.47", "3.15", "55.62")
+
+    # -- 3. late March data for acme after March was finalized: March does not change
+    gpubill.run("replay", str(FIXTURES / "readings_part3.ndjson"))
+    gpubill.run("worker", "--drain")
+    rerun = gpubill.run("invoice", "run", "--period", "2026-03")
+    assert "0 invoices created, 2 already final" in rerun.stdout
+    assert gpubill.json("invoice", "show", "--period", "2026-03", "--tenant", "acme", "--format", "json") == acme
+
+    # -- 4. April carries the late March data as adjustments referencing 2026-03
+    gpubill.run("invoice", "run", "--period", "2026-04")
+    acme4 = gpubill.json("invoice", "show", "--period", "2026-04", "--tenant", "acme", "--format", "json")
+    beta4 = gpubill.json("invoice", "show", "--period", "2026-04", "--tenant", "beta", "--format", "json")
+    assert (acme4["number"], beta4["number"]) == ("GB-2026-000003", "GB-2026-000004")
+
+    # acme April: 60 s → ¥60.00; 6e7 mJ → ¥6.16. Adjustments for March: rent 130 − 120 = +10.00;
+    #   electricity 130 s × 1000 W → ¥13.3466… → 13.35, minus 12.32 already billed = +1.03.
+    #   subtotal 60.00 + 6.16 + 10.00 + 1.03 = 77.19; credit used up in March;
+    #   VAT 4.6314 → 4.63; total 81.82
+    lines = lines_by_kind(acme4)
+    assert [l["amount"] for l in lines["rent"]] == ["60.00"]
+    assert [l["amount"] for l in lines["electricity"]] == [fen(electricity(60, Fraction(1000)))] == ["6.16"]
+    assert sorted((l["ref_period"], l["amount"]) for l in lines["adjustment"]) == sorted([
+        ("2026-03", "10.00"),
+        ("2026-03", fen(Fraction(Decimal(fen(electricity(130, Fraction(1000)))) - Decimal("12.32")))),
+    ])
+    assert "credit" not in lines
+    assert (acme4["subtotal"], acme4["net"], acme4["tax"], acme4["total"]) == ("77.19", "77.19", "4.63", "81.82")
+
+    # beta April: 100 s × 31/30 = ¥103.333… → 103.33 (80 s arrived in part 1, the last 20 s of
+    #   usage only in part 2, after their power had been rated unallocated by another worker);
+    #   electricity 100 s × 400.5 W → ¥4.1118 → 4.11; subtotal 107.44; VAT 6.4464 → 6.45; total 113.89
+    lines = lines_by_kind(beta4)
+    assert [(l["plan"], l["quantity"], l["amount"]) for l in lines["rent"]] == [
+        ("monthly", "0.027778", fen(Fraction(100 * 31, 30)))]
+    assert [l["amount"] for l in lines["electricity"]] == [fen(electricity(100, Fraction(4005, 10)))] == ["4.11"]
+    assert (beta4["subtotal"], beta4["net"], beta4["tax"], beta4["total"]) == ("107.44", "107.44", "6.45", "113.89")
+
+    # -- 5. dead letters: 2 refused by replay (kind unreadable), 6 by the worker, each with a reason
+    dead = gpubill.json("dlq", "list", "--limit", "50", "--format", "json")
+    reasons = sorted(d["reason"] for d in dead)
+    assert len(dead) == 8, reasons
+    part1 = (FIXTURES / "readings_part1.ndjson").read_text().splitlines()
+    not_json = part1.index("this is not json") + 1
+    for expected in (f"line {not_json}: kind", f"line {not_json + 1}: kind", "gpu_uuid: missing field", "power_w: must be between 0 and 5000",
+                     "site: unknown site 'mars-1'", "gpu_model: unknown model 'TPUv9'", "ts: must carry a UTC offset",
+                     "more than 10 minutes in the future"):
+        assert any(expected in reason for reason in reasons), (expected, reasons)
+    assert {d["original"] for d in dead} >= {"this is not json"}
+    assert all(d["source_topic"] in ("gpu.usage.v1", "gpu.power.v1") for d in dead if not d["source_line"])
+
+    # -- 6. cost share: GA2's 60 s × 300 W are idle cost: 1.8e7 mJ → ¥1.848 → 1.85 (never billed)
+    share = gpubill.json("report", "cost-share", "--period", "2026-03", "--format", "json")["rows"]
+    a800 = next(r for r in share if r["gpu_model"] == "A800-80G")
+    assert a800["cards"] == 2
+    assert a800["electricity_unallocated"] == fen(electricity(60, Fraction(300))) == "1.85"
+    assert a800["rent_revenue"] == "130.00"  # 130 s of acme after the late data
+
+    # -- 7. usage report: only acme's card, never beta's
+    report = gpubill.run("report", "usage", "--tenant", "acme", "--period", "2026-03", "--format", "json",
+                         "--out", str(gpubill.cwd / "acme.json"))
+    assert report.returncode == 0
+    rows = json.loads((gpubill.cwd / "acme.json").read_text())["rows"]
+    assert {r["gpu_uuid"] for r in rows} == {"GA1"}
+    assert sum(Decimal(r["rent"]) for r in rows) == Decimal("130.00")
