@@ -14,6 +14,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from billing_rules import BillingRulesError, load_rules
 from gpubill.config import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, Settings, load_settings
@@ -46,6 +47,14 @@ def _setup_logging(level: str = "INFO") -> None:
         stream=sys.stderr,
         format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
     )
+    _quiet_libraries()
+
+
+def _quiet_libraries() -> None:
+    # kafka-python and clickhouse-connect log every refused connection; their errors reach
+    # the user translated (KafkaUnreachable, DatabaseError), so their own lines are noise.
+    for name in ("kafka", "clickhouse_connect"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _rules(settings: Settings, directory: Optional[Path] = None):
@@ -443,10 +452,11 @@ def demo(
 
 
 def main() -> None:
+    _quiet_libraries()
     try:
         app()
     except (GpubillError, BillingRulesError) as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -190,4 +190,8 @@ def _lock_embedded(path: Path) -> int:
 
 def _first_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
+    for marker, plain in (("Connection refused", "connection refused"), ("Name or service not known", "host not found"),
+                          ("timed out", "timed out"), ("Authentication failed", "authentication failed")):
+        if marker in text:
+            return plain
     return text[:300]
