@@ -11,6 +11,7 @@ milliwatts exactly (round half up) and `util_pct` keeps its digits.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection
 from datetime import datetime
 from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, InvalidOperation
@@ -22,6 +23,9 @@ from schemas.errors import InvalidReading
 
 MAX_FUTURE_S = 600  # SPEC §3: a timestamp more than 10 minutes ahead is refused
 MAX_POWER_W = Decimal(5000)
+MAX_MEM_MIB = 1 << 40  # far above any card; keeps the value inside ClickHouse's UInt64
+UTIL_STEP = Decimal("0.0001")  # util_pct is kept to 4 decimals (ClickHouse Decimal(9, 4))
+RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})?$")
 
 Text = Annotated[StrictStr, Field(min_length=1, max_length=256)]
 
@@ -65,7 +69,7 @@ class UsageReading(_Reading):
     tenant: Annotated[StrictStr, Field(min_length=1, max_length=256)] | None
     instance: Annotated[StrictStr, Field(min_length=1, max_length=256)] | None
     util_pct: Decimal
-    mem_used_mib: Annotated[StrictInt, Field(ge=0)]
+    mem_used_mib: Annotated[StrictInt, Field(ge=0, le=MAX_MEM_MIB)]
 
     @field_validator("util_pct", mode="before")
     @classmethod
@@ -73,7 +77,7 @@ class UsageReading(_Reading):
         number = _exact_number(value)
         if not Decimal(0) <= number <= Decimal(100):
             raise ValueError("must be between 0 and 100")
-        return number
+        return number.quantize(UTIL_STEP, rounding=ROUND_HALF_UP)
 
 
 class PowerReading(_Reading):
@@ -101,10 +105,10 @@ Reading = UsageReading | PowerReading
 
 def parse_ts(value: str) -> int:
     """RFC 3339 timestamp with an offset → UTC epoch second (floor). Raises ValueError."""
-    if len(value) < 19 or value[10] not in "Tt ":
+    if not RFC3339.match(value):
         raise ValueError("must be an RFC 3339 timestamp such as 2026-03-01T00:00:05Z")
     try:
-        moment = datetime.fromisoformat(value.replace("z", "Z"))
+        moment = datetime.fromisoformat(value.replace("z", "Z").replace("t", "T"))
     except ValueError:
         raise ValueError("must be an RFC 3339 timestamp such as 2026-03-01T00:00:05Z") from None
     if moment.tzinfo is None:

@@ -91,12 +91,12 @@ class Rater:
         self._power: OrderedDict[tuple[str, int], _PowerSeen] = OrderedDict()
         self._usage_ids: dict[str, int] = {}
         self._power_ids: dict[str, int] = {}
-        self._model_of_gpu: dict[str, str] = {}
         # Per stream: the newest second seen, and per gpu the oldest second seen by this
         # process. A counterpart older than either may have been rated by an earlier
         # process or evicted, so it is looked up in ClickHouse (see `lookups`).
         self._newest = {"usage": 0, "power": 0}
         self._floor: dict[str, dict[str, int]] = {"usage": {}, "power": {}}
+        self._cutoff = 0  # everything older than this may have been evicted
 
     @property
     def state_size(self) -> int:
@@ -130,6 +130,7 @@ class Rater:
         # horizons behind the faster one, to stay bounded if one stream stops).
         slower = min(self._newest.values()) or self.newest_second
         cutoff = max(slower, self.newest_second - 4 * self.horizon_s) - self.horizon_s
+        self._cutoff = max(self._cutoff, cutoff)
         dropped = 0
         for seen, ids in ((self._usage, self._usage_ids), (self._power, self._power_ids)):
             while seen:
@@ -147,7 +148,7 @@ class Rater:
         counterpart is not in memory it has either not arrived yet (it will join on arrival)
         or it was seen before this process started or before eviction: only then, i.e. when
         the second is older than this process's first reading of that gpu on the other
-        stream or older than the horizon, is ClickHouse asked.
+        stream or older than the eviction cutoff, is ClickHouse asked.
         """
         need_usage: set[tuple[str, int]] = set()
         need_power: set[tuple[str, int]] = set()
@@ -158,7 +159,7 @@ class Rater:
             if key in memory:
                 continue
             floor = self._floor[other].get(reading.gpu_uuid)
-            if floor is None or key[1] < floor or key[1] < self._newest[other] - self.horizon_s:
+            if floor is None or key[1] < floor or key[1] < self._cutoff:
                 (need_power if other == "power" else need_usage).add(key)
         return need_usage, need_power
 
@@ -169,7 +170,6 @@ class Rater:
             if key not in self._usage:
                 self._usage[key] = _UsageSeen(event_id, tenant, instance, gpu_model, int(offset))
                 self._usage_ids[event_id] = int(second)
-                self._model_of_gpu.setdefault(gpu, gpu_model)
 
     def preload_power(self, rows: list[tuple]) -> None:
         """Stored power readings: (gpu, second, event_id, site, node, power_mw, partition, offset)."""
@@ -194,7 +194,6 @@ class Rater:
             return
         self._usage[key] = _UsageSeen(reading.event_id, reading.tenant, reading.instance, reading.gpu_model, offset)
         self._usage_ids[reading.event_id] = second
-        self._model_of_gpu[reading.gpu_uuid] = reading.gpu_model
         out.readings_usage.append(
             (
                 reading.event_id, reading.ts, second, reading.site, reading.node, reading.gpu_uuid,
@@ -250,7 +249,9 @@ class Rater:
             version += _JOINED
             tenant, instance, gpu_model = usage.tenant or "", usage.instance or "", usage.gpu_model
         else:
-            tenant, instance, gpu_model = "", "", self._model_of_gpu.get(power.gpu_uuid, "")
+            # No usage reading (yet): no tenant and no model. Taking the model from another
+            # second of the card would depend on arrival order; the join fills it in.
+            tenant, instance, gpu_model = "", "", ""
         return (
             "energy", power.gpu_uuid, second, self.rules.period_of(second), tenant, instance, gpu_model,
             power.site, power.node, "", ZERO, 0, ZERO, power.power_mw, rate.band, rate.tariff_per_kwh,
