@@ -17,21 +17,29 @@ from typing import Any
 
 from billing_rules import MJ_PER_KWH, round_fen, round_quantity
 
-_GROUPS_SQL = """
+# Power seconds without any usage reading carry no model (the rater never guesses one, so
+# rows converge whatever the arrival order); here, with the whole period at hand, such a
+# card's model is taken from its usage readings at any time.
+_RATED = """
+(SELECT r.* REPLACE (if(r.gpu_model != '', r.gpu_model, m.model) AS gpu_model)
+ FROM (SELECT * FROM rated_seconds FINAL WHERE period = {p:String}) AS r
+ LEFT JOIN (SELECT gpu_uuid, min(gpu_model) AS model FROM readings_usage GROUP BY gpu_uuid) AS m
+ ON r.gpu_uuid = m.gpu_uuid)
+"""
+_GROUPS_SQL = f"""
 SELECT site, gpu_model, stream, tenant != '' AS allocated, rent_price, rent_per_s, tariff_per_kwh, pue,
        count() AS n, sum(energy_mj) AS mj
-FROM rated_seconds FINAL
-WHERE period = {p:String}
+FROM {_RATED}
 GROUP BY site, gpu_model, stream, allocated, rent_price, rent_per_s, tariff_per_kwh, pue
 """
-_CARDS_SQL = """
-SELECT site, gpu_model, uniqExact(gpu_uuid) FROM rated_seconds FINAL
-WHERE period = {p:String} GROUP BY site, gpu_model
+_CARDS_SQL = f"""
+SELECT site, gpu_model, uniqExact(gpu_uuid) FROM {_RATED}
+GROUP BY site, gpu_model
 """
-_ENERGY_BY_MINUTE_SQL = """
+_ENERGY_BY_MINUTE_SQL = f"""
 SELECT site, gpu_model, toUnixTimestamp(toStartOfMinute(second)) AS minute, sum(energy_mj)
-FROM rated_seconds FINAL
-WHERE period = {p:String} AND stream = 'energy'
+FROM {_RATED}
+WHERE stream = 'energy'
 GROUP BY site, gpu_model, minute
 """
 

@@ -18,7 +18,7 @@ from apscheduler.triggers.cron import CronTrigger
 from reports.invoicing import RunReport, run_period
 
 log = logging.getLogger("gpubill.scheduler")
-LOOKBACK_PERIODS = 3
+LOOKBACK_PERIODS = 12  # a scheduler down for up to a year still catches up
 
 
 def due_periods(rules: Any, now_s: int, completed: set[str], lookback: int = LOOKBACK_PERIODS) -> list[str]:

@@ -144,3 +144,15 @@ def test_readings_to_invoices_to_the_fen(gpubill):
     rows = json.loads((gpubill.cwd / "acme.json").read_text())["rows"]
     assert {r["gpu_uuid"] for r in rows} == {"GA1"}
     assert sum(Decimal(r["rent"]) for r in rows) == Decimal("130.00")
+
+    # -- 8. finance reads the same figures from ClickHouse views (the CLI has exited: no lock)
+    from gpubill.clickhouse import open_database
+
+    with open_database(gpubill.env["GPUBILL_CLICKHOUSE"]) as database:
+        rows = database.query(
+            "SELECT tenant, rented_seconds, energy_mj_total, rent_cny_unrounded FROM v_usage_by_tenant "
+            "WHERE period = '2026-03' AND tenant != '' ORDER BY tenant"
+        )
+    # acme: 130 s (after the late data) × ¥1; 130 × 1,000,000 mJ. beta: 60 s × ¥1; 60 × 400,500 mJ
+    assert [(t, int(s), int(mj), Decimal(rent)) for t, s, mj, rent in rows] == [
+        ("acme", 130, 130_000_000, Decimal(130)), ("beta", 60, 24_030_000, Decimal(60))]
