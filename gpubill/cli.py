@@ -41,12 +41,27 @@ out = Console()
 err = Console(stderr=True)
 
 
+class _JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg (and exc when there is one)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import orjson
+
+        entry = {
+            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry).decode()
+
+
 def _setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=level,
-        stream=sys.stderr,
-        format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":"%(message)s"}',
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter())
+    logging.basicConfig(level=level, handlers=[handler], force=True)
     _quiet_libraries()
 
 
@@ -197,8 +212,15 @@ def worker(
         Metrics.serve(settings.metrics_port)
     pipeline = _pipeline(settings, rules, database, metrics=not drain)
     if drain:
-        err.print(f"draining {sum(targets.values())} offsets across {len(targets)} partitions …")
-    code = run_worker(settings, pipeline, drain_targets=targets)
+        from rich.progress import Progress
+
+        total = sum(end - start for start, end in targets.values())
+        with Progress(console=err, transient=True) as progress:
+            task = progress.add_task(f"draining {len(targets)} partitions", total=total)
+            code = run_worker(settings, pipeline, drain_targets=targets,
+                              on_progress=lambda done, _: progress.update(task, completed=done))
+    else:
+        code = run_worker(settings, pipeline)
     database.close()
     if code:
         raise typer.Exit(code)

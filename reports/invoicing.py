@@ -86,11 +86,17 @@ class RunReport:
 def _usage_by_tenant(db: Any, period: str, tenant: str | None = None) -> tuple[dict, dict]:
     rent: dict[str, list[RentUsage]] = defaultdict(list)
     for t, model, plan, price, per_s, seconds in db.query(*rent_usage_sql(period, tenant)):
-        rent[t].append(RentUsage(gpu_model=model, plan=plan, price=price, per_s=int(per_s), seconds=int(seconds)))
+        rent[t].append(RentUsage(gpu_model=model, plan=plan, price=_plain(price), per_s=int(per_s), seconds=int(seconds)))
     energy: dict[str, list[EnergyUsage]] = defaultdict(list)
     for t, site, band, tariff, pue, mj in db.query(*energy_usage_sql(period, tenant)):
-        energy[t].append(EnergyUsage(site=site, band=band, tariff_per_kwh=tariff, pue=pue, energy_mj=int(mj)))
+        energy[t].append(EnergyUsage(site=site, band=band, tariff_per_kwh=_plain(tariff), pue=_plain(pue), energy_mj=int(mj)))
     return rent, energy
+
+
+def _plain(value: Decimal) -> Decimal:
+    """Drop the trailing zeros of a ClickHouse column's scale (1.1200 → 1.12), keep integers whole."""
+    value = value.normalize()
+    return value.quantize(Decimal(1)) if value == value.to_integral_value() else value
 
 
 def _line_key(line: Any) -> tuple:

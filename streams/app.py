@@ -18,15 +18,15 @@ import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import faust
 
 from gpubill.config import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, Settings
+from gpubill.errors import DatabaseError
 from streams.metrics import Metrics
 from streams.pipeline import BatchResult, Message, deadletter_row_from_record, process_batch, utcnow
 from streams.rating import Outcome, Rater
-from gpubill.errors import DatabaseError
 from streams.sink import ClickHouseSink, lookup_stored
 
 log = logging.getLogger("gpubill.worker")
@@ -107,6 +107,7 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
             messages = [to_message(e) for e in events]
             result = await pipeline.in_sink_thread(pipeline.handle, messages, known_sites, known_models)
             await _send_deadletters(deadletter_topic, result)
+            await _ack(stream, events)  # only now may Faust commit these offsets
             pipeline.record(result.positions)
             if pipeline.metrics:
                 pipeline.metrics.batch(result, pipeline.rater)
@@ -121,11 +122,19 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
             if pipeline.sink:
                 rows = [deadletter_row_from_record(m, now) for m in messages]
                 await pipeline.in_sink_thread(pipeline.sink.write, Outcome(), rows)
+            await _ack(stream, events)
             pipeline.record({(m.topic, m.partition): m.offset + 1 for m in messages})
             yield len(messages)
 
     app.gpubill_agents = (rate_readings, store_deadletters)
     return app
+
+
+async def _ack(stream: Any, events: list) -> None:
+    """Ack a written batch now rather than when `take_events` resumes (it acks again: a no-op),
+    so that progress recorded for a drain is always progress Faust may commit."""
+    for event in events:
+        await stream.ack(event)
 
 
 async def _send_deadletters(topic: Any, result: BatchResult) -> None:
@@ -137,21 +146,31 @@ async def _send_deadletters(topic: Any, result: BatchResult) -> None:
         await future
 
 
-def run_worker(settings: Settings, pipeline: Pipeline, *, drain_targets: dict[tuple[str, int], int] | None = None,
-               loglevel: str = "WARN", extra_tasks: list | None = None) -> int:
+def run_worker(settings: Settings, pipeline: Pipeline, *,
+               drain_targets: dict[tuple[str, int], tuple[int, int]] | None = None,
+               loglevel: str = "WARN", extra_tasks: list | None = None,
+               on_progress: Callable[[int, int], None] | None = None) -> int:
     """Run the Faust worker until interrupted, or with `drain_targets` until they are reached.
 
-    Returns the process exit code (0 when a drain completed).
+    `drain_targets` maps (topic, partition) to (committed, end) offsets; `on_progress` is
+    told (messages done, messages to do) while draining. Returns the process exit code
+    (0 when a drain completed).
     """
     app = build_app(settings, pipeline)
     outcome = {"code": 0}
 
     if drain_targets is not None:
 
+        total = sum(end - start for start, end in drain_targets.values())
+
         @app.task
         async def stop_when_drained() -> None:
             while True:
-                if all(pipeline.positions.get(tp, 0) >= end for tp, end in drain_targets.items()):
+                done = sum(min(max(pipeline.positions.get(tp, start), start), end) - start
+                           for tp, (start, end) in drain_targets.items())
+                if on_progress:
+                    on_progress(done, total)
+                if done >= total:
                     break
                 await asyncio.sleep(0.2)
             # Every batch up to the targets is in ClickHouse and acked: commit, then stop.
@@ -163,6 +182,7 @@ def run_worker(settings: Settings, pipeline: Pipeline, *, drain_targets: dict[tu
         app.task(task)
 
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker.spinner = None  # our own progress and logs; the spinner mangles non-terminal output
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

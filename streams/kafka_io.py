@@ -49,8 +49,8 @@ def flush_producer(producer: KafkaProducer, settings: Settings, timeout_s: float
         raise KafkaUnreachable(settings.kafka, f"messages not acknowledged: {exc}") from exc
 
 
-def drain_targets(settings: Settings, topics: Iterable[str]) -> dict[tuple[str, int], int]:
-    """(topic, partition) → end offset, for partitions where the group is behind the end."""
+def drain_targets(settings: Settings, topics: Iterable[str]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) → (committed offset, end offset), for partitions where the group is behind."""
     try:
         consumer = KafkaConsumer(
             bootstrap_servers=settings.kafka.split(","),
@@ -71,7 +71,7 @@ def drain_targets(settings: Settings, topics: Iterable[str]) -> dict[tuple[str, 
         for tp in partitions:
             committed = consumer.committed(tp) or 0
             if ends[tp] > committed:
-                targets[(tp.topic, tp.partition)] = ends[tp]
+                targets[(tp.topic, tp.partition)] = (committed, ends[tp])
         return targets
     except KafkaError as exc:
         raise KafkaUnreachable(settings.kafka, str(exc)) from exc

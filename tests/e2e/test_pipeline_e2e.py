@@ -84,6 +84,8 @@ def test_readings_to_invoices_to_the_fen(gpubill):
     # -- 3. late March data for acme after March was finalized: March does not change
     gpubill.run("replay", str(FIXTURES / "readings_part3.ndjson"))
     gpubill.run("worker", "--drain")
+    # every offset a drain processed was committed: a second drain finds nothing to do
+    assert "nothing to drain" in gpubill.run("worker", "--drain").stdout
     rerun = gpubill.run("invoice", "run", "--period", "2026-03")
     assert "0 invoices created, 2 already final" in rerun.stdout
     assert gpubill.json("invoice", "show", "--period", "2026-03", "--tenant", "acme", "--format", "json") == acme
