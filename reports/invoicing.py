@@ -101,7 +101,8 @@ def _plain(value: Decimal) -> Decimal:
 
 def _line_key(line: Any) -> tuple:
     """What makes two lines about the same charge: grouping fields and unit price."""
-    return (line.gpu_model or "", line.plan or "", line.site or "", line.band or "", str(line.pue or ""), str(line.unit_price))
+    pue = str(_plain(line.pue)) if line.pue is not None else ""
+    return (line.gpu_model or "", line.plan or "", line.site or "", line.band or "", pue, str(_plain(line.unit_price)))
 
 
 def pending_adjustments(db: Any, rules: Any, tenant: str, period: str) -> list[Adjustment]:
