@@ -14,12 +14,14 @@ from billing_rules.errors import (
 )
 from billing_rules.invoice import (
     Adjustment,
+    CreditBalance,
     EnergyUsage,
     InvoiceDraft,
     InvoiceLine,
     RentUsage,
     build_invoice,
     credit_available,
+    credit_balances,
 )
 from billing_rules.loader import DEFAULT_RULES_DIR, RULE_FILES, load_rules
 from billing_rules.money import MJ_PER_KWH, format_money, format_quantity, round_fen, round_quantity
@@ -30,6 +32,7 @@ __all__ = [
     "MJ_PER_KWH",
     "RULE_FILES",
     "Adjustment",
+    "CreditBalance",
     "BillingRulesError",
     "CreditGrant",
     "EnergyRate",
@@ -47,6 +50,7 @@ __all__ = [
     "UnknownSite",
     "build_invoice",
     "credit_available",
+    "credit_balances",
     "format_money",
     "format_quantity",
     "load_rules",

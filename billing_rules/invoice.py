@@ -7,18 +7,22 @@ data of finalized periods and the credit the tenant still has. It returns an
 half up to the fen, by `round_fen`. Inputs may come in any order: lines are grouped and
 sorted, so a replay in another order gives the same draft.
 
-Totals:
+Totals (SPEC §5):
     subtotal = Σ rounded rent + electricity + adjustment lines
-    credit   = −min(credit_available, max(subtotal, 0))      (a credit line only if ≠ 0)
-    net      = subtotal + credit                              (never below 0 because of credit)
+    discount = Σ rounded discount lines (negative: a contract's discount on its rent lines)
+    credit   = −min(credits available, max(subtotal + discount, 0)), one line per grant used
+    net      = subtotal + discount + credit                   (never below 0 because of credit)
     tax      = round_fen(net × vat_rate)
     total    = net + tax
 
-Line conventions: rent quantity is GPU-hours (seconds / 3600) at a unit price per
+Line conventions: rent quantity is GPU-hours (seconds / 3600) at the list unit price per
 GPU-hour; electricity quantity is billed kWh (IT energy × PUE) at the tariff per kWh;
-both are shown with six decimals. Adjustment and credit lines have quantity 1, unit ""
-and unit_price equal to their amount. Contract discounts are already in the rent price
-(see `RentRate`), so this module emits no "discount" lines.
+both are shown with six decimals. A discount line has the GPU-hours of the rent it
+discounts and a negative unit price. An adjustment line about a rent or electricity line
+of an earlier period carries that line's grouping fields and unit price, with the
+quantity and amount that changed; other adjustments and credit lines have quantity 1,
+unit "" and unit_price equal to their amount. Credits are spent soonest-expiring first;
+a credit line names its grant (`credit_id`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from billing_rules.periods import parse_period
 from billing_rules.ruleset import CreditGrant, EnergyRate, RentRate
 
 _ONE = Decimal("1.000000")
+_HUNDRED = Fraction(100)
 
 
 @dataclass(frozen=True)
@@ -41,13 +46,15 @@ class RentUsage:
 
     gpu_model: str
     plan: str
-    price: Decimal
+    price: Decimal  # list price: monthly rent or hourly rate
     per_s: int
     seconds: int
+    discount_pct: Decimal = Decimal(0)  # the contract's discount, a separate discount line
 
     @classmethod
     def priced(cls, gpu_model: str, rate: RentRate, seconds: int) -> RentUsage:
-        return cls(gpu_model=gpu_model, plan=rate.plan, price=rate.price, per_s=rate.per_s, seconds=seconds)
+        return cls(gpu_model=gpu_model, plan=rate.plan, price=rate.list_price, per_s=rate.per_s, seconds=seconds,
+                   discount_pct=rate.discount_pct)
 
 
 @dataclass(frozen=True)
@@ -67,11 +74,33 @@ class EnergyUsage:
 
 @dataclass(frozen=True)
 class Adjustment:
-    """A correction for `ref_period` (late data after it was finalized); `amount` is signed, whole fen."""
+    """A correction for `ref_period` (late data after it was finalized); `amount` is signed, whole fen.
+
+    When it corrects a rent or electricity line, the grouping fields, unit and unit price
+    are that line's and `quantity` is the GPU-hours or kWh that changed.
+    """
 
     ref_period: str
     description: str
     amount: Decimal
+    gpu_model: str | None = None
+    plan: str | None = None
+    site: str | None = None
+    band: str | None = None
+    pue: Decimal | None = None
+    quantity: Decimal | None = None
+    unit: str = ""
+    unit_price: Decimal | None = None
+
+
+@dataclass(frozen=True)
+class CreditBalance:
+    """What is left of one credit grant for the period being invoiced."""
+
+    id: str
+    reason: str
+    remaining: Decimal
+    expires_period: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +118,7 @@ class InvoiceLine:
     unit_price: Decimal  # ¥ per GPU-hour or per kWh, six decimals; the amount for credit/adjustment
     exact_amount: Fraction
     amount: Decimal  # round_fen(exact_amount)
+    credit_id: str | None = None  # credit lines: the grant spent
 
 
 @dataclass(frozen=True)
@@ -110,24 +140,30 @@ def build_invoice(
     rent: Iterable[RentUsage],
     energy: Iterable[EnergyUsage],
     adjustments: Iterable[Adjustment],
-    credit_available: Decimal,
+    credits: Iterable[CreditBalance] | Decimal,
     vat_rate: Decimal,
 ) -> InvoiceDraft:
     """Assemble the invoice of `tenant` for `period`; see the module docstring for the arithmetic.
 
-    Raises ValueError for negative seconds or energy, an adjustment that is not whole fen,
-    or a negative `credit_available`.
+    `credits` are the tenant's unexpired grant balances (from `credit_balances`), or one
+    anonymous Decimal amount. Raises ValueError for negative seconds or energy, an
+    adjustment that is not whole fen, or a negative credit.
     """
     parse_period(period)
-    if credit_available < 0:
-        raise ValueError(f"credit_available must be ≥ 0, got {credit_available}")
+    rent = list(rent)
     lines = [*_rent_lines(rent), *_electricity_lines(energy), *_adjustment_lines(adjustments)]
     subtotal = sum((line.amount for line in lines), Decimal("0.00"))
+    discounts = _discount_lines(rent)
+    lines += discounts
+    owed = subtotal + sum((line.amount for line in discounts), Decimal("0.00"))
 
-    credit_used = round_fen(min(credit_available, max(subtotal, Decimal(0))))
-    if credit_used:
-        lines.append(_flat_line("credit", None, "Credit applied", -credit_used))
-    net = subtotal - credit_used
+    credit_used = Decimal("0.00")
+    for balance in _spending_order(credits, period):
+        spend = round_fen(min(balance.remaining, max(owed - credit_used, Decimal(0))))
+        if spend:
+            lines.append(_flat_line("credit", None, balance.reason or "Credit applied", -spend, credit_id=balance.id))
+            credit_used += spend
+    net = owed - credit_used
     tax = round_fen(Fraction(net) * Fraction(vat_rate))
     return InvoiceDraft(
         tenant=tenant,
@@ -142,13 +178,76 @@ def build_invoice(
     )
 
 
-def credit_available(grants: Iterable[CreditGrant], used_before: Decimal) -> Decimal:
-    """Credit left to spend: Σ grant amounts − credit used by earlier invoices, never below 0.
+def credit_balances(grants: Iterable[CreditGrant], used: dict[str, Decimal], period: str) -> list[CreditBalance]:
+    """Balances of the grants usable in `period`: amount − what earlier invoices spent of each.
 
-    `expires_period` is not honoured yet: grants are treated as one pool.
+    `used` maps grant id → credit spent so far. A grant whose `expires_period` is before
+    `period` is gone, whatever is left of it.
+    """
+    parse_period(period)
+    balances = []
+    for grant in grants:
+        if grant.expires_period is not None and grant.expires_period < period:
+            continue
+        left = grant.amount - used.get(grant.id, Decimal(0))
+        if left > 0:
+            balances.append(CreditBalance(grant.id, grant.reason, round_fen(left), grant.expires_period))
+    return balances
+
+
+def credit_available(grants: Iterable[CreditGrant], used_before: Decimal) -> Decimal:
+    """Credit left in one pool: Σ grant amounts − credit used by earlier invoices, never below 0.
+
+    Ignores expiry; `credit_balances` is the per-grant, expiry-aware version.
     """
     granted = sum((g.amount for g in grants), Decimal("0.00"))
     return max(granted - used_before, Decimal("0.00"))
+
+
+def _spending_order(credits: Iterable[CreditBalance] | Decimal, period: str) -> list[CreditBalance]:
+    if isinstance(credits, (Decimal, int)):
+        if credits < 0:
+            raise ValueError(f"credit available must be ≥ 0, got {credits}")
+        return [CreditBalance("credit", "Credit applied", Decimal(credits))] if credits else []
+    balances = [b for b in credits if b.expires_period is None or b.expires_period >= period]
+    if any(b.remaining < 0 for b in balances):
+        raise ValueError("a credit balance must be ≥ 0")
+    # Soonest-expiring first so that nothing expires while a longer-lived credit is spent.
+    return sorted(balances, key=lambda b: (b.expires_period is None, b.expires_period or "", b.id))
+
+
+def _discount_lines(usages: list[RentUsage]) -> list[InvoiceLine]:
+    # One line per (model, plan, list unit price, discount %): −Σ rent × pct / 100.
+    groups: dict[tuple[str, str, Fraction, Decimal], list] = {}
+    for usage in usages:
+        if not usage.discount_pct:
+            continue
+        per_hour = Fraction(usage.price) * S_PER_HOUR / usage.per_s
+        group = groups.setdefault((usage.gpu_model, usage.plan, per_hour, usage.discount_pct), [0, Fraction(0)])
+        group[0] += usage.seconds
+        group[1] -= usage.seconds * Fraction(usage.price) / usage.per_s * Fraction(usage.discount_pct) / _HUNDRED
+    lines = []
+    for (gpu_model, plan, per_hour, pct), (seconds, exact) in sorted(groups.items()):
+        if seconds == 0:
+            continue
+        lines.append(
+            InvoiceLine(
+                kind="discount",
+                gpu_model=gpu_model,
+                plan=plan,
+                site=None,
+                band=None,
+                pue=None,
+                ref_period=None,
+                description=f"Contract discount {pct.normalize():f} % on {gpu_model} {plan} rent",
+                quantity=round_quantity(Fraction(seconds, S_PER_HOUR)),
+                unit="GPU-hour",
+                unit_price=round_quantity(-per_hour * Fraction(pct) / _HUNDRED),
+                exact_amount=exact,
+                amount=round_fen(exact),
+            )
+        )
+    return lines
 
 
 def _rent_lines(usages: Iterable[RentUsage]) -> list[InvoiceLine]:
@@ -225,11 +324,20 @@ def _adjustment_lines(adjustments: Iterable[Adjustment]) -> list[InvoiceLine]:
         parse_period(adj.ref_period)
         if not is_fen_exact(adj.amount):
             raise ValueError(f"adjustment amount must be whole fen, got {adj.amount}")
-        lines.append(_flat_line("adjustment", adj.ref_period, adj.description, adj.amount))
+        line = _flat_line("adjustment", adj.ref_period, adj.description, adj.amount)
+        if adj.unit_price is not None:  # it corrects a rent or electricity line: say which
+            line = InvoiceLine(
+                kind="adjustment", gpu_model=adj.gpu_model, plan=adj.plan, site=adj.site, band=adj.band,
+                pue=adj.pue, ref_period=adj.ref_period, description=adj.description,
+                quantity=round_quantity(adj.quantity if adj.quantity is not None else Decimal(0)), unit=adj.unit,
+                unit_price=round_quantity(adj.unit_price), exact_amount=line.exact_amount, amount=line.amount,
+            )
+        lines.append(line)
     return lines
 
 
-def _flat_line(kind: str, ref_period: str | None, description: str, amount: Decimal) -> InvoiceLine:
+def _flat_line(kind: str, ref_period: str | None, description: str, amount: Decimal,
+               credit_id: str | None = None) -> InvoiceLine:
     amount = round_fen(amount)  # already whole fen; this only normalises to two decimals
     return InvoiceLine(
         kind=kind,
@@ -245,4 +353,5 @@ def _flat_line(kind: str, ref_period: str | None, description: str, amount: Deci
         unit_price=round_quantity(amount),
         exact_amount=Fraction(amount),
         amount=amount,
+        credit_id=credit_id,
     )

@@ -478,7 +478,9 @@ def main() -> None:
     try:
         app()
     except (GpubillError, BillingRulesError) as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        # One line: details (a broker's log tail, say) are in the files the message names.
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        err.print(f"[red]error:[/red] {escape(first)}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -1,6 +1,6 @@
 """Cost share for finance (SPEC §6): per site and GPU model, what the cards earned and burned.
 
-electricity_share = all electricity of the cards (billed to tenants + unallocated idle)
+rent_revenue is after contract discounts. electricity_share = all electricity of the cards (billed to tenants + unallocated idle)
 ÷ rent revenue — the operator's "share" column (¥54 / ¥599 = 9 % for an RTX 4090).
 
 What-if: the same recorded energy priced with another site's PUE and tariff, minute by
@@ -27,10 +27,10 @@ _RATED = """
  ON r.gpu_uuid = m.gpu_uuid)
 """
 _GROUPS_SQL = f"""
-SELECT site, gpu_model, stream, tenant != '' AS allocated, rent_price, rent_per_s, tariff_per_kwh, pue,
+SELECT site, gpu_model, stream, tenant != '' AS allocated, rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue,
        count() AS n, sum(energy_mj) AS mj
 FROM {_RATED}
-GROUP BY site, gpu_model, stream, allocated, rent_price, rent_per_s, tariff_per_kwh, pue
+GROUP BY site, gpu_model, stream, allocated, rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue
 """
 _CARDS_SQL = f"""
 SELECT site, gpu_model, uniqExact(gpu_uuid) FROM {_RATED}
@@ -52,11 +52,11 @@ def cost_share(db: Any, rules: Any, period: str) -> list[dict]:
     billed: dict[tuple, Fraction] = defaultdict(Fraction)
     idle: dict[tuple, Fraction] = defaultdict(Fraction)
     kwh: dict[tuple, Fraction] = defaultdict(Fraction)
-    for site, model, stream, allocated, price, per_s, tariff, pue, n, mj in db.query(_GROUPS_SQL, {"p": period}):
+    for site, model, stream, allocated, price, per_s, pct, tariff, pue, n, mj in db.query(_GROUPS_SQL, {"p": period}):
         key = (site, model)
-        if stream == "rent":
+        if stream == "rent":  # revenue after contract discounts
             seconds[key] += int(n)
-            rent[key] += Fraction(int(n)) * Fraction(price) / int(per_s)
+            rent[key] += Fraction(int(n)) * Fraction(price) * (100 - Fraction(pct)) / 100 / int(per_s)
         else:
             facility_kwh = Fraction(int(mj)) * Fraction(pue) / MJ_PER_KWH
             kwh[key] += facility_kwh

@@ -27,15 +27,16 @@ from billing_rules import (
     EnergyUsage,
     RentUsage,
     build_invoice,
-    credit_available,
+    credit_balances,
 )
 from gpubill.errors import NotFound
 from reports.usage_queries import energy_usage_sql, rent_usage_sql, tenants_with_charges_sql
 
 CURRENCY = "CNY"
+CHARGE_KINDS = ("rent", "discount", "electricity")
 LINE_COLUMNS = (
     "number", "tenant", "period", "line_no", "kind", "gpu_model", "plan", "site", "band", "pue", "ref_period",
-    "description", "quantity", "unit", "unit_price", "amount", "exact_amount",
+    "credit_id", "description", "quantity", "unit", "unit_price", "amount", "exact_amount",
 )
 HEADER_COLUMNS = (
     "number", "year", "seq", "tenant", "period", "status", "issued_at", "currency", "subtotal", "credit_used",
@@ -57,6 +58,7 @@ class StoredLine:
     unit: str
     unit_price: Decimal
     amount: Decimal
+    credit_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,8 +87,9 @@ class RunReport:
 
 def _usage_by_tenant(db: Any, period: str, tenant: str | None = None) -> tuple[dict, dict]:
     rent: dict[str, list[RentUsage]] = defaultdict(list)
-    for t, model, plan, price, per_s, seconds in db.query(*rent_usage_sql(period, tenant)):
-        rent[t].append(RentUsage(gpu_model=model, plan=plan, price=_plain(price), per_s=int(per_s), seconds=int(seconds)))
+    for t, model, plan, price, per_s, discount_pct, seconds in db.query(*rent_usage_sql(period, tenant)):
+        rent[t].append(RentUsage(gpu_model=model, plan=plan, price=_plain(price), per_s=int(per_s),
+                                 seconds=int(seconds), discount_pct=_plain(discount_pct)))
     energy: dict[str, list[EnergyUsage]] = defaultdict(list)
     for t, site, band, tariff, pue, mj in db.query(*energy_usage_sql(period, tenant)):
         energy[t].append(EnergyUsage(site=site, band=band, tariff_per_kwh=_plain(tariff), pue=_plain(pue), energy_mj=int(mj)))
@@ -108,9 +111,10 @@ def _line_key(line: Any) -> tuple:
 def pending_adjustments(db: Any, rules: Any, tenant: str, period: str) -> list[Adjustment]:
     """Late data for the tenant's finalized periods before `period`, as signed fen amounts.
 
-    For each such period: recompute its rent and electricity lines from the rated data as
-    it is now, and compare each line's rounded amount with what was already invoiced for
-    it (the original line plus adjustments on later invoices that reference the period).
+    For each such period: recompute its rent, discount and electricity lines from the
+    rated data as it is now, and compare each line's rounded amount and quantity with what
+    was already invoiced for it (the original line plus adjustments on later invoices that
+    reference the period, which carry the same grouping fields and unit price).
     """
     earlier = [row[0] for row in db.query(
         "SELECT period FROM invoices FINAL WHERE tenant = {t:String} AND period < {p:String} ORDER BY period",
@@ -120,24 +124,32 @@ def pending_adjustments(db: Any, rules: Any, tenant: str, period: str) -> list[A
     for ref in earlier:
         rent, energy = _usage_by_tenant(db, ref, tenant)
         now = build_invoice(tenant, ref, rent[tenant], energy[tenant], (), Decimal(0), Decimal(0))
-        billed: dict[tuple, Decimal] = defaultdict(Decimal)
-        for line in _stored_lines(db, tenant, ref, kinds=("rent", "electricity")):
-            billed[_line_key(line)] += line.amount
-        for line in _stored_lines_referencing(db, tenant, ref):
-            billed[_line_key(line)] += line.amount
+        billed: dict[tuple, list] = defaultdict(lambda: [Decimal(0), Decimal(0), None])  # amount, quantity, line
+        for line in [*_stored_lines(db, tenant, ref, kinds=CHARGE_KINDS), *_stored_lines_referencing(db, tenant, ref)]:
+            entry = billed[_line_key(line)]
+            entry[0] += line.amount
+            entry[1] += line.quantity
+            entry[2] = entry[2] or line
         for line in now.lines:
-            delta = line.amount - billed.pop(_line_key(line), Decimal(0))
-            if delta:
-                adjustments.append(Adjustment(ref_period=ref, description=_adjustment_text(line, ref), amount=delta))
-        for key, amount in billed.items():  # a line that no longer exists (should not happen)
+            amount, quantity, _ = billed.pop(_line_key(line), (Decimal(0), Decimal(0), None))
+            if line.amount != amount:
+                adjustments.append(_adjustment(line, ref, line.amount - amount, line.quantity - quantity))
+        for amount, quantity, line in billed.values():  # charged then, no usage now (not expected)
             if amount:
-                adjustments.append(Adjustment(ref_period=ref, description=f"correction for {ref}: {'/'.join(key)}", amount=-amount))
+                adjustments.append(_adjustment(line, ref, -amount, -quantity))
     return adjustments
 
 
-def _adjustment_text(line: Any, ref: str) -> str:
-    what = f"{line.gpu_model} {line.plan} rent" if line.kind == "rent" else f"electricity {line.site} {line.band}"
-    return f"late usage for {ref}: {what} @ {line.unit_price}"
+def _adjustment(line: Any, ref: str, amount: Decimal, quantity: Decimal) -> Adjustment:
+    if line.kind == "electricity" or line.site:
+        what = f"electricity {line.site} {line.band}"
+    else:
+        what = f"{line.gpu_model} {line.plan} {'discount' if line.unit_price < 0 else 'rent'}"
+    return Adjustment(
+        ref_period=ref, description=f"late usage for {ref}: {what}", amount=amount,
+        gpu_model=line.gpu_model, plan=line.plan, site=line.site, band=line.band, pue=line.pue,
+        quantity=quantity, unit=line.unit, unit_price=line.unit_price,
+    )
 
 
 def run_period(db: Any, rules: Any, period: str, *, now: datetime | None = None,
@@ -159,12 +171,9 @@ def run_period(db: Any, rules: Any, period: str, *, now: datetime | None = None,
         adjustments = pending_adjustments(db, rules, tenant, period)
         if not rent.get(tenant) and not energy.get(tenant) and not adjustments:
             continue
-        used_before = sum((r[0] for r in db.query(
-            "SELECT credit_used FROM invoices FINAL WHERE tenant = {t:String} AND period < {p:String}",
-            {"t": tenant, "p": period})), Decimal(0))
-        available = credit_available(rules.credit_grants(tenant), used_before)
+        credits = credit_balances(rules.credit_grants(tenant), _credit_spent(db, tenant, period), period)
         draft = build_invoice(
-            tenant, period, rent.get(tenant, ()), energy.get(tenant, ()), adjustments, available, rules.vat_rate(period)
+            tenant, period, rent.get(tenant, ()), energy.get(tenant, ()), adjustments, credits, rules.vat_rate(period)
         )
         number = _write_invoice(db, draft, now)
         report.created.append(number)
@@ -172,6 +181,16 @@ def run_period(db: Any, rules: Any, period: str, *, now: datetime | None = None,
             progress(number)
     db.insert("billing_runs", [[period, now, len(report.created) + len(report.existing)]], ["period", "completed_at", "invoices"])
     return report
+
+
+def _credit_spent(db: Any, tenant: str, period: str) -> dict[str, Decimal]:
+    """Grant id → credit the tenant's invoices before `period` spent of it."""
+    rows = db.query(
+        "SELECT credit_id, -sum(amount) FROM invoice_lines FINAL "
+        "WHERE tenant = {t:String} AND period < {p:String} AND kind = 'credit' GROUP BY credit_id",
+        {"t": tenant, "p": period},
+    )
+    return {credit_id or "": Decimal(spent) for credit_id, spent in rows}
 
 
 def _write_invoice(db: Any, draft: Any, now: datetime) -> str:
@@ -186,7 +205,7 @@ def _write_invoice(db: Any, draft: Any, now: datetime) -> str:
     for line_no, line in enumerate(draft.lines, start=1):
         rows.append((
             number, draft.tenant, draft.period, line_no, line.kind, line.gpu_model, line.plan, line.site, line.band,
-            line.pue, line.ref_period, line.description, line.quantity, line.unit, line.unit_price, line.amount,
+            line.pue, line.ref_period, line.credit_id, line.description, line.quantity, line.unit, line.unit_price, line.amount,
             _fraction_text(line.exact_amount),
         ))
     db.insert("invoice_lines", rows, LINE_COLUMNS)
@@ -204,8 +223,8 @@ def _fraction_text(value: Fraction | Decimal) -> str:
 
 def _stored_lines(db: Any, tenant: str, period: str, kinds: tuple[str, ...] | None = None) -> list[StoredLine]:
     sql = (
-        "SELECT kind, gpu_model, plan, site, band, pue, ref_period, description, quantity, unit, unit_price, amount "
-        "FROM invoice_lines FINAL WHERE tenant = {t:String} AND period = {p:String} ORDER BY line_no"
+        "SELECT kind, gpu_model, plan, site, band, pue, ref_period, description, quantity, unit, unit_price, amount, "
+        "credit_id FROM invoice_lines FINAL WHERE tenant = {t:String} AND period = {p:String} ORDER BY line_no"
     )
     lines = [StoredLine(*row) for row in db.query(sql, {"t": tenant, "p": period})]
     return [line for line in lines if kinds is None or line.kind in kinds]
@@ -213,8 +232,8 @@ def _stored_lines(db: Any, tenant: str, period: str, kinds: tuple[str, ...] | No
 
 def _stored_lines_referencing(db: Any, tenant: str, ref: str) -> list[StoredLine]:
     sql = (
-        "SELECT kind, gpu_model, plan, site, band, pue, ref_period, description, quantity, unit, unit_price, amount "
-        "FROM invoice_lines FINAL WHERE tenant = {t:String} AND kind = 'adjustment' AND ref_period = {r:String}"
+        "SELECT kind, gpu_model, plan, site, band, pue, ref_period, description, quantity, unit, unit_price, amount, "
+        "credit_id FROM invoice_lines FINAL WHERE tenant = {t:String} AND kind = 'adjustment' AND ref_period = {r:String}"
     )
     return [StoredLine(*row) for row in db.query(sql, {"t": tenant, "r": ref})]
 

@@ -12,9 +12,10 @@ def rent_usage_sql(period: str, tenant: str | None = None) -> tuple[str, dict]:
     """Rented seconds per (tenant, model, plan, price terms) in a period."""
     where = "stream = 'rent' AND period = {period:String}" + (" AND tenant = {tenant:String}" if tenant else "")
     sql = (
-        "SELECT tenant, gpu_model, plan, rent_price, rent_per_s, count() AS seconds "
+        "SELECT tenant, gpu_model, plan, rent_price, rent_per_s, discount_pct, count() AS seconds "
         f"FROM rated_seconds FINAL WHERE {where} "
-        "GROUP BY tenant, gpu_model, plan, rent_price, rent_per_s ORDER BY tenant, gpu_model, plan, rent_price"
+        "GROUP BY tenant, gpu_model, plan, rent_price, rent_per_s, discount_pct "
+        "ORDER BY tenant, gpu_model, plan, rent_price, discount_pct"
     )
     return sql, {"period": period, "tenant": tenant or ""}
 

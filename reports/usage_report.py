@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime, timezone
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -18,11 +18,11 @@ from reports.render import UsageReport, UsageRow
 
 _SQL = """
 SELECT toString(toDate(second, {tz:String})) AS day, instance, gpu_uuid, gpu_model, stream,
-       rent_price, rent_per_s, tariff_per_kwh, pue,
+       rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue,
        count() AS n, sum(util_pct) AS util_sum, sum(energy_mj) AS mj
 FROM rated_seconds FINAL
 WHERE tenant = {tenant:String} AND period = {period:String}
-GROUP BY day, instance, gpu_uuid, gpu_model, stream, rent_price, rent_per_s, tariff_per_kwh, pue
+GROUP BY day, instance, gpu_uuid, gpu_model, stream, rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue
 """
 
 
@@ -35,12 +35,12 @@ def usage_report(db: Any, rules: Any, tenant: str, period: str, *, now: datetime
     rent: dict[tuple, Fraction] = defaultdict(Fraction)
     kwh: dict[tuple, Fraction] = defaultdict(Fraction)
     cost: dict[tuple, Fraction] = defaultdict(Fraction)
-    for day, instance, gpu, model, stream, price, per_s, tariff, pue, n, util_sum, mj in db.query(_SQL, params):
+    for day, instance, gpu, model, stream, price, per_s, pct, tariff, pue, n, util_sum, mj in db.query(_SQL, params):
         key = (day, instance, gpu, model)
-        if stream == "rent":
+        if stream == "rent":  # after the contract's discount
             seconds[key] += int(n)
             util[key] += Decimal(util_sum)
-            rent[key] += Fraction(int(n)) * Fraction(price) / int(per_s)
+            rent[key] += Fraction(int(n)) * Fraction(price) * (100 - Fraction(pct)) / 100 / int(per_s)
         else:
             billed_kwh = Fraction(int(mj)) * Fraction(pue) / MJ_PER_KWH
             kwh[key] += billed_kwh
@@ -49,7 +49,7 @@ def usage_report(db: Any, rules: Any, tenant: str, period: str, *, now: datetime
     for key in sorted(set(seconds) | set(kwh)):
         day, instance, gpu, model = key
         n = seconds.get(key, 0)
-        avg = (util[key] / n).quantize(Decimal("0.1")) if n else Decimal("0.0")
+        avg = (util[key] / n).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP) if n else Decimal("0.0")
         rows.append(UsageRow(
             day=day, instance=instance, gpu_uuid=gpu, gpu_model=model,
             gpu_hours=round_quantity(Fraction(n, 3600)), avg_util_pct=avg, kwh=round_quantity(kwh[key]),

@@ -13,7 +13,7 @@ READINGS_POWER = (
 )
 RATED_SECONDS = (
     "stream", "gpu_uuid", "second", "period", "tenant", "instance", "gpu_model", "site", "node",
-    "plan", "rent_price", "rent_per_s", "util_pct", "energy_mj", "band", "tariff_per_kwh", "pue",
+    "plan", "rent_price", "rent_per_s", "discount_pct", "util_pct", "energy_mj", "band", "tariff_per_kwh", "pue",
     "version", "src_partition", "src_offset", "rated_at",
 )
 DEADLETTERS = ("source_topic", "source_partition", "source_offset", "source_line", "reason", "original", "dead_at")

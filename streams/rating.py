@@ -207,7 +207,7 @@ class Rater:
                 (
                     "rent", reading.gpu_uuid, second, self.rules.period_of(second), reading.tenant,
                     reading.instance or "", reading.gpu_model, reading.site, reading.node,
-                    rate.plan, rate.price, rate.per_s, reading.util_pct, 0, "", ZERO, ZERO,
+                    rate.plan, rate.list_price, rate.per_s, rate.discount_pct, reading.util_pct, 0, "", ZERO, ZERO,
                     _OFFSET_SPAN - 1 - offset, partition, offset, now,
                 )
             )
@@ -254,6 +254,6 @@ class Rater:
             tenant, instance, gpu_model = "", "", ""
         return (
             "energy", power.gpu_uuid, second, self.rules.period_of(second), tenant, instance, gpu_model,
-            power.site, power.node, "", ZERO, 0, ZERO, power.power_mw, rate.band, rate.tariff_per_kwh,
+            power.site, power.node, "", ZERO, 0, ZERO, ZERO, power.power_mw, rate.band, rate.tariff_per_kwh,
             rate.pue, version, power.partition, power.offset, now,
         )

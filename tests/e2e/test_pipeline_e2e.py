@@ -4,9 +4,10 @@ The fixture (tests/e2e/fixtures/make_readings.py says what is in it) is replayed
 real broker and drained by `gpubill worker --drain` into chDB. Every expected figure below
 is worked out by hand from the fixture and the test rules (tests/e2e/rules):
 
-    acme  A800-80G hourly  ¥3600/h = ¥1 per second
+    acme  A800-80G hourly  ¥3600/h = ¥1 per second; onboarding credit ¥150 usable in March only
     beta  RTX4090 monthly  ¥2,678,400/month: ¥1/s in March (31 d = 2,678,400 s),
-                           ¥2,678,400 / 2,592,000 = ¥31/30 per second in April (30 d)
+                           ¥2,678,400 / 2,592,000 = ¥31/30 per second in April (30 d);
+                           contract discount 10 % (its own invoice line)
     gz-guian  PUE 1.12, ¥330/kWh;  1 kWh = 3,600,000,000 mJ;  VAT 6 %;  trial credit ¥10
 """
 
@@ -63,23 +64,29 @@ def test_readings_to_invoices_to_the_fen(gpubill):
     assert acme["status"] == beta["status"] == "finalized"
 
     # acme March: 120 s × ¥1 = ¥120.00 rent; 120 s × 1000 W = 1.2e8 mJ → 0.037333 billed kWh
-    #   × ¥330 = ¥12.32; subtotal 132.32; credit −10.00; net 122.32; VAT 7.3392 → 7.34; total 129.66
+    #   × ¥330 = ¥12.32; subtotal 132.32; the onboarding credit expires first, so it is spent
+    #   first: −132.32 (¥17.68 of it left, lost after March); the trial ¥10 is untouched;
+    #   net 0.00; VAT 0.00; total 0.00
     lines = lines_by_kind(acme)
     assert [(l["gpu_model"], l["plan"], l["quantity"], l["unit_price"], l["amount"]) for l in lines["rent"]] == [
         ("A800-80G", "hourly", "0.033333", "3600.000000", "120.00")]
     assert [(l["site"], l["band"], l["pue"], l["quantity"], l["amount"]) for l in lines["electricity"]] == [
         ("gz-guian", "flat", "1.12", "0.037333", fen(electricity(120, Fraction(1000))))]
     assert fen(electricity(120, Fraction(1000))) == "12.32"
-    assert [l["amount"] for l in lines["credit"]] == ["-10.00"]
-    assert (acme["subtotal"], acme["net"], acme["tax"], acme["total"]) == ("132.32", "122.32", "7.34", "129.66")
+    assert [(l["description"], l["amount"]) for l in lines["credit"]] == [
+        ("Onboarding credit, contract 2026-001", "-132.32")]
+    assert (acme["subtotal"], acme["net"], acme["tax"], acme["total"]) == ("132.32", "0.00", "0.00", "0.00")
 
     # beta March: 60 s × ¥1 = ¥60.00 (the conflicting 4999 W reading does not count);
-    #   60 s × 400.5 W = 24,030,000 mJ → × 1.12 × 330 / 3.6e9 = ¥2.46708 → 2.47
-    #   subtotal 62.47; credit −10.00; net 52.47; VAT 3.1482 → 3.15; total 55.62
+    #   discount 10 % of 60.00 = −6.00; 60 s × 400.5 W = 24,030,000 mJ → × 1.12 × 330 / 3.6e9
+    #   = ¥2.46708 → 2.47; subtotal 60.00 + 2.47 = 62.47; − 6.00 − 10.00 credit = net 46.47;
+    #   VAT 2.7882 → 2.79; total 49.26
     lines = lines_by_kind(beta)
     assert [(l["gpu_model"], l["plan"], l["amount"]) for l in lines["rent"]] == [("RTX4090", "monthly", "60.00")]
+    assert [(l["gpu_model"], l["amount"]) for l in lines["discount"]] == [("RTX4090", "-6.00")]
     assert [l["amount"] for l in lines["electricity"]] == [fen(electricity(60, Fraction(4005, 10)))] == ["2.47"]
-    assert (beta["subtotal"], beta["net"], beta["tax"], beta["total"]) == ("62.47", "52.47", "3.15", "55.62")
+    assert [l["amount"] for l in lines["credit"]] == ["-10.00"]
+    assert (beta["subtotal"], beta["net"], beta["tax"], beta["total"]) == ("62.47", "46.47", "2.79", "49.26")
 
     # -- 3. late March data for acme after March was finalized: March does not change
     gpubill.run("replay", str(FIXTURES / "readings_part3.ndjson"))
@@ -96,28 +103,33 @@ def test_readings_to_invoices_to_the_fen(gpubill):
     beta4 = gpubill.json("invoice", "show", "--period", "2026-04", "--tenant", "beta", "--format", "json")
     assert (acme4["number"], beta4["number"]) == ("GB-2026-000003", "GB-2026-000004")
 
-    # acme April: 60 s → ¥60.00; 6e7 mJ → ¥6.16. Adjustments for March: rent 130 − 120 = +10.00;
-    #   electricity 130 s × 1000 W → ¥13.3466… → 13.35, minus 12.32 already billed = +1.03.
-    #   subtotal 60.00 + 6.16 + 10.00 + 1.03 = 77.19; credit used up in March;
-    #   VAT 4.6314 → 4.63; total 81.82
+    # acme April: 60 s → ¥60.00; 6e7 mJ → ¥6.16. Adjustments for March: rent 130 − 120 = +10.00
+    #   (10 s = 0.002778 GPU-h at ¥3600/h); electricity 130 s × 1000 W → ¥13.3466… → 13.35, minus
+    #   12.32 already billed = +1.03. subtotal 60.00 + 6.16 + 10.00 + 1.03 = 77.19; the onboarding
+    #   credit expired with March; the trial ¥10 is spent: net 67.19; VAT 4.0314 → 4.03; total 71.22
     lines = lines_by_kind(acme4)
     assert [l["amount"] for l in lines["rent"]] == ["60.00"]
     assert [l["amount"] for l in lines["electricity"]] == [fen(electricity(60, Fraction(1000)))] == ["6.16"]
-    assert sorted((l["ref_period"], l["amount"]) for l in lines["adjustment"]) == sorted([
-        ("2026-03", "10.00"),
-        ("2026-03", fen(Fraction(Decimal(fen(electricity(130, Fraction(1000)))) - Decimal("12.32")))),
+    assert sorted((l["ref_period"], l.get("gpu_model", ""), l.get("site", ""), l["quantity"], l["amount"])
+                  for l in lines["adjustment"]) == sorted([
+        ("2026-03", "A800-80G", "", "0.002778", "10.00"),
+        ("2026-03", "", "gz-guian", "0.003111",  # 10 s × 1000 W = 1e7 mJ × 1.12 / 3.6e9 kWh
+         fen(Fraction(Decimal(fen(electricity(130, Fraction(1000)))) - Decimal("12.32")))),
     ])
-    assert "credit" not in lines
-    assert (acme4["subtotal"], acme4["net"], acme4["tax"], acme4["total"]) == ("77.19", "77.19", "4.63", "81.82")
+    assert [(l["description"], l["amount"]) for l in lines["credit"]] == [("New-user trial credit", "-10.00")]
+    assert (acme4["subtotal"], acme4["net"], acme4["tax"], acme4["total"]) == ("77.19", "67.19", "4.03", "71.22")
 
     # beta April: 100 s × 31/30 = ¥103.333… → 103.33 (80 s arrived in part 1, the last 20 s of
     #   usage only in part 2, after their power had been rated unallocated by another worker);
-    #   electricity 100 s × 400.5 W → ¥4.1118 → 4.11; subtotal 107.44; VAT 6.4464 → 6.45; total 113.89
+    #   discount 10 % of 103.333… = −10.3333… → −10.33; electricity 100 s × 400.5 W → ¥4.1118 → 4.11;
+    #   subtotal 107.44; net 107.44 − 10.33 = 97.11 (the trial credit went in March);
+    #   VAT 5.8266 → 5.83; total 102.94
     lines = lines_by_kind(beta4)
     assert [(l["plan"], l["quantity"], l["amount"]) for l in lines["rent"]] == [
         ("monthly", "0.027778", fen(Fraction(100 * 31, 30)))]
     assert [l["amount"] for l in lines["electricity"]] == [fen(electricity(100, Fraction(4005, 10)))] == ["4.11"]
-    assert (beta4["subtotal"], beta4["net"], beta4["tax"], beta4["total"]) == ("107.44", "107.44", "6.45", "113.89")
+    assert [l["amount"] for l in lines["discount"]] == ["-" + fen(Fraction(100 * 31, 30) / 10)] == ["-10.33"]
+    assert (beta4["subtotal"], beta4["net"], beta4["tax"], beta4["total"]) == ("107.44", "97.11", "5.83", "102.94")
 
     # -- 5. dead letters: 2 refused by replay (kind unreadable), 6 by the worker, each with a reason
     dead = gpubill.json("dlq", "list", "--limit", "50", "--format", "json")

@@ -97,8 +97,9 @@ def test_rent_row_per_rented_second(tenant, gpu, second, period, plan, price, pe
     assert row(out.rated[0]) == {
         "stream": "rent", "gpu_uuid": gpu, "second": second, "period": period, "tenant": tenant,
         "instance": "inst-7", "gpu_model": MODEL_OF[gpu], "site": "gz-guian", "node": "node-01",
-        "plan": plan, "rent_price": price, "rent_per_s": per_s, "util_pct": Decimal("87.5"), "energy_mj": 0,
-        "band": "", "tariff_per_kwh": 0, "pue": 0, "version": out.rated[0][17], "src_partition": 3,
+        "plan": plan, "rent_price": price, "rent_per_s": per_s, "discount_pct": 0, "util_pct": Decimal("87.5"),
+        "energy_mj": 0, "band": "", "tariff_per_kwh": 0, "pue": 0, "version": row(out.rated[0])["version"],
+        "src_partition": 3,
         "src_offset": 41, "rated_at": NOW,
     }
 
@@ -143,7 +144,7 @@ def test_energy_attributed_when_usage_came_first() -> None:
     assert energy == {
         "stream": "energy", "gpu_uuid": "G1", "second": T, "period": "2026-03", "tenant": "acme",
         "instance": "i-9", "gpu_model": "A800-80G", "site": "gz-guian", "node": "node-01", "plan": "",
-        "rent_price": 0, "rent_per_s": 0, "util_pct": 0, "energy_mj": 412_346, "band": "flat",
+        "rent_price": 0, "rent_per_s": 0, "discount_pct": 0, "util_pct": 0, "energy_mj": 412_346, "band": "flat",
         "tariff_per_kwh": TARIFF, "pue": PUE, "version": energy["version"], "src_partition": 2,
         "src_offset": 20, "rated_at": NOW,
     }
@@ -406,7 +407,7 @@ def batch_join(grid: dict, items: list[tuple]) -> dict[tuple, dict]:
             expected[("rent", gpu, second)] = {
                 "stream": "rent", "gpu_uuid": gpu, "second": second, "period": "2026-03", "tenant": tenant,
                 "instance": instance, "gpu_model": model, "site": "gz-guian", "node": "node-01", "plan": plan,
-                "rent_price": price, "rent_per_s": per_s, "util_pct": i * 10, "energy_mj": 0, "band": "",
+                "rent_price": price, "rent_per_s": per_s, "discount_pct": 0, "util_pct": i * 10, "energy_mj": 0, "band": "",
                 "tariff_per_kwh": 0, "pue": 0, "src_partition": p, "src_offset": o,
             }
         if mw is not None:
@@ -416,7 +417,7 @@ def batch_join(grid: dict, items: list[tuple]) -> dict[tuple, dict]:
                 "tenant": "" if tenant in (None, NO_USAGE) else tenant, "instance": instance,
                 # power without any usage reading has no model: the join would give it one
                 "gpu_model": "" if tenant == NO_USAGE else model, "site": "gz-guian", "node": "node-01",
-                "plan": "", "rent_price": 0, "rent_per_s": 0, "util_pct": 0, "energy_mj": mw, "band": "flat",
+                "plan": "", "rent_price": 0, "rent_per_s": 0, "discount_pct": 0, "util_pct": 0, "energy_mj": mw, "band": "flat",
                 "tariff_per_kwh": TARIFF, "pue": PUE, "src_partition": p, "src_offset": o,
             }
     return expected
