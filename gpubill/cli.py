@@ -220,7 +220,7 @@ def worker(
             code = run_worker(settings, pipeline, drain_targets=targets,
                               on_progress=lambda done, _: progress.update(task, completed=done))
     else:
-        code = run_worker(settings, pipeline)
+        code = run_worker(settings, pipeline, rules_dir=Path(settings.rules))
     database.close()
     if code:
         raise typer.Exit(code)
@@ -253,14 +253,14 @@ def up() -> None:
         loop = asyncio.get_running_loop()
 
         async def job() -> None:  # share the sink's thread: one chDB caller at a time
-            await loop.run_in_executor(pipeline.executor, run_due, database, rules)
+            await loop.run_in_executor(pipeline.executor, lambda: run_due(database, pipeline.rules))
 
         add_billing_job(scheduler, job, rules)
         scheduler.start()
         await asyncio.Event().wait()
 
     err.print(f"gpubill up: worker + scheduler; metrics on :{settings.metrics_port}; Ctrl-C to stop")
-    code = run_worker(settings, pipeline, loglevel="INFO", extra_tasks=[scheduler_task])
+    code = run_worker(settings, pipeline, loglevel="INFO", extra_tasks=[scheduler_task], rules_dir=Path(settings.rules))
     database.close()
     raise typer.Exit(code)
 

@@ -18,6 +18,7 @@ import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import faust
@@ -33,6 +34,43 @@ log = logging.getLogger("gpubill.worker")
 
 BATCH_MAX = 5000
 BATCH_WITHIN_S = 0.5
+RULES_POLL_S = 10.0
+
+
+class RulesWatcher:
+    """Reloads the rule set when its files change; keeps the last good set when they are invalid."""
+
+    def __init__(self, directory: Path, pipeline: "Pipeline") -> None:
+        self.directory = directory
+        self.pipeline = pipeline
+        self.seen = self._stamp()
+
+    def _stamp(self) -> tuple:
+        try:
+            return tuple(sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in self.directory.glob("*.toml")))
+        except OSError:
+            return ()
+
+    def poll(self) -> bool:
+        """Reload if the files changed; True when a new rule set is in use."""
+        from billing_rules import BillingRulesError, load_rules
+
+        stamp = self._stamp()
+        if stamp == self.seen:
+            return False
+        self.seen = stamp
+        try:
+            rules = load_rules(self.directory)
+        except BillingRulesError as exc:
+            log.error("rule files changed but are invalid, still pricing with the last good set: %s", exc)
+            if self.pipeline.metrics:
+                self.pipeline.metrics.rules_invalid.set(1)
+            return False
+        self.pipeline.use_rules(rules)
+        if self.pipeline.metrics:
+            self.pipeline.metrics.rules_invalid.set(0)
+        log.warning("rule files changed: now pricing with rule set %s", rules.digest[:12])
+        return True
 
 
 @dataclass
@@ -51,12 +89,19 @@ class Pipeline:
             if next_offset > self.positions.get(position, 0):
                 self.positions[position] = next_offset
 
-    def handle(self, messages: list[Message], known_sites, known_models) -> BatchResult:
+    def use_rules(self, rules: Any) -> None:
+        """Price from now on with `rules` (already validated as a whole by load_rules)."""
+        self.rules = rules
+        self.rater.rules = rules
+
+    def handle(self, messages: list[Message]) -> BatchResult:
         """Rate a batch and persist it (runs in the sink's thread: the only ClickHouse caller)."""
         now = utcnow()
         lookup = lookup_stored(self.sink.database) if self.sink else None
+        rules = self.rules  # one snapshot for the whole batch
         result = process_batch(
-            messages, self.rater, known_sites=known_sites, known_models=known_models, now=now, lookup=lookup
+            messages, self.rater, known_sites=frozenset(rules.site_ids), known_models=frozenset(rules.model_ids),
+            now=now, lookup=lookup,
         )
         if self.sink:
             started = time.monotonic()
@@ -98,14 +143,13 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
     )
     readings = app.topic(TOPIC_USAGE, TOPIC_POWER, key_serializer="raw", value_serializer="raw")
     deadletter_topic = app.topic(TOPIC_DEADLETTER, key_serializer="raw", value_serializer="raw")
-    known_sites, known_models = frozenset(pipeline.rules.site_ids), frozenset(pipeline.rules.model_ids)
 
     @app.agent(readings, name="rate_readings")
     async def rate_readings(stream):
         """Validate → dedupe → attribute → rate, a batch at a time; yields each batch's result."""
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
             messages = [to_message(e) for e in events]
-            result = await pipeline.in_sink_thread(pipeline.handle, messages, known_sites, known_models)
+            result = await pipeline.in_sink_thread(pipeline.handle, messages)
             await _send_deadletters(deadletter_topic, result)
             await _ack(stream, events)  # only now may Faust commit these offsets
             pipeline.record(result.positions)
@@ -149,12 +193,13 @@ async def _send_deadletters(topic: Any, result: BatchResult) -> None:
 def run_worker(settings: Settings, pipeline: Pipeline, *,
                drain_targets: dict[tuple[str, int], tuple[int, int]] | None = None,
                loglevel: str = "WARN", extra_tasks: list | None = None,
-               on_progress: Callable[[int, int], None] | None = None) -> int:
+               on_progress: Callable[[int, int], None] | None = None, rules_dir: Path | None = None) -> int:
     """Run the Faust worker until interrupted, or with `drain_targets` until they are reached.
 
     `drain_targets` maps (topic, partition) to (committed, end) offsets; `on_progress` is
-    told (messages done, messages to do) while draining. Returns the process exit code
-    (0 when a drain completed).
+    told (messages done, messages to do) while draining; with `rules_dir` the rule files
+    are watched and reloaded when they change. Returns the process exit code (0 when a
+    drain completed).
     """
     app = build_app(settings, pipeline)
     outcome = {"code": 0}
@@ -177,6 +222,15 @@ def run_worker(settings: Settings, pipeline: Pipeline, *,
             await app.consumer.commit()
             log.info("drained to the end offsets; committed")
             os.kill(os.getpid(), signal.SIGTERM)
+
+    if rules_dir is not None:
+
+        @app.timer(RULES_POLL_S)
+        async def reload_rules() -> None:
+            """Pick up edited rule files; an invalid set is refused whole and the last good one kept."""
+            await pipeline.in_sink_thread(watcher.poll)
+
+        watcher = RulesWatcher(rules_dir, pipeline)
 
     for task in extra_tasks or []:
         app.task(task)

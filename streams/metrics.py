@@ -18,6 +18,10 @@ class Metrics:
         self.batch_rows = Histogram(
             "gpubill_batch_rows", "Rows written per batch", buckets=(10, 100, 1000, 5000, 20000, 100000), registry=registry
         )
+        self.rules_invalid = Gauge(
+            "gpubill_rules_invalid", "1 while the rule files on disk are invalid (the last good set is in use)",
+            registry=registry,
+        )
         self.state_entries = Gauge("gpubill_dedupe_state_entries", "Readings held in the dedupe horizon", registry=registry)
 
     def batch(self, result, rater) -> None:
