@@ -407,6 +407,7 @@ def dlq_list(
 def report_cost_share(
     period: str = typer.Option(..., help="Billing period YYYY-MM."),
     what_if_site: Optional[str] = typer.Option(None, help="Also price the same energy at this site."),
+    what_if_rules: Optional[Path] = typer.Option(None, help="Also price the same usage under this rule set."),
     fmt: str = typer.Option("table", "--format", help="table, csv or json."),
     out_file: Optional[Path] = typer.Option(None, "--out", help="Write to this file instead of stdout."),
 ) -> None:
@@ -421,7 +422,10 @@ def report_cost_share(
     with _database(settings) as database:
         rows = cost_share(database, rules, _check_period(period))
         store_cost_share(database, period, rows)
-        compared = what_if(database, rules, period, what_if_site, rows) if what_if_site else None
+        compared = None
+        if what_if_site or what_if_rules:
+            other = load_rules(what_if_rules) if what_if_rules else None
+            compared = what_if(database, rules, period, rows, other_site=what_if_site, other_rules=other)
     _emit(render_cost_share(rows, fmt, what_if=compared), out_file)
 
 

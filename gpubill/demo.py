@@ -80,7 +80,7 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
                 (out_dir / "usage" / f"{tenant}_{period}.{fmt}").write_bytes(render_usage(report, fmt))
         rows = cost_share(database, rules, period)
         store_cost_share(database, period, rows)
-        compared = what_if(database, rules, period, WHAT_IF_SITE, rows)
+        compared = what_if(database, rules, period, rows, other_site=WHAT_IF_SITE)
     (out_dir / f"cost-share_{period}.csv").write_text(render_cost_share(rows, "csv", what_if=compared))
     (out_dir / f"cost-share_{period}.json").write_text(render_cost_share(rows, "json", what_if=compared))
 

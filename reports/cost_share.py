@@ -36,6 +36,12 @@ _CARDS_SQL = f"""
 SELECT site, gpu_model, uniqExact(gpu_uuid) FROM {_RATED}
 GROUP BY site, gpu_model
 """
+_RENT_BY_MINUTE_SQL = f"""
+SELECT site, gpu_model, tenant, toUnixTimestamp(toStartOfMinute(second)) AS minute, count()
+FROM {_RATED}
+WHERE stream = 'rent'
+GROUP BY site, gpu_model, tenant, minute
+"""
 _ENERGY_BY_MINUTE_SQL = f"""
 SELECT site, gpu_model, toUnixTimestamp(toStartOfMinute(second)) AS minute, sum(energy_mj)
 FROM {_RATED}
@@ -82,22 +88,48 @@ def cost_share(db: Any, rules: Any, period: str) -> list[dict]:
     return rows
 
 
-def what_if(db: Any, rules: Any, period: str, other_site: str, actual: list[dict]) -> list[dict]:
-    """The period's energy priced at `other_site`, beside the actual electricity of each row."""
-    if not rules.has_site(other_site):
-        from billing_rules import UnknownSite
+def what_if(db: Any, rules: Any, period: str, actual: list[dict], *, other_site: str | None = None,
+            other_rules: Any = None) -> list[dict]:
+    """The period's recorded usage re-priced: energy at `other_site` and/or everything under
+    `other_rules` (another rule set: catalog, contracts, tariffs), beside the actual rows.
 
-        raise UnknownSite(f"unknown site {other_site!r}; known: {', '.join(rules.site_ids)}")
+    Usage is re-priced minute by minute with the rates in force at each minute, which is
+    exact for rule changes and tariff bands on whole minutes (what the rule files express).
+    saving = what-if (rent + electricity) − actual (rent + electricity): what this site and
+    these rules save compared with the alternative.
+    """
+    from billing_rules import UnknownSite
+
+    pricing = other_rules or rules
+    if other_site is not None and not pricing.has_site(other_site):
+        raise UnknownSite(f"unknown site {other_site!r}; known: {', '.join(pricing.site_ids)}")
     cost: dict[tuple, Fraction] = defaultdict(Fraction)
     for site, model, minute, mj in db.query(_ENERGY_BY_MINUTE_SQL, {"p": period}):
-        rate = rules.energy_rate(other_site, int(minute))
+        priced_at = other_site or site
+        if not pricing.has_site(priced_at):
+            raise UnknownSite(f"the what-if rules have no site {priced_at!r}; name one with --what-if-site")
+        rate = pricing.energy_rate(priced_at, int(minute))
         cost[(site, model or "(unknown)")] += Fraction(int(mj)) * Fraction(rate.pue) * Fraction(rate.tariff_per_kwh) / MJ_PER_KWH
+    rent: dict[tuple, Fraction] | None = None
+    if other_rules is not None:
+        rent = defaultdict(Fraction)
+        for site, model, tenant, minute, n in db.query(_RENT_BY_MINUTE_SQL, {"p": period}):
+            rate = other_rules.rent_rate(tenant, model, int(minute))
+            rent[(site, model)] += (Fraction(int(n)) * Fraction(rate.list_price) * (100 - Fraction(rate.discount_pct))
+                                    / 100 / rate.per_s)
     rows = []
     for row in actual:
         key = (row["site"], row["gpu_model"])
-        electricity = row["electricity_billed"] + row["electricity_unallocated"]
-        other = round_fen(cost.get(key, Fraction(0)))
-        rows.append({**row, "what_if_site": other_site, "what_if_electricity": other, "saving": other - electricity})
+        other_electricity = round_fen(cost.get(key, Fraction(0)))
+        other_rent = round_fen(rent.get(key, Fraction(0))) if rent is not None else row["rent_revenue"]
+        actual_total = row["rent_revenue"] + row["electricity_billed"] + row["electricity_unallocated"]
+        rows.append({
+            **row,
+            "what_if_site": other_site or ("(other rules)" if other_rules is not None else row["site"]),
+            "what_if_rent": other_rent,
+            "what_if_electricity": other_electricity,
+            "saving": other_rent + other_electricity - actual_total,
+        })
     return rows
 
 

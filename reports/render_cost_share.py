@@ -40,9 +40,9 @@ COST_SHARE_COLUMNS = (
     "green_kwh",
     "total_kwh",
 )
-WHAT_IF_COLUMNS = ("what_if_site", "what_if_electricity", "saving")
+WHAT_IF_COLUMNS = ("what_if_site", "what_if_rent", "what_if_electricity", "saving")
 
-_MONEY = {"rent_revenue", "electricity_billed", "electricity_unallocated", "what_if_electricity", "saving"}
+_MONEY = {"rent_revenue", "electricity_billed", "electricity_unallocated", "what_if_rent", "what_if_electricity", "saving"}
 _QUANTITY = {"rented_gpu_hours", "green_kwh", "total_kwh"}
 _FRACTION = {"electricity_share"}
 
@@ -133,6 +133,7 @@ def render_cost_share_table(
     if has_what_if:
         columns += [
             ("What-if\nsite", "left", ""),
+            ("What-if\nrent", "right", grouped(_sum(joined, "what_if_rent"), 2)),
             ("What-if\nelectricity", "right", grouped(_sum(joined, "what_if_electricity"), 2)),
             ("Saving", "right", grouped(_sum(joined, "saving"), 2)),
         ]
@@ -156,7 +157,8 @@ def render_cost_share_table(
             num(r, "total_kwh", 1),
         ]
         if has_what_if:
-            cells += [str(r.get("what_if_site") or "-"), num(r, "what_if_electricity", 2), num(r, "saving", 2)]
+            cells += [str(r.get("what_if_site") or "-"), num(r, "what_if_rent", 2), num(r, "what_if_electricity", 2),
+                      num(r, "saving", 2)]
         table.add_row(*cells)
     return table
 

@@ -151,6 +151,18 @@ def test_readings_to_invoices_to_the_fen(gpubill):
     assert a800["electricity_unallocated"] == fen(electricity(60, Fraction(300))) == "1.85"
     assert a800["rent_revenue"] == "130.00"  # 130 s of acme after the late data
 
+    # what-if under the shipped rules: there acme's A800 is on a ¥3,180/month contract:
+    #   130 s × 3180 / 2,678,400 s = ¥0.15434 → 0.15; energy of both A800 cards at ¥0.33/kWh:
+    #   (130 s × 1000 W + 60 s × 300 W) = 1.48e8 mJ × 1.12 × 0.33 / 3.6e9 = ¥0.015195 → 0.02
+    from billing_rules import DEFAULT_RULES_DIR
+
+    compared = gpubill.json("report", "cost-share", "--period", "2026-03", "--format", "json",
+                            "--what-if-rules", str(DEFAULT_RULES_DIR))["what_if"]
+    a800_then = next(r for r in compared if r["gpu_model"] == "A800-80G")
+    assert (a800_then["what_if_rent"], a800_then["what_if_electricity"]) == (
+        fen(Fraction(130 * 3180, 2_678_400)), fen(Fraction(148_000_000) * Fraction(112, 100) * Fraction(33, 100) / MJ_PER_KWH))
+    assert (a800_then["what_if_rent"], a800_then["what_if_electricity"]) == ("0.15", "0.02")
+
     # -- 7. usage report: only acme's card, never beta's
     report = gpubill.run("report", "usage", "--tenant", "acme", "--period", "2026-03", "--format", "json",
                          "--out", str(gpubill.cwd / "acme.json"))
