@@ -449,6 +449,28 @@ def report_usage(
     _emit(render_usage(report, fmt), out_file)
 
 
+@app.command()
+def audit(period: str = typer.Option(..., help="Billing period YYYY-MM.")) -> None:
+    """Recompute the period from raw readings and compare with the rated data; exit 1 on differences."""
+    from rich.table import Table
+
+    from reports.audit import audit as run_audit
+
+    settings = load_settings()
+    rules = _rules(settings)
+    with _database(settings) as database:
+        figures, differences = run_audit(database, rules, _check_period(period))
+    table = Table("tenant", "rented GPU-s", "energy mJ", "rent", "electricity", title=f"Audit {period} (from raw readings)")
+    for tenant, f in sorted(figures.items()):
+        table.add_row(tenant or "(unallocated)", f"{f.rent_seconds:,}", f"{f.energy_mj:,}", str(f.rent), str(f.electricity))
+    out.print(table)
+    if differences:
+        for d in differences:
+            out.print(f"DIFFERENCE {d.tenant or '(unallocated)'} {d.what}: raw {d.raw} vs rated {d.rated}", highlight=False)
+        raise GpubillError(f"audit of {period}: {len(differences)} differences between raw readings and rated data")
+    out.print(f"audit of {period}: clean — rated data equals the batch join of the raw readings")
+
+
 # ------------------------------------------------------------------------------------- rules
 
 

@@ -171,7 +171,11 @@ def test_readings_to_invoices_to_the_fen(gpubill):
     assert {r["gpu_uuid"] for r in rows} == {"GA1"}
     assert sum(Decimal(r["rent"]) for r in rows) == Decimal("130.00")
 
-    # -- 8. finance reads the same figures from ClickHouse views (the CLI has exited: no lock)
+    # -- 8. the self-audit recomputes both months from the raw readings: no difference
+    for period in ("2026-03", "2026-04"):
+        assert "clean" in gpubill.run("audit", "--period", period).stdout
+
+    # -- 9. finance reads the same figures from ClickHouse views (the CLI has exited: no lock)
     from gpubill.clickhouse import open_database
 
     with open_database(gpubill.env["GPUBILL_CLICKHOUSE"]) as database:
@@ -182,3 +186,19 @@ def test_readings_to_invoices_to_the_fen(gpubill):
     # acme: 130 s (after the late data) × ¥1; 130 × 1,000,000 mJ. beta: 60 s × ¥1; 60 × 400,500 mJ
     assert [(t, int(s), int(mj), Decimal(rent)) for t, s, mj, rent in rows] == [
         ("acme", 130, 130_000_000, Decimal(130)), ("beta", 60, 24_030_000, Decimal(60))]
+
+    # -- 10. the audit can fail: a rated second no reading supports is found
+    from datetime import datetime, timezone
+
+    from schemas.tables import RATED_SECONDS
+
+    with open_database(gpubill.env["GPUBILL_CLICKHOUSE"]) as database:
+        bogus = {c: 0 for c in RATED_SECONDS} | {
+            "stream": "rent", "gpu_uuid": "GHOST", "second": 1774972000, "period": "2026-03", "tenant": "acme",
+            "instance": "", "gpu_model": "A800-80G", "site": "gz-guian", "node": "", "plan": "hourly",
+            "rent_price": Decimal(3600), "rent_per_s": 3600, "discount_pct": Decimal(0), "util_pct": Decimal(0),
+            "band": "", "tariff_per_kwh": Decimal(0), "pue": Decimal(0), "rated_at": datetime.now(timezone.utc)}
+        database.insert("rated_seconds", [tuple(bogus[c] for c in RATED_SECONDS)], RATED_SECONDS)
+    audited = gpubill.run("audit", "--period", "2026-03", check=False)
+    assert audited.returncode == 1
+    assert "DIFFERENCE acme rent_seconds: raw 130 vs rated 131" in audited.stdout

@@ -1,0 +1,126 @@
+"""Self-audit: recompute a period from the raw readings and compare with what the pipeline rated.
+
+The raw side is one SQL pass over readings_usage and readings_power: the first reading per
+(gpu, second) in partition order counts (duplicates and conflicts drop out), power joins
+the usage of the same second, and the period is the billing-time-zone month of the second.
+The rated side is rated_seconds FINAL. Both are compared per tenant ('' = unallocated
+energy): rented GPU-seconds, millijoules, and the exact amounts (rent priced by the rules
+in force at each minute, electricity by each minute's band, tariff and PUE) rounded once.
+Any difference is listed; none means the streaming result equals the batch join.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from billing_rules import MJ_PER_KWH, round_fen
+
+_RAW_SQL = """
+WITH
+    u AS (
+        SELECT gpu_uuid, second,
+               argMin(tuple(ifNull(tenant, ''), gpu_model, site), (src_partition, src_offset)) AS first
+        FROM readings_usage
+        WHERE second >= toDateTime({lo:UInt32}, 'UTC') AND second < toDateTime({hi:UInt32}, 'UTC')
+        GROUP BY gpu_uuid, second
+    ),
+    p AS (
+        SELECT gpu_uuid, second, argMin(tuple(power_mw, site), (src_partition, src_offset)) AS first
+        FROM readings_power
+        WHERE second >= toDateTime({lo:UInt32}, 'UTC') AND second < toDateTime({hi:UInt32}, 'UTC')
+        GROUP BY gpu_uuid, second
+    )
+SELECT 'rent' AS stream, first.1 AS tenant, first.2 AS gpu_model, first.3 AS site,
+       toUnixTimestamp(toStartOfMinute(second)) AS minute, count() AS n, toUInt64(0) AS mj
+FROM u WHERE first.1 != ''
+GROUP BY tenant, gpu_model, site, minute
+UNION ALL
+SELECT 'energy', ifNull(u.first.1, ''), '', p.first.2, toUnixTimestamp(toStartOfMinute(p.second)) AS minute,
+       count(), sum(p.first.1)
+FROM p LEFT JOIN u ON p.gpu_uuid = u.gpu_uuid AND p.second = u.second
+GROUP BY 2, 4, minute
+SETTINGS join_use_nulls = 1
+"""
+
+_RATED_SQL = """
+SELECT stream, tenant, gpu_model, count() AS n, sum(energy_mj) AS mj,
+       rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue
+FROM rated_seconds FINAL
+WHERE period = {p:String}
+GROUP BY stream, tenant, gpu_model, rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue
+"""
+
+
+@dataclass(frozen=True)
+class Figures:
+    rent_seconds: int = 0
+    energy_mj: int = 0
+    rent: Decimal = Decimal("0.00")
+    electricity: Decimal = Decimal("0.00")
+
+
+@dataclass(frozen=True)
+class Difference:
+    tenant: str
+    what: str
+    raw: Any
+    rated: Any
+
+
+def audit(db: Any, rules: Any, period: str) -> tuple[dict[str, Figures], list[Difference]]:
+    """(figures per tenant from the raw readings, differences against rated_seconds)."""
+    lo, hi = rules.period_bounds(period)
+    raw = _raw_figures(db, rules, lo, hi)
+    rated = _rated_figures(db, period)
+    differences = []
+    for tenant in sorted(set(raw) | set(rated)):
+        a, b = raw.get(tenant, Figures()), rated.get(tenant, Figures())
+        for what in ("rent_seconds", "energy_mj", "rent", "electricity"):
+            if getattr(a, what) != getattr(b, what):
+                differences.append(Difference(tenant, what, getattr(a, what), getattr(b, what)))
+    return raw, differences
+
+
+def _raw_figures(db: Any, rules: Any, lo: int, hi: int) -> dict[str, Figures]:
+    seconds: dict[str, int] = defaultdict(int)
+    energy: dict[str, int] = defaultdict(int)
+    rent: dict[str, Fraction] = defaultdict(Fraction)
+    electricity: dict[str, Fraction] = defaultdict(Fraction)
+    for stream, tenant, model, site, minute, n, mj in db.query(_RAW_SQL, {"lo": lo, "hi": hi}):
+        if stream == "rent":
+            rate = rules.rent_rate(tenant, model, int(minute))
+            seconds[tenant] += int(n)
+            rent[tenant] += (Fraction(int(n)) * Fraction(rate.list_price) * (100 - Fraction(rate.discount_pct))
+                             / 100 / rate.per_s)
+        else:
+            rate = rules.energy_rate(site, int(minute))
+            energy[tenant] += int(mj)
+            electricity[tenant] += Fraction(int(mj)) * Fraction(rate.pue) * Fraction(rate.tariff_per_kwh) / MJ_PER_KWH
+    return _figures(seconds, energy, rent, electricity)
+
+
+def _rated_figures(db: Any, period: str) -> dict[str, Figures]:
+    seconds: dict[str, int] = defaultdict(int)
+    energy: dict[str, int] = defaultdict(int)
+    rent: dict[str, Fraction] = defaultdict(Fraction)
+    electricity: dict[str, Fraction] = defaultdict(Fraction)
+    for stream, tenant, _, n, mj, price, per_s, pct, tariff, pue in db.query(_RATED_SQL, {"p": period}):
+        if stream == "rent":
+            seconds[tenant] += int(n)
+            rent[tenant] += Fraction(int(n)) * Fraction(price) * (100 - Fraction(pct)) / 100 / int(per_s)
+        else:
+            energy[tenant] += int(mj)
+            electricity[tenant] += Fraction(int(mj)) * Fraction(pue) * Fraction(tariff) / MJ_PER_KWH
+    return _figures(seconds, energy, rent, electricity)
+
+
+def _figures(seconds, energy, rent, electricity) -> dict[str, Figures]:
+    return {
+        tenant: Figures(seconds.get(tenant, 0), energy.get(tenant, 0), round_fen(rent.get(tenant, Fraction(0))),
+                        round_fen(electricity.get(tenant, Fraction(0))))
+        for tenant in set(seconds) | set(energy)
+    }
