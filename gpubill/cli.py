@@ -379,9 +379,9 @@ def dlq_list(
     settings = load_settings()
     with _database(settings) as database:
         rows = database.query_dicts(
-            "SELECT dead_at, source_topic, source_partition, source_offset, source_line, reason, original "
+            "SELECT dead_at, source_topic, source_partition, source_offset, source_line, source_index, reason, original "
             "FROM deadletters FINAL ORDER BY dead_at DESC, source_topic, source_partition, source_offset DESC, "
-            "source_line DESC LIMIT {n:UInt32}",
+            "source_line DESC, source_index DESC LIMIT {n:UInt32}",
             {"n": limit},
         )
     for row in rows:
@@ -396,6 +396,8 @@ def dlq_list(
         where = f"{row['source_topic']}[{row['source_partition']}]@{row['source_offset']}"
         if row["source_line"]:
             where = f"{row['source_topic']} line {row['source_line']}"
+        if row["source_index"]:
+            where += f" element {row['source_index']}"
         table.add_row(row["dead_at"], where, row["reason"], row["original"][:60])
     out.print(table)
 

@@ -126,6 +126,46 @@ def decode_json(raw: bytes) -> Any:
         raise InvalidReading(f"not JSON: {_short(str(exc))}") from None
 
 
+def split_message(raw: bytes) -> list[bytes] | None:
+    """The readings of a batched message: the exact bytes of each element of a top-level JSON
+    array, or None when the message is not an array (a single reading).
+
+    Raises InvalidReading when the array itself is not valid JSON (the whole message is bad).
+    """
+    if raw.lstrip()[:1] != b"[":
+        return None
+    decoder = json.JSONDecoder(parse_float=Decimal, parse_constant=_refuse_constant)
+    elements: list[bytes] = []
+    try:
+        text = raw.decode("utf-8", "strict")
+        position = _skip_space(text, text.index("[") + 1)
+        if text[position : position + 1] == "]":
+            position += 1
+        else:
+            while True:
+                _, end = decoder.raw_decode(text, position)
+                elements.append(text[position:end].encode())
+                position = _skip_space(text, end)
+                if text[position : position + 1] == ",":
+                    position = _skip_space(text, position + 1)
+                    continue
+                if text[position : position + 1] == "]":
+                    position += 1
+                    break
+                raise ValueError(f"expected ',' or ']' at character {position}")
+        if _skip_space(text, position) != len(text):
+            raise ValueError(f"extra data at character {position}")
+    except (ValueError, InvalidOperation) as exc:
+        raise InvalidReading(f"not JSON: {_short(str(exc))}") from None
+    return elements
+
+
+def _skip_space(text: str, position: int) -> int:
+    while position < len(text) and text[position] in " \t\r\n":
+        position += 1
+    return position
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number")
 

@@ -16,7 +16,9 @@ RATED_SECONDS = (
     "plan", "rent_price", "rent_per_s", "discount_pct", "util_pct", "energy_mj", "band", "tariff_per_kwh", "pue",
     "version", "src_partition", "src_offset", "rated_at",
 )
-DEADLETTERS = ("source_topic", "source_partition", "source_offset", "source_line", "reason", "original", "dead_at")
+DEADLETTERS = (
+    "source_topic", "source_partition", "source_offset", "source_line", "source_index", "reason", "original", "dead_at",
+)
 CONFLICTS = (
     "stream", "gpu_uuid", "second", "kept_event_id", "conflicting_event_id", "src_partition", "src_offset", "detected_at",
 )

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 from gpubill.config import TOPIC_POWER, TOPIC_USAGE
 from schemas.errors import InvalidReading
-from schemas.events import parse_reading
+from schemas.events import parse_reading, split_message
 from streams.rating import Outcome, Rater
 
 KIND_OF_TOPIC = {TOPIC_USAGE: "usage", TOPIC_POWER: "power"}
@@ -23,6 +23,7 @@ H_TOPIC = "gpubill-source-topic"
 H_PARTITION = "gpubill-source-partition"
 H_OFFSET = "gpubill-source-offset"
 H_LINE = "gpubill-source-line"
+H_INDEX = "gpubill-source-index"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,7 @@ class DeadLetter:
     message: Message
     reason: str
     line: int = 0
+    index: int = 0  # 1-based element of a batched message; 0 for a single reading
 
     def headers(self) -> list[tuple[str, bytes]]:
         pairs = [
@@ -52,11 +54,14 @@ class DeadLetter:
         ]
         if self.line:
             pairs.append((H_LINE, str(self.line).encode()))
+        if self.index:
+            pairs.append((H_INDEX, str(self.index).encode()))
         return pairs
 
     def row(self, now: datetime) -> tuple:
         original = (self.message.value or b"").decode("utf-8", "surrogateescape")
-        return (self.message.topic, self.message.partition, self.message.offset, self.line, self.reason, original, now)
+        return (self.message.topic, self.message.partition, self.message.offset, self.line, self.index, self.reason,
+                original, now)
 
 
 @dataclass
@@ -74,7 +79,8 @@ def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_m
                   lookup: Lookup | None = None) -> BatchResult:
     """Validate, deduplicate, attribute and price a batch of reading messages.
 
-    Steps: (1) decode and validate each message, dead-lettering the bad ones; (2) ask
+    Steps: (1) decode and validate each message — or each element of a message that is a
+    JSON array of readings — dead-lettering the bad ones alone; (2) ask
     `lookup` for stored counterparts the rater no longer (or never) held in memory —
     usage for power readings, power for usage readings — and preload them; (3) rate.
     """
@@ -90,13 +96,27 @@ def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_m
             result.deadletters.append(DeadLetter(message, "empty message (no value)"))
             continue
         try:
-            reading = parse_reading(
-                message.value, known_sites=known_sites, known_models=known_models, now_s=now_s, expect_kind=expect
-            )
+            elements = split_message(message.value)
         except InvalidReading as exc:
             result.deadletters.append(DeadLetter(message, str(exc)))
             continue
-        accepted.append((reading, message))
+        if elements is None:  # one reading
+            elements, batched = [message.value], False
+        else:  # a batch: each element stands or falls alone
+            batched = True
+        for index, value in enumerate(elements, start=1):
+            try:
+                reading = parse_reading(
+                    value, known_sites=known_sites, known_models=known_models, now_s=now_s, expect_kind=expect
+                )
+            except InvalidReading as exc:
+                if batched:
+                    bad = Message(message.topic, message.partition, message.offset, message.key, value, message.headers)
+                    result.deadletters.append(DeadLetter(bad, f"element {index}: {exc}", index=index))
+                else:
+                    result.deadletters.append(DeadLetter(message, str(exc)))
+                continue
+            accepted.append((reading, message))
     if lookup is not None:
         need_usage, need_power = rater.lookups([reading for reading, _ in accepted])
         if need_usage or need_power:
@@ -118,6 +138,7 @@ def deadletter_row_from_record(message: Message, now: datetime) -> tuple:
         int(headers.get(H_PARTITION, message.partition)),
         int(headers.get(H_OFFSET, message.offset)),
         int(headers.get(H_LINE, 0)),
+        int(headers.get(H_INDEX, 0)),
         headers.get(H_REASON, "no reason given"),
         original,
         now,

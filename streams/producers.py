@@ -35,20 +35,27 @@ class ProduceReport:
 def classify_line(line: bytes) -> tuple[str | None, bytes | None, str]:
     """(topic, key, reason) for one NDJSON line; topic None means: dead-letter with reason.
 
-    Only `kind` and `gpu_uuid` are read here; everything else is the worker's to judge, so
+    A line may be one reading or a JSON array of readings. Only `kind` and the key field are read here; everything else is the worker's to judge, so
     bad readings with a readable kind travel to the pipeline's dead-letter path unchanged.
     """
     try:
         document = json.loads(line)
     except (UnicodeDecodeError, ValueError) as exc:
         return None, None, f"kind: cannot be read, the line is not JSON ({exc.__class__.__name__})"
+    key_field = "gpu_uuid"
+    if isinstance(document, list):
+        # A batch (a node agent's cards in one message) goes where its first reading goes,
+        # keyed by node so that a node's batches stay in order; each element is judged alone.
+        if not document or not isinstance(document[0], dict):
+            return None, None, "kind: cannot be read, the batch has no JSON object first"
+        document, key_field = document[0], "node"
     if not isinstance(document, dict):
         return None, None, "kind: cannot be read, the line is not a JSON object"
     topic = READING_TOPICS.get(document.get("kind")) if isinstance(document.get("kind"), str) else None
     if topic is None:
         return None, None, f"kind: must be 'usage' or 'power', got {document.get('kind')!r}"
-    gpu = document.get("gpu_uuid")
-    return topic, gpu.encode() if isinstance(gpu, str) else None, ""
+    key = document.get(key_field)
+    return topic, key.encode() if isinstance(key, str) else None, ""
 
 
 def replay_file(settings: Settings, path: Path, progress: Progress | None = None) -> ProduceReport:

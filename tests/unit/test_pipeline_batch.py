@@ -66,7 +66,8 @@ def rows(result) -> list[dict[str, Any]]:
 BAD = [
     # (id, topic, value, reason starts with)
     ("not-json", TOPIC_USAGE, b"\x00\x01garbage", "not JSON"),
-    ("not-an-object", TOPIC_POWER, b"[]", "a reading must be a JSON object"),
+    ("not-an-object", TOPIC_POWER, b"42", "a reading must be a JSON object"),
+    ("broken-batch", TOPIC_POWER, b'[{"kind": "power"}, ', "not JSON"),
     ("no-value", TOPIC_POWER, None, "empty message"),
     ("usage-on-power-topic", TOPIC_POWER, usage_bytes("G1", T, "u-x"), "kind:"),
     ("power-on-usage-topic", TOPIC_USAGE, power_bytes("G1", T, "p-x"), "kind:"),
@@ -92,7 +93,26 @@ def test_bad_messages_become_dead_letters_with_reasons(topic: str, value: bytes 
     headers = dict(letter.headers())
     assert headers[H_REASON].decode() == letter.reason
     assert (headers[H_TOPIC], headers[H_PARTITION], headers[H_OFFSET]) == (topic.encode(), b"3", b"77")
-    assert letter.row(NOW) == (topic, 3, 77, 0, letter.reason, (value or b"").decode("utf-8", "surrogateescape"), NOW)
+    assert letter.row(NOW) == (topic, 3, 77, 0, 0, letter.reason, (value or b"").decode("utf-8", "surrogateescape"), NOW)
+
+
+def test_a_batched_message_is_validated_element_by_element() -> None:
+    # a node agent sends its cards' power in one message: two good elements, one bad one
+    good_1, good_2 = power_bytes("G1", T, "p-1"), power_bytes("G2", T, "p-2")
+    bad = power_bytes("G3", T, "p-3", 6000)
+    batch = b"[" + good_1 + b", " + bad + b",\n" + good_2 + b"]"
+    result = run([msg(TOPIC_POWER, 5, 9, batch)])
+    assert sorted(row[5] for row in result.outcome.readings_power) == ["G1", "G2"]  # both good ones rated
+    [letter] = result.deadletters
+    assert letter.reason.startswith("element 2: power_w:"), letter.reason
+    assert letter.message.value == bad  # the bad element alone, byte for byte
+    assert letter.row(NOW)[:5] == (TOPIC_POWER, 5, 9, 0, 2)
+    assert result.positions == {(TOPIC_POWER, 5): 10} and result.readings_in == {TOPIC_POWER: 1}
+
+
+def test_an_empty_batch_carries_no_reading_and_is_not_an_error() -> None:
+    result = run([msg(TOPIC_POWER, 0, 0, b" [ ] ")])
+    assert result.deadletters == [] and result.outcome.rated == []
 
 
 def test_future_is_measured_from_now_passed_in() -> None:
@@ -104,14 +124,14 @@ def test_future_is_measured_from_now_passed_in() -> None:
 def test_dead_letter_keeps_undecodable_bytes_exactly() -> None:
     value = b"\xff\xfe{not json"
     letter = run([msg(TOPIC_USAGE, 0, 0, value)]).deadletters[0]
-    original = letter.row(NOW)[5]
+    original = letter.row(NOW)[6]
     assert original.encode("utf-8", "surrogateescape") == value
 
 
 def test_dead_letter_read_back_from_its_topic() -> None:
     letter = DeadLetter(msg(TOPIC_POWER, 5, 42, b"oops"), "not JSON: x", line=3)
     record = Message(TOPIC_DEADLETTER, 0, 9, b"G1", b"oops", tuple(letter.headers()))
-    assert deadletter_row_from_record(record, NOW) == (TOPIC_POWER, 5, 42, 3, "not JSON: x", "oops", NOW)
+    assert deadletter_row_from_record(record, NOW) == (TOPIC_POWER, 5, 42, 3, 0, "not JSON: x", "oops", NOW)
 
 
 def test_a_bad_message_does_not_stop_the_batch() -> None:
