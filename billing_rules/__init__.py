@@ -4,6 +4,18 @@ Pure: no Kafka, no ClickHouse, no asyncio, no clock. Times are UTC epoch seconds
 rule snapshots are passed in, so pricing is deterministic and replays agree to the fen.
 """
 
+from billing_rules.aggregate import (
+    AggregateColumns,
+    AggregateStraddlesPrice,
+    EnergyTotal,
+    InvalidAggregate,
+    PricedAggregates,
+    RentTotal,
+    aggregation_buckets,
+    bench_pricing,
+    price_aggregates,
+    segment_edges,
+)
 from billing_rules.errors import (
     BillingRulesError,
     InvalidPeriod,
@@ -28,6 +40,16 @@ from billing_rules.money import MJ_PER_KWH, format_money, format_quantity, round
 from billing_rules.ruleset import CreditGrant, EnergyRate, RentRate, RuleSet, SiteInfo
 
 __all__ = [
+    "AggregateColumns",
+    "AggregateStraddlesPrice",
+    "EnergyTotal",
+    "InvalidAggregate",
+    "PricedAggregates",
+    "RentTotal",
+    "aggregation_buckets",
+    "bench_pricing",
+    "price_aggregates",
+    "segment_edges",
     "DEFAULT_RULES_DIR",
     "MJ_PER_KWH",
     "RULE_FILES",

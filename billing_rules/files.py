@@ -6,23 +6,46 @@ naming catalog models) live in `billing_rules.loader`, which also turns every fa
 into "<file>: <place>: <reason>".
 
 TOML is parsed with `parse_float=Decimal`, so `price_per_kwh = 0.33` arrives here as
-Decimal("0.33"), never as a float. Dates are TOML local dates (`2026-01-01`, unquoted).
+Decimal("0.33"), never as a float. Dates are TOML local dates (`2026-01-01`, unquoted);
+an `effective_from` may also be a TOML local date-time (`2026-03-15T12:00:00`, no
+offset: it is read in the entry's own time zone, the site's or the billing one).
 """
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StrictStr
+from pydantic_core import PydanticCustomError
 
 Id = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 Text = Annotated[StrictStr, Field(min_length=1, max_length=200)]
-EffectiveFrom = Annotated[date, Field(strict=True)]
+LocalDate = Annotated[date, Field(strict=True)]  # a TOML local date; a date-time is refused
 Price = Annotated[Decimal, Field(ge=0, allow_inf_nan=False)]
 ClockTime = Annotated[StrictStr, Field(pattern=r"^([01]\d|2[0-4]):[0-5]\d$")]
 Period = Annotated[StrictStr, Field(pattern=r"^\d{4}-(0[1-9]|1[0-2])$")]
+
+
+def _date_or_local_datetime(value: object) -> date | datetime:
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            raise PydanticCustomError(
+                "local_datetime", "must be a local date-time without a UTC offset (it is read in the entry's time zone)"
+            )
+        if value.microsecond:
+            raise PydanticCustomError("whole_seconds", "must be a whole second (no fraction of a second)")
+        return value
+    if isinstance(value, date):
+        return value
+    raise PydanticCustomError(
+        "date_type", "input should be a valid date or local date-time, unquoted (2026-03-15 or 2026-03-15T12:00:00)"
+    )
+
+
+# A TOML local date (in force from 00:00) or local date-time (from that wall-clock time).
+EffectiveFrom = Annotated[date | datetime, PlainValidator(_date_or_local_datetime)]
 
 
 class _Entry(BaseModel):
@@ -33,7 +56,7 @@ class _Entry(BaseModel):
 
 
 class VatVersion(_Entry):
-    effective_from: EffectiveFrom  # first day of a billing period
+    effective_from: LocalDate  # first day of a billing period
     rate: Annotated[Decimal, Field(ge=0, lt=1, allow_inf_nan=False)]
 
 
@@ -61,13 +84,19 @@ class Band(_Entry):
     price_per_kwh: Price
 
 
+BandList = Annotated[list[Band], Field(min_length=1)]
+
+
 class TariffVersion(_Entry):
-    effective_from: EffectiveFrom  # local date at the site
-    bands: Annotated[list[Band], Field(min_length=1)]
+    effective_from: EffectiveFrom  # local date or date-time at the site
+    bands: BandList  # every day, unless a calendar below says otherwise
+    weekend_bands: BandList | None = None  # Saturday and Sunday (local)
+    holidays: list[LocalDate] = []  # local dates priced with holiday_bands
+    holiday_bands: BandList | None = None  # default: weekend_bands, else bands
 
 
 class PueVersion(_Entry):
-    effective_from: EffectiveFrom  # local date at the site
+    effective_from: EffectiveFrom  # local date or date-time at the site
     pue: Annotated[Decimal, Field(allow_inf_nan=False)]
 
 
@@ -88,7 +117,7 @@ class SitesFile(_Entry):
 
 
 class PriceVersion(_Entry):
-    effective_from: EffectiveFrom  # local date in the billing time zone
+    effective_from: EffectiveFrom  # local date or date-time in the billing time zone
     monthly: Price  # ¥ per card per calendar month
     hourly: Price  # ¥ per card-hour, on demand
 
@@ -107,7 +136,7 @@ class CatalogFile(_Entry):
 
 class RentTerm(_Entry):
     gpu_model: Id
-    effective_from: EffectiveFrom  # local date in the billing time zone
+    effective_from: EffectiveFrom  # local date or date-time in the billing time zone
     plan: Literal["monthly", "hourly"]
     discount_pct: Annotated[Decimal, Field(ge=0, le=100, allow_inf_nan=False)] = Decimal(0)
 

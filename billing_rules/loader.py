@@ -6,8 +6,10 @@ Steps, each finishing before the next starts, so nothing is ever half-loaded:
    (parsed with `parse_float=Decimal`: no float ever touches a price);
 2. each file matches its pydantic model (`billing_rules.files`): keys, types, ranges;
 3. each file's own consistency: time zones exist, versions are oldest first with no
-   repeated `effective_from`, tariff bands cover the day once, PUE ≥ 1, credits are
-   whole fen;
+   repeated `effective_from` (dates and local date-times compared as local instants; a
+   date-time the clocks skip or repeat is refused), every band list (`bands`,
+   `weekend_bands`, `holiday_bands`) covers the day once, holidays are listed once,
+   PUE ≥ 1, credits are whole fen;
 4. across files: contracts name catalog models and start after the model has a price;
 5. only then is a `RuleSet` built.
 """
@@ -18,7 +20,7 @@ import hashlib
 import re
 import tomllib
 from collections.abc import Sequence
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,7 +31,8 @@ from pydantic import BaseModel, ValidationError
 from billing_rules.errors import RuleSetInvalid
 from billing_rules.files import BillingFile, CatalogFile, ContractsFile, CreditEntry, SitesFile
 from billing_rules.money import is_fen_exact
-from billing_rules.ruleset import RuleSet, minutes_of
+from billing_rules.ruleset import RuleSet
+from billing_rules.timeline import as_local_datetime, label_of, local_datetime_problem, minutes_of
 
 DEFAULT_RULES_DIR: Path = Path(__file__).resolve().parent / "default"
 
@@ -57,9 +60,10 @@ def load_rules(path: Path) -> RuleSet:
     contracts = _parse(CONTRACTS, documents[CONTRACTS], ContractsFile)
 
     grace_period = _check_billing(billing)
+    billing_tz = ZoneInfo(billing.billing_timezone)
     _check_sites(sites)
-    _check_catalog(catalog)
-    _check_contracts(contracts, catalog, billing)
+    _check_catalog(catalog, billing_tz)
+    _check_contracts(contracts, catalog, billing, billing_tz)
 
     return RuleSet(
         source=path,
@@ -140,7 +144,7 @@ def _describe(error: dict[str, Any]) -> tuple[str, str]:
     if loc and loc[-1] == "[key]":
         return place_of(loc), "id must be letters, digits, '.', '_' or '-' (at most 64)"
     value = error.get("input")
-    shown = str(value) if isinstance(value, (Decimal, date, int, str)) else type(value).__name__
+    shown = _shown(value)
     message = str(error["msg"])
     return place_of(loc), f"{message[:1].lower()}{message[1:]}, got {shown!r}" if len(shown) <= 40 else message
 
@@ -155,7 +159,7 @@ def _check_billing(billing: BillingFile) -> timedelta:
         raise RuleSetInvalid(
             BILLING, "grace_period", f'must be an ISO 8601 duration such as "P3D" or "PT36H", got {billing.grace_period!r}'
         )
-    _check_versions(BILLING, "vat", billing.vat)
+    _check_versions(BILLING, "vat", billing.vat, None)
     for i, version in enumerate(billing.vat):
         if version.effective_from.day != 1:
             raise RuleSetInvalid(
@@ -169,13 +173,30 @@ def _check_sites(sites: SitesFile) -> None:
     for site_id, site in sites.site.items():
         where = f"site[{site_id}]"
         _check_timezone(SITES, f"{where}.timezone", site.timezone)
-        _check_versions(SITES, f"{where}.pue", site.pue)
+        tz = ZoneInfo(site.timezone)
+        _check_versions(SITES, f"{where}.pue", site.pue, tz)
         for i, version in enumerate(site.pue):
             if version.pue < 1:
                 raise RuleSetInvalid(SITES, f"{where}.pue[{i}].pue", f"PUE must be at least 1, got {version.pue}")
-        _check_versions(SITES, f"{where}.tariff", site.tariff)
+        _check_versions(SITES, f"{where}.tariff", site.tariff, tz)
         for i, version in enumerate(site.tariff):
-            _check_bands(f"{where}.tariff[{i}].bands", version.bands, site.tariff_cap_per_kwh)
+            _check_tariff(f"{where}.tariff[{i}]", version, site.tariff_cap_per_kwh)
+
+
+def _check_tariff(where: str, version: Any, cap: Decimal | None) -> None:
+    _check_bands(f"{where}.bands", version.bands, cap)
+    if version.weekend_bands is not None:
+        _check_bands(f"{where}.weekend_bands", version.weekend_bands, cap)
+    if version.holiday_bands is not None:
+        _check_bands(f"{where}.holiday_bands", version.holiday_bands, cap)
+        if not version.holidays:
+            reason = "holiday_bands are given but holidays is empty; list the holiday dates or remove holiday_bands"
+            raise RuleSetInvalid(SITES, f"{where}.holiday_bands", reason)
+    seen: dict[date, int] = {}
+    for k, day in enumerate(version.holidays):
+        if day in seen:
+            raise RuleSetInvalid(SITES, f"{where}.holidays[{k}]", f"{day} repeats holidays[{seen[day]}]")
+        seen[day] = k
 
 
 def _check_bands(where: str, bands: Sequence[Any], cap: Decimal | None) -> None:
@@ -200,20 +221,21 @@ def _check_bands(where: str, bands: Sequence[Any], cap: Decimal | None) -> None:
         raise RuleSetInvalid(SITES, where, f"bands leave a gap from {_clock(covered)} to 24:00")
 
 
-def _check_catalog(catalog: CatalogFile) -> None:
+def _check_catalog(catalog: CatalogFile, billing_tz: ZoneInfo) -> None:
     for model_id, model in catalog.model.items():
         where = f"model[{model_id}].price"
         if not model.price:
             raise RuleSetInvalid(CATALOG, where, f"model has no price; add a [[model.{model_id}.price]] version")
-        _check_versions(CATALOG, where, model.price)
+        _check_versions(CATALOG, where, model.price, billing_tz)
 
 
-def _check_contracts(contracts: ContractsFile, catalog: CatalogFile, billing: BillingFile) -> None:
+def _check_contracts(contracts: ContractsFile, catalog: CatalogFile, billing: BillingFile, billing_tz: ZoneInfo) -> None:
     new_tenant_ids = {c.id: f"{BILLING} new_tenant_credit" for c in billing.new_tenant_credit}
     for tenant, entry in contracts.tenant.items():
         where = f"tenant[{tenant}]"
-        latest: dict[str, tuple[int, date]] = {}  # gpu_model -> (index, effective_from) of its last term
+        latest: dict[str, tuple[int, datetime]] = {}  # gpu_model -> (index, local effective_from) of its last term
         for i, term in enumerate(entry.rent):
+            _check_local_instant(CONTRACTS, f"{where}.rent[{i}].effective_from", term.effective_from, billing_tz)
             model = catalog.model.get(term.gpu_model)
             if model is None:
                 known = ", ".join(sorted(catalog.model))
@@ -221,22 +243,24 @@ def _check_contracts(contracts: ContractsFile, catalog: CatalogFile, billing: Bi
                     CONTRACTS, f"{where}.rent[{i}].gpu_model", f"unknown model {term.gpu_model!r} (catalog.toml has {known})"
                 )
             first_price = model.price[0].effective_from
-            if term.effective_from < first_price:
+            starts = as_local_datetime(term.effective_from)
+            if starts < as_local_datetime(first_price):
                 raise RuleSetInvalid(
                     CONTRACTS,
                     f"{where}.rent[{i}].effective_from",
-                    f"{term.effective_from} is before catalog.toml prices {term.gpu_model} (from {first_price})",
+                    f"{label_of(term.effective_from)} is before catalog.toml prices {term.gpu_model} (from {label_of(first_price)})",
                 )
             if term.gpu_model in latest:
                 j, previous = latest[term.gpu_model]
-                if term.effective_from <= previous:
-                    what = "repeats" if term.effective_from == previous else "is earlier than"
+                if starts <= previous:
+                    what = "repeats" if starts == previous else "is earlier than"
                     raise RuleSetInvalid(
                         CONTRACTS,
                         f"{where}.rent[{i}].effective_from",
-                        f"{term.effective_from} {what} rent[{j}] ({previous}) for {term.gpu_model}; list terms oldest first",
+                        f"{label_of(term.effective_from)} {what} rent[{j}] ({label_of(entry.rent[j].effective_from)})"
+                        f" for {term.gpu_model}; list terms oldest first",
                     )
-            latest[term.gpu_model] = (i, term.effective_from)
+            latest[term.gpu_model] = (i, starts)
         _check_credits(CONTRACTS, f"{where}.credit", entry.credit, taken=dict(new_tenant_ids))
 
 
@@ -250,15 +274,31 @@ def _check_timezone(file: str, place: str, name: str) -> None:
         raise RuleSetInvalid(file, place, f"unknown time zone {name!r} (use an IANA name such as 'Asia/Shanghai')") from None
 
 
-def _check_versions(file: str, place: str, versions: Sequence[Any]) -> None:
-    """Versions are listed oldest first, each `effective_from` strictly after the previous."""
-    for i in range(1, len(versions)):
-        previous, current = versions[i - 1].effective_from, versions[i].effective_from
-        if current == previous:
-            raise RuleSetInvalid(file, f"{place}[{i}].effective_from", f"{current} repeats {place}[{i - 1}]")
-        if current < previous:
-            reason = f"{current} is earlier than {place}[{i - 1}] ({previous}); list versions oldest first"
+def _check_versions(file: str, place: str, versions: Sequence[Any], tz: ZoneInfo | None) -> None:
+    """Versions are listed oldest first, each `effective_from` strictly after the previous.
+
+    Dates and local date-times mix freely: a date is its 00:00. `tz` is the zone the
+    date-times are read in (None where only dates are allowed).
+    """
+    for i, version in enumerate(versions):
+        if tz is not None:
+            _check_local_instant(file, f"{place}[{i}].effective_from", version.effective_from, tz)
+        if i == 0:
+            continue
+        previous, current = versions[i - 1].effective_from, version.effective_from
+        if as_local_datetime(current) == as_local_datetime(previous):
+            raise RuleSetInvalid(file, f"{place}[{i}].effective_from", f"{label_of(current)} repeats {place}[{i - 1}]")
+        if as_local_datetime(current) < as_local_datetime(previous):
+            reason = f"{label_of(current)} is earlier than {place}[{i - 1}] ({label_of(previous)}); list versions oldest first"
             raise RuleSetInvalid(file, f"{place}[{i}].effective_from", reason)
+
+
+def _check_local_instant(file: str, place: str, value: date | datetime, tz: ZoneInfo) -> None:
+    """A local date-time must name one instant: not skipped nor repeated by a DST change."""
+    if isinstance(value, datetime):
+        problem = local_datetime_problem(value, tz)
+        if problem is not None:
+            raise RuleSetInvalid(file, place, f"{label_of(value)} {problem} in {tz.key}; pick another time")
 
 
 def _check_credits(file: str, place: str, credits: Sequence[CreditEntry], taken: dict[str, str]) -> None:
@@ -276,6 +316,14 @@ def _parse_duration(text: str) -> timedelta | None:
         return None
     weeks, days, hours, minutes, seconds = (int(match[k] or 0) for k in "wdhms")
     return timedelta(weeks=weeks, days=days, hours=hours, minutes=minutes, seconds=seconds)
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, (date, datetime)):
+        return value.isoformat()
+    if isinstance(value, (Decimal, int, str)):
+        return str(value)
+    return type(value).__name__
 
 
 def _clock(minutes: int) -> str:

@@ -1,10 +1,20 @@
 """`RuleSet`: an immutable, validated snapshot of the rule files, and what it answers.
 
 Every lookup takes a UTC epoch second and answers with the rule version in force at
-that second: catalog prices, contracts and VAT by the local date in the billing time
-zone; PUE and tariffs by the local date and wall-clock time at the site. Results are
-small frozen value objects; lookups are cached per (key, local day), so pricing one
-reading costs a `datetime.fromtimestamp` and a dict hit.
+that instant: catalog prices and contracts by local time in the billing time zone
+(VAT by billing period); PUE and tariffs by local date and wall-clock time at the site.
+A version takes effect at 00:00 of its `effective_from` date, or at the local time of a
+date-time `effective_from` (`2026-03-15T12:00:00`).
+
+Two ways to ask:
+- per second: `rent_rate`, `energy_rate` (streams call these once per reading);
+- per interval: `rent_segments`, `energy_segments` split [start, end) into maximal
+  pieces of constant rate, which is what pricing aggregates and what-if need.
+
+Both come from one computation (`_rent_pieces`, `_energy_pieces`): collect the instants
+where a rate may change (`billing_rules.timeline`), evaluate the rate at each, merge
+equal neighbours. Per-second lookups cache those pieces per (key, UTC day): a lookup is
+a dict hit and, on a day that contains a change, a bisect over the day's change points.
 
 Build one with `billing_rules.load_rules`; a RuleSet is never half-built.
 """
@@ -13,7 +23,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -24,10 +34,14 @@ from billing_rules import periods
 from billing_rules.errors import NoRuleInForce, UnknownModel, UnknownSite
 from billing_rules.files import BillingFile, CatalogFile, ContractsFile, SitesFile
 from billing_rules.money import MJ_PER_KWH, S_PER_HOUR
+from billing_rules.timeline import Tariff, Versions, local_days, minutes_of, wall_clock_instants
+
+__all__ = ["CreditGrant", "EnergyRate", "Plan", "RentRate", "RuleSet", "SiteInfo", "minutes_of"]
 
 Plan = Literal["monthly", "hourly"]
 
 _CACHE_LIMIT = 200_000  # entries per lookup cache before it is cleared (bounded memory)
+_DAY_S = 86_400  # cache bucket: one UTC day of epoch seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,28 +109,16 @@ class CreditGrant:
     expires_period: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class _Versions:
-    """Versions of one entry: `days[i]` (proleptic ordinal of effective_from) starts `values[i]`."""
 
-    days: tuple[int, ...]
-    values: tuple[Any, ...]
-
-    def at(self, day: int) -> Any | None:
-        i = bisect_right(self.days, day) - 1
-        return self.values[i] if i >= 0 else None
-
-    @property
-    def first(self) -> date:
-        return date.fromordinal(self.days[0])
+Pieces = tuple[tuple[int, ...], tuple[Any, ...]]  # (start of each piece, rate or None) over an interval
 
 
 @dataclass(frozen=True, slots=True)
 class _Site:
     info: SiteInfo
     tz: ZoneInfo
-    pue: _Versions  # of Decimal
-    tariff: _Versions  # of (band start minutes, band names, prices)
+    pue: Versions  # of Decimal
+    tariff: Versions  # of Tariff
 
 
 class RuleSet:
@@ -124,7 +126,7 @@ class RuleSet:
 
     __slots__ = (
         "source", "digest", "_billing_tz", "_grace", "_vat_periods", "_vat_rates", "_sites", "_prices",
-        "_contracts", "_new_tenant_credits", "_tenant_credits", "_rent_cache", "_energy_cache",
+        "_contracts", "_new_tenant_credits", "_tenant_credits", "_rent_cache", "_energy_cache", "_rates",
     )  # fmt: skip
 
     def __init__(
@@ -139,6 +141,7 @@ class RuleSet:
         contracts: ContractsFile,
     ) -> None:
         """Index already validated files; called by the loader only."""
+        billing_tz = ZoneInfo(billing.billing_timezone)
         terms: dict[tuple[str, str], list] = {}  # (tenant, gpu_model) -> [(effective_from, term)]
         for tenant, entry in contracts.tenant.items():
             for term in entry.rent:
@@ -146,20 +149,21 @@ class RuleSet:
         fields = {
             "source": source,
             "digest": digest,  # sha256 of the rule files, to record with what was priced
-            "_billing_tz": ZoneInfo(billing.billing_timezone),
+            "_billing_tz": billing_tz,
             "_grace": grace_period,
             "_vat_periods": tuple(f"{v.effective_from:%Y-%m}" for v in billing.vat),
             "_vat_rates": tuple(v.rate for v in billing.vat),
             "_sites": {site_id: _index_site(site_id, entry) for site_id, entry in sorted(sites.site.items())},
             "_prices": {
-                model_id: _versions((p.effective_from, p) for p in entry.price)
+                model_id: Versions.of(((p.effective_from, p) for p in entry.price), billing_tz)
                 for model_id, entry in sorted(catalog.model.items())
             },
-            "_contracts": {key: _versions(items) for key, items in terms.items()},
+            "_contracts": {key: Versions.of(items, billing_tz) for key, items in terms.items()},
             "_new_tenant_credits": tuple(_grant(c) for c in billing.new_tenant_credit),
             "_tenant_credits": {tenant: tuple(_grant(c) for c in e.credit) for tenant, e in contracts.tenant.items()},
-            "_rent_cache": {},  # (tenant, gpu_model, local day ordinal) -> RentRate
-            "_energy_cache": {},  # (site, local day ordinal) -> (band start minutes, EnergyRate per band)
+            "_rent_cache": {},  # (tenant, gpu_model, UTC day) -> Pieces of RentRate over that day
+            "_energy_cache": {},  # (site, UTC day) -> Pieces of EnergyRate over that day
+            "_rates": {},  # interned rate objects: equal rates are one object
         }
         for name, value in fields.items():
             object.__setattr__(self, name, value)
@@ -219,22 +223,30 @@ class RuleSet:
     def site(self, site_id: str) -> SiteInfo:
         return self._site(site_id).info
 
-    # prices ---------------------------------------------------------------------------
+    def credit_grants(self, tenant: str) -> tuple[CreditGrant, ...]:
+        """Every credit `tenant` has been granted: the new-tenant credits, then its contract's."""
+        return self._new_tenant_credits + self._tenant_credits.get(tenant, ())
+
+    # prices of one second ---------------------------------------------------------------
 
     def rent_rate(self, tenant: str, gpu_model: str, second: int) -> RentRate:
         """Rent of one GPU-second of `gpu_model` for `tenant` at UTC epoch `second`.
 
-        The plan is the tenant's contract for that model in force that day, or "hourly"
-        without one. Raises UnknownModel, or NoRuleInForce before the model's first price.
+        The plan is the tenant's contract for that model in force at that instant, or
+        "hourly" without one. Raises UnknownModel, or NoRuleInForce before the model's
+        first price.
         """
-        local = datetime.fromtimestamp(second, self._billing_tz)
-        key = (tenant, gpu_model, local.toordinal())
-        rate = self._rent_cache.get(key)
-        if rate is None:
-            rate = self._rent_rate_on(tenant, gpu_model, local.date())
+        day = second // _DAY_S
+        pieces = self._rent_cache.get((tenant, gpu_model, day))
+        if pieces is None:
+            pieces = self._rent_pieces(tenant, gpu_model, day * _DAY_S, day * _DAY_S + _DAY_S)
             if len(self._rent_cache) >= _CACHE_LIMIT:
                 self._rent_cache.clear()
-            self._rent_cache[key] = rate
+            self._rent_cache[tenant, gpu_model, day] = pieces
+        starts, rates = pieces
+        rate = rates[0] if len(starts) == 1 else rates[bisect_right(starts, second) - 1]
+        if rate is None:
+            raise self._no_price(gpu_model, second)
         return rate
 
     def energy_rate(self, site: str, second: int) -> EnergyRate:
@@ -242,21 +254,80 @@ class RuleSet:
 
         Raises UnknownSite, or NoRuleInForce before the site's first PUE or tariff.
         """
-        entry = self._site(site)
-        local = datetime.fromtimestamp(second, entry.tz)
-        key = (site, local.toordinal())
-        day = self._energy_cache.get(key)
-        if day is None:
-            day = self._energy_day(site, entry, local.toordinal())
+        day = second // _DAY_S
+        pieces = self._energy_cache.get((site, day))
+        if pieces is None:
+            pieces = self._energy_pieces(site, day * _DAY_S, day * _DAY_S + _DAY_S)
             if len(self._energy_cache) >= _CACHE_LIMIT:
                 self._energy_cache.clear()
-            self._energy_cache[key] = day
-        starts, rates = day
-        return rates[bisect_right(starts, local.hour * 60 + local.minute) - 1]
+            self._energy_cache[site, day] = pieces
+        starts, rates = pieces
+        rate = rates[0] if len(starts) == 1 else rates[bisect_right(starts, second) - 1]
+        if rate is None:
+            raise self._no_energy_rule(site, second)
+        return rate
 
-    def credit_grants(self, tenant: str) -> tuple[CreditGrant, ...]:
-        """Every credit `tenant` has been granted: the new-tenant credits, then its contract's."""
-        return self._new_tenant_credits + self._tenant_credits.get(tenant, ())
+    # prices of an interval ----------------------------------------------------------------
+
+    def rent_segments(self, tenant: str, gpu_model: str, start_s: int, end_s: int) -> list[tuple[int, int, RentRate]]:
+        """[start_s, end_s) as maximal (start, end, rate) pieces of constant rent rate.
+
+        Pieces also end at every billing-period edge (each period is its own invoice,
+        and a monthly plan's `per_s` changes there), so no piece straddles two periods.
+        They cover [start_s, end_s) exactly, in order; empty when end_s == start_s.
+        Raises UnknownModel, NoRuleInForce if any second has no price, ValueError if
+        end_s < start_s.
+        """
+        _check_interval(start_s, end_s)
+        if start_s == end_s:
+            return []
+        starts, rates = self._rent_pieces(tenant, gpu_model, start_s, end_s)
+        for start, rate in zip(starts, rates):
+            if rate is None:
+                raise self._no_price(gpu_model, start)
+        return _segments(starts, rates, end_s)
+
+    def energy_segments(self, site: str, start_s: int, end_s: int) -> list[tuple[int, int, EnergyRate]]:
+        """[start_s, end_s) as maximal (start, end, rate) pieces of constant electricity rate.
+
+        A piece ends where the band, tariff or PUE changes: band edges by the site's
+        wall clock (DST-safe), weekend/holiday calendars, versions taking effect at any
+        local time. Pieces do not end at billing-period edges unless the rate changes
+        there (split them with `period_bounds` when needed). Raises UnknownSite,
+        NoRuleInForce if any second has no PUE or tariff, ValueError if end_s < start_s.
+        """
+        _check_interval(start_s, end_s)
+        if start_s == end_s:
+            return []
+        starts, rates = self._energy_pieces(site, start_s, end_s)
+        for start, rate in zip(starts, rates):
+            if rate is None:
+                raise self._no_energy_rule(site, start)
+        return _segments(starts, rates, end_s)
+
+    def price_boundaries(
+        self,
+        start_s: int,
+        end_s: int,
+        *,
+        site: str | None = None,
+        tenant: str | None = None,
+        gpu_model: str | None = None,
+    ) -> list[int]:
+        """Sorted instants strictly inside (start_s, end_s) where a bill may have to split.
+
+        Always the billing-period edges; with `site`, where its electricity rate changes;
+        with `gpu_model`, where the rent of `tenant` (None: a tenant without contract)
+        changes. Aggregates whose intervals avoid these instants each have one price.
+        Seconds without a rule in force are not an error here (they start a piece too).
+        """
+        _check_interval(start_s, end_s)
+        found = set(self._period_starts_in(start_s, end_s))
+        if site is not None:
+            found.update(self._energy_pieces(site, start_s, end_s)[0][1:])
+        if gpu_model is not None:
+            found.update(self._rent_pieces(tenant or "", gpu_model, start_s, end_s)[0][1:])
+        return sorted(found)
 
     # internals ------------------------------------------------------------------------
 
@@ -266,47 +337,112 @@ class RuleSet:
         except KeyError:
             raise UnknownSite(f"unknown site {site_id!r} (sites.toml has {', '.join(self._sites)})") from None
 
-    def _rent_rate_on(self, tenant: str, gpu_model: str, day: date) -> RentRate:
+    def _model_prices(self, gpu_model: str) -> Versions:
         prices = self._prices.get(gpu_model)
         if prices is None:
             raise UnknownModel(f"unknown GPU model {gpu_model!r} (catalog.toml has {', '.join(self._prices)})")
-        price = prices.at(day.toordinal())
-        if price is None:
-            raise NoRuleInForce(f"catalog.toml has no price for {gpu_model} before {prices.first} (asked for {day})")
+        return prices
+
+    def _period_starts_in(self, start_s: int, end_s: int) -> list[int]:
+        """Billing-period starts strictly inside (start_s, end_s)."""
+        found = []
+        period = self.period_of(start_s)
+        while True:
+            period = periods.next_period(period)
+            edge = self.period_bounds(period)[0]
+            if edge >= end_s:
+                return found
+            found.append(edge)
+
+    def _rent_pieces(self, tenant: str, gpu_model: str, start_s: int, end_s: int) -> Pieces:
+        prices = self._model_prices(gpu_model)
         contract = self._contracts.get((tenant, gpu_model))
-        term = contract.at(day.toordinal()) if contract is not None else None
+        period_edges = self._period_starts_in(start_s, end_s)
+        candidates = {start_s, *period_edges, *prices.changes_in(start_s, end_s)}
+        if contract is not None:
+            candidates.update(contract.changes_in(start_s, end_s))
+        forced = set(period_edges)  # a new period starts a new piece even at the same rate
+        starts: list[int] = []
+        rates: list[RentRate | None] = []
+        for instant in sorted(candidates):
+            rate = self._rent_at(prices, contract, instant)
+            if not rates or rate != rates[-1] or instant in forced:
+                starts.append(instant)
+                rates.append(rate)
+        return tuple(starts), tuple(rates)
+
+    def _rent_at(self, prices: Versions, contract: Versions | None, second: int) -> RentRate | None:
+        price = prices.at(second)
+        if price is None:
+            return None
+        term = contract.at(second) if contract is not None else None
         plan: Plan = term.plan if term is not None else "hourly"
         discount_pct = term.discount_pct if term is not None else Decimal(0)
         if plan == "monthly":
             list_price = price.monthly
-            start, end = self.period_bounds(periods.format_period(day.year, day.month))
+            start, end = self.period_bounds(self.period_of(second))
             per_s = end - start
         else:
             list_price = price.hourly
             per_s = S_PER_HOUR
         charged = list_price if not discount_pct else list_price * (100 - discount_pct) / 100
-        return RentRate(plan=plan, price=charged, per_s=per_s, list_price=list_price, discount_pct=discount_pct)
+        rate = RentRate(plan=plan, price=charged, per_s=per_s, list_price=list_price, discount_pct=discount_pct)
+        return self._rates.setdefault(rate, rate)
 
-    def _energy_day(self, site_id: str, entry: _Site, day: int) -> tuple[tuple[int, ...], tuple[EnergyRate, ...]]:
-        pue = entry.pue.at(day)
-        tariff = entry.tariff.at(day)
+    def _energy_pieces(self, site_id: str, start_s: int, end_s: int) -> Pieces:
+        entry = self._site(site_id)
+        candidates = {start_s, *entry.pue.changes_in(start_s, end_s), *entry.tariff.changes_in(start_s, end_s)}
+        tariffs = entry.tariff
+        for day, day_start, day_end in local_days(start_s, end_s, entry.tz):
+            if start_s < day_start:
+                candidates.add(day_start)  # the calendar (weekday/weekend/holiday) may switch
+            first = max(tariffs.index_at(max(day_start, start_s)), 0)
+            last = tariffs.index_at(min(day_end, end_s) - 1)
+            minutes = {m for tariff in tariffs.values[first : last + 1] for m in tariff.edge_minutes}
+            candidates.update(t for t in wall_clock_instants(day, minutes, entry.tz, day_start, day_end) if start_s < t < end_s)
+        starts: list[int] = []
+        rates: list[EnergyRate | None] = []
+        for instant in sorted(candidates):
+            rate = self._energy_at(entry, instant)
+            if not rates or rate != rates[-1]:
+                starts.append(instant)
+                rates.append(rate)
+        return tuple(starts), tuple(rates)
+
+    def _energy_at(self, entry: _Site, second: int) -> EnergyRate | None:
+        """The electricity rate at `second`, evaluated from the rules (no cache)."""
+        pue = entry.pue.at(second)
+        tariff: Tariff | None = entry.tariff.at(second)
         if pue is None or tariff is None:
-            first = max(entry.pue.first, entry.tariff.first)
-            asked = date.fromordinal(day)
-            raise NoRuleInForce(f"sites.toml has no PUE and tariff for site {site_id} before {first} (asked for {asked})")
-        starts, names, prices = tariff
-        return starts, tuple(EnergyRate(band=n, tariff_per_kwh=p, pue=pue) for n, p in zip(names, prices))
+            return None
+        local = datetime.fromtimestamp(second, entry.tz)
+        bands = tariff.bands_on(local.date())
+        i = bands.index_at(local.hour * 60 + local.minute)
+        rate = EnergyRate(band=bands.names[i], tariff_per_kwh=bands.prices[i], pue=pue)
+        return self._rates.setdefault(rate, rate)
+
+    def _no_price(self, gpu_model: str, second: int) -> NoRuleInForce:
+        prices = self._model_prices(gpu_model)
+        asked = datetime.fromtimestamp(second, self._billing_tz).isoformat()
+        return NoRuleInForce(f"catalog.toml has no price for {gpu_model} before {prices.labels[0]} (asked for {asked})")
+
+    def _no_energy_rule(self, site_id: str, second: int) -> NoRuleInForce:
+        entry = self._site(site_id)
+        later = entry.pue if entry.pue.starts[0] >= entry.tariff.starts[0] else entry.tariff
+        asked = datetime.fromtimestamp(second, entry.tz).isoformat()
+        return NoRuleInForce(
+            f"sites.toml has no PUE and tariff for site {site_id} before {later.labels[0]} (asked for {asked})"
+        )
 
 
-def _versions(items: Any) -> _Versions:
-    pairs = list(items)
-    return _Versions(days=tuple(d.toordinal() for d, _ in pairs), values=tuple(v for _, v in pairs))
+def _check_interval(start_s: int, end_s: int) -> None:
+    if end_s < start_s:
+        raise ValueError(f"interval must have end_s ≥ start_s, got [{start_s}, {end_s})")
 
 
-def minutes_of(clock: str) -> int:
-    """Minutes after local midnight of "HH:MM" ("24:00" is 1440)."""
-    hours, minutes = clock.split(":")
-    return int(hours) * 60 + int(minutes)
+def _segments(starts: tuple[int, ...], rates: tuple[Any, ...], end_s: int) -> list[tuple[int, int, Any]]:
+    ends = (*starts[1:], end_s)
+    return list(zip(starts, ends, rates))
 
 
 def _index_site(site_id: str, entry: Any) -> _Site:
@@ -317,20 +453,12 @@ def _index_site(site_id: str, entry: Any) -> _Site:
         green_share=entry.green_share,
         tariff_cap_per_kwh=entry.tariff_cap_per_kwh,
     )
-    tariffs = []
-    for version in entry.tariff:
-        bands = sorted(version.bands, key=lambda b: minutes_of(b.start))
-        value = (
-            tuple(minutes_of(b.start) for b in bands),
-            tuple(b.name for b in bands),
-            tuple(b.price_per_kwh for b in bands),
-        )
-        tariffs.append((version.effective_from, value))
+    tz = ZoneInfo(entry.timezone)
     return _Site(
         info=info,
-        tz=ZoneInfo(entry.timezone),
-        pue=_versions((v.effective_from, v.pue) for v in entry.pue),
-        tariff=_versions(tariffs),
+        tz=tz,
+        pue=Versions.of(((v.effective_from, v.pue) for v in entry.pue), tz),
+        tariff=Versions.of(((v.effective_from, Tariff.of(v)) for v in entry.tariff), tz),
     )
 
 

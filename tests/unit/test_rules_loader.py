@@ -190,7 +190,8 @@ INVALID = [
     ),
     pytest.param(
         "contracts.toml", "effective_from = 2026-01-01", 'effective_from = "2026-01-01"',
-        "contracts.toml: tenant[acme].rent[0].effective_from: input should be a valid date, got '2026-01-01'",
+        "contracts.toml: tenant[acme].rent[0].effective_from: input should be a valid date or local date-time, unquoted"
+        " (2026-03-15 or 2026-03-15T12:00:00), got '2026-01-01'",
         id="date-as-string",
     ),
     pytest.param(
