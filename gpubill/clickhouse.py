@@ -103,6 +103,7 @@ class Database:
         """Insert rows; raises DatabaseError when ClickHouse does not acknowledge them."""
         if not rows:
             return
+        _failpoint("clickhouse-down", "ClickHouse unavailable (failpoint clickhouse-down)")
         try:
             self.client.insert(table, rows, column_names=list(columns))
         except ClickHouseError as exc:
@@ -186,6 +187,14 @@ def _lock_embedded(path: Path) -> int:
     command = " ".join(Path(sys.argv[0]).name if i == 0 else a for i, a in enumerate(sys.argv))
     os.pwrite(fd, f"pid {os.getpid()} ({command})".encode(), 0)
     return fd
+
+
+def _failpoint(name: str, message: str) -> None:
+    """Fault injection for the fault tests: while the file $GPUBILL_FAILPOINTS/<name> exists,
+    the operation fails as the real fault would. Unset in production: costs one getenv."""
+    directory = os.environ.get("GPUBILL_FAILPOINTS")
+    if directory and os.path.exists(os.path.join(directory, name)):
+        raise DatabaseError(message)
 
 
 def _first_line(exc: BaseException) -> str:
