@@ -31,7 +31,14 @@ def format_period(year: int, month: int) -> str:
 
 def period_of(second: int, tz: ZoneInfo) -> str:
     """The period containing UTC epoch second `second`, in time zone `tz`."""
-    local = datetime.fromtimestamp(second, tz)
+    # Every UTC offset in use since 1972 is a whole number of quarter hours, so local midnights (and so
+    # period edges) fall on multiples of 900 s: the period of a quarter hour is one lookup.
+    return _period_of_quarter(second // 900, tz)
+
+
+@lru_cache(maxsize=1 << 14)
+def _period_of_quarter(quarter: int, tz: ZoneInfo) -> str:
+    local = datetime.fromtimestamp(quarter * 900, tz)
     return format_period(local.year, local.month)
 
 

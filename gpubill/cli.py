@@ -189,6 +189,14 @@ def _pipeline(settings: Settings, rules, database, *, metrics: bool):
     return Pipeline(rules=rules, sink=sink, rater=Rater(rules), metrics=Metrics() if metrics else None)
 
 
+def _start_from_committed(settings: Settings, pipeline) -> None:
+    """Seed the pipeline's positions with the group's committed offsets (for the lag gauge)."""
+    from streams.kafka_io import group_offsets
+
+    pipeline.record({tp: committed for tp, (committed, _) in
+                     group_offsets(settings, [TOPIC_USAGE, TOPIC_POWER, TOPIC_DEADLETTER]).items()})
+
+
 @app.command()
 def worker(
     drain: bool = typer.Option(False, "--drain", help="Process everything up to the end offsets at start, flush, exit 0."),
@@ -211,6 +219,8 @@ def worker(
     if not drain:
         Metrics.serve(settings.metrics_port)
     pipeline = _pipeline(settings, rules, database, metrics=not drain)
+    if not drain:
+        _start_from_committed(settings, pipeline)
     if drain:
         from rich.progress import Progress
 
@@ -247,6 +257,7 @@ def up() -> None:
     database = _database(settings)
     Metrics.serve(settings.metrics_port)
     pipeline = _pipeline(settings, rules, database, metrics=True)
+    _start_from_committed(settings, pipeline)
 
     async def scheduler_task() -> None:
         scheduler = AsyncIOScheduler(timezone=rules.billing_tz)

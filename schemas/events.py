@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from collections.abc import Collection
 from datetime import datetime
 from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, InvalidOperation
@@ -103,8 +104,12 @@ class PowerReading(_Reading):
 Reading = UsageReading | PowerReading
 
 
+@lru_cache(maxsize=1 << 16)
 def parse_ts(value: str) -> int:
-    """RFC 3339 timestamp with an offset → UTC epoch second (floor). Raises ValueError."""
+    """RFC 3339 timestamp with an offset → UTC epoch second (floor). Raises ValueError.
+
+    Cached: a fleet's readings of one second share their timestamp text.
+    """
     if not RFC3339.match(value):
         raise ValueError("must be an RFC 3339 timestamp such as 2026-03-01T00:00:05Z")
     try:

@@ -35,6 +35,8 @@ log = logging.getLogger("gpubill.worker")
 BATCH_MAX = 5000
 BATCH_WITHIN_S = 0.5
 RULES_POLL_S = 10.0
+LAG_POLL_S = 5.0
+PIPELINE_TOPICS = (TOPIC_USAGE, TOPIC_POWER, TOPIC_DEADLETTER)
 
 
 class RulesWatcher:
@@ -231,6 +233,17 @@ def run_worker(settings: Settings, pipeline: Pipeline, *,
             await pipeline.in_sink_thread(watcher.poll)
 
         watcher = RulesWatcher(rules_dir, pipeline)
+
+    if pipeline.metrics is not None:
+
+        @app.timer(LAG_POLL_S)
+        async def report_lag() -> None:
+            """Consumer lag per assigned partition, for the Prometheus gauge."""
+            assigned = [tp for tp in app.consumer.assignment() if tp.topic in PIPELINE_TOPICS]
+            if assigned:
+                highwaters = await app.consumer.highwaters(*assigned)
+                pipeline.metrics.lag({(tp.topic, tp.partition): hw for tp, hw in highwaters.items()},
+                                     pipeline.positions)
 
     for task in extra_tasks or []:
         app.task(task)

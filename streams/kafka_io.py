@@ -49,8 +49,8 @@ def flush_producer(producer: KafkaProducer, settings: Settings, timeout_s: float
         raise KafkaUnreachable(settings.kafka, f"messages not acknowledged: {exc}") from exc
 
 
-def drain_targets(settings: Settings, topics: Iterable[str]) -> dict[tuple[str, int], tuple[int, int]]:
-    """(topic, partition) → (committed offset, end offset), for partitions where the group is behind."""
+def group_offsets(settings: Settings, topics: Iterable[str]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) → (the group's committed offset, end offset) for every partition."""
     try:
         consumer = KafkaConsumer(
             bootstrap_servers=settings.kafka.split(","),
@@ -67,13 +67,13 @@ def drain_targets(settings: Settings, topics: Iterable[str]) -> dict[tuple[str, 
             ids = consumer.partitions_for_topic(topic) or set()
             partitions += [TopicPartition(topic, p) for p in sorted(ids)]
         ends = consumer.end_offsets(partitions) if partitions else {}
-        targets = {}
-        for tp in partitions:
-            committed = consumer.committed(tp) or 0
-            if ends[tp] > committed:
-                targets[(tp.topic, tp.partition)] = (committed, ends[tp])
-        return targets
+        return {(tp.topic, tp.partition): (consumer.committed(tp) or 0, ends[tp]) for tp in partitions}
     except KafkaError as exc:
         raise KafkaUnreachable(settings.kafka, str(exc)) from exc
     finally:
         consumer.close()
+
+
+def drain_targets(settings: Settings, topics: Iterable[str]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) → (committed offset, end offset), for partitions where the group is behind."""
+    return {tp: (committed, end) for tp, (committed, end) in group_offsets(settings, topics).items() if end > committed}

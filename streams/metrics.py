@@ -22,6 +22,10 @@ class Metrics:
             "gpubill_rules_invalid", "1 while the rule files on disk are invalid (the last good set is in use)",
             registry=registry,
         )
+        self.consumer_lag = Gauge(
+            "gpubill_consumer_lag", "Messages not yet processed, per topic and partition (high water − position)",
+            ["topic", "partition"], registry=registry,
+        )
         self.state_entries = Gauge("gpubill_dedupe_state_entries", "Readings held in the dedupe horizon", registry=registry)
 
     def batch(self, result, rater) -> None:
@@ -37,6 +41,11 @@ class Metrics:
         self.flush_seconds.observe(seconds)
         rows = len(outcome.readings_usage) + len(outcome.readings_power) + len(outcome.rated) + deadletters
         self.batch_rows.observe(rows)
+
+    def lag(self, highwaters: dict, positions: dict) -> None:
+        """Set the lag of each assigned (topic, partition) from its high water mark."""
+        for (topic, partition), highwater in highwaters.items():
+            self.consumer_lag.labels(topic, str(partition)).set(max(highwater - positions.get((topic, partition), 0), 0))
 
     @staticmethod
     def serve(port: int) -> None:
