@@ -7,6 +7,7 @@ line on stderr with exit status 1; typer handles usage errors (exit 2).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -221,6 +222,10 @@ def worker(
     pipeline = _pipeline(settings, rules, database, metrics=not drain)
     if not drain:
         _start_from_committed(settings, pipeline)
+    if os.environ.get("GPUBILL_BENCH_FRESHNESS"):  # set by `gpubill bench pipeline`
+        from streams.app import Freshness
+
+        pipeline.freshness = Freshness(Path(os.environ["GPUBILL_BENCH_FRESHNESS"]))
     if drain:
         from rich.progress import Progress
 
@@ -509,6 +514,28 @@ def bench_pricing_command(
         f"priced {result['gpu_seconds']:,} GPU-seconds ({cards:,} cards × a month) in {result['seconds']:.3f} s: "
         f"{result['gpu_seconds_per_s']:,.0f} GPU-seconds/s"
     )
+
+
+@bench_app.command("pipeline")
+def bench_pipeline_command(
+    gpus: int = typer.Option(1280, min=1, help="GPUs whose readings are pre-produced."),
+    seconds: int = typer.Option(60, min=1, help="Seconds of readings per GPU (usage and power each)."),
+    freshness_rate: int = typer.Option(20_000, min=100, help="Readings/s of the steady producer for freshness."),
+    freshness_s: int = typer.Option(10, min=1, help="How long the steady producer runs."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
+) -> None:
+    """Pipeline vs plain consumer on a private broker and chDB: throughput, freshness, worker memory."""
+    import orjson
+
+    from streams.bench import bench_pipeline
+
+    result = bench_pipeline(gpus, seconds, freshness_rate=freshness_rate, freshness_s=freshness_s,
+                            say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
+    if as_json:
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        return
+    for name, value in result.items():
+        out.print(f"{name:>20}  {value}")
 
 
 # ------------------------------------------------------------------------------------- rules

@@ -75,6 +75,28 @@ class RulesWatcher:
         return True
 
 
+class Freshness:
+    """Produce-to-ClickHouse latency of every message, sampled once its batch is inserted.
+
+    For `gpubill bench pipeline`: the worker writes the percentiles to `path` when it stops.
+    """
+
+    def __init__(self, path: Path, limit: int = 1_000_000) -> None:
+        self.path, self.limit, self.latencies_s = path, limit, []
+
+    def observe(self, messages: list[Message]) -> None:
+        now = time.time()
+        if len(self.latencies_s) < self.limit:
+            self.latencies_s += [now - m.timestamp_s for m in messages if m.timestamp_s]
+
+    def write(self) -> None:
+        import orjson
+
+        ordered = sorted(self.latencies_s)
+        pick = (lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]) if ordered else (lambda q: None)
+        self.path.write_bytes(orjson.dumps({"count": len(ordered), "p50_s": pick(0.50), "p99_s": pick(0.99)}))
+
+
 @dataclass
 class Pipeline:
     """What the agents share: rules, state, the sink, progress towards a drain target."""
@@ -84,6 +106,7 @@ class Pipeline:
     rater: Rater
     metrics: Metrics | None = None
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    freshness: "Freshness | None" = None
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="sink"))
 
     def record(self, positions: dict[tuple[str, int], int]) -> None:
@@ -111,6 +134,8 @@ class Pipeline:
             self.sink.write(result.outcome, rows)
             if self.metrics:
                 self.metrics.flushed(time.monotonic() - started, result.outcome, len(rows))
+            if self.freshness is not None:
+                self.freshness.observe(messages)
         return result
 
     async def in_sink_thread(self, func, *args):
@@ -126,7 +151,7 @@ class Pipeline:
 
 def to_message(event: Any) -> Message:
     m = event.message
-    return Message(m.topic, m.partition, m.offset, m.key, m.value, tuple(m.headers or ()))
+    return Message(m.topic, m.partition, m.offset, m.key, m.value, tuple(m.headers or ()), m.timestamp or 0.0)
 
 
 def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
@@ -247,6 +272,12 @@ def run_worker(settings: Settings, pipeline: Pipeline, *,
 
     for task in extra_tasks or []:
         app.task(task)
+
+    if pipeline.freshness is not None:
+
+        @app.timer(1.0)
+        async def write_freshness() -> None:
+            pipeline.freshness.write()
 
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     worker.spinner = None  # our own progress and logs; the spinner mangles non-terminal output

@@ -34,6 +34,7 @@ class Message:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...] = ()
+    timestamp_s: float = 0.0  # Kafka record timestamp (producer's create time), for freshness
 
 
 @dataclass

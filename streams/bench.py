@@ -1,0 +1,140 @@
+"""`gpubill bench pipeline`: measure the pipeline against a plain consumer, side by side.
+
+On a private broker (fresh topics) and a private chDB in a temporary directory:
+
+1. pre-produce G × S usage and power readings (single-reading messages);
+2. raw_consume_per_s — an aiokafka consumer reads them all and does nothing: the limit;
+3. pipeline_per_s — readings / wall time of `gpubill worker --drain`, from its start until
+   it exits with every raw reading and rated second in ClickHouse; worker_rss_mb is that
+   process's peak resident memory (from wait4);
+4. freshness — `gpubill worker` runs while a producer sends fresh readings at a steady
+   rate; the worker samples, per message, produce time → insert acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import orjson
+
+from gpubill.config import READING_TOPICS, TOPIC_POWER, TOPIC_USAGE, Settings
+from gpubill.kafka_local import LocalBroker
+from streams.kafka_io import ensure_pipeline_topics, group_offsets, make_producer
+from streams.simulator import simulate_fleet
+
+Say = Callable[[str], None]
+
+
+def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, freshness_s: int = 10,
+                   port: int = 39192, say: Say = lambda _: None) -> dict:
+    """Run the benchmark; returns the fields `gpubill bench pipeline --json` prints."""
+    with tempfile.TemporaryDirectory(prefix="gpubill-bench-") as tmp:
+        work = Path(tmp)
+        broker = LocalBroker(work / "kafka", bootstrap=f"localhost:{port}", port=port, controller_port=port + 1)
+        broker.up(progress=say)
+        try:
+            settings = Settings(kafka=broker.bootstrap, clickhouse=f"chdb://{work / 'ch'}", home=str(work),
+                                group="bench-rating", metrics_port=0)
+            env = {**os.environ, "GPUBILL_KAFKA": settings.kafka, "GPUBILL_CLICKHOUSE": settings.clickhouse,
+                   "GPUBILL_HOME": str(work), "GPUBILL_GROUP": settings.group, "GPUBILL_METRICS_PORT": "0"}
+            ensure_pipeline_topics(settings)
+            total = gpus * seconds * 2
+            say(f"producing {total:,} readings ({gpus} GPUs × {seconds} s × 2 streams)")
+            start = int(time.time()) - seconds - 120
+            readings = simulate_fleet(gpus=gpus, gpu_model="A800-80G", minutes=-(-seconds // 60), start=start,
+                                      tenants=max(1, gpus // 16))
+            _produce(settings, itertools.islice(readings, total))
+
+            say("raw consume: a plain consumer reading every message")
+            raw_s = asyncio.run(_raw_consume(settings.kafka, total))
+
+            say("pipeline: gpubill worker --drain")
+            began = time.perf_counter()
+            child = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "worker", "--drain"], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            _, status, usage = os.wait4(child.pid, 0)
+            pipeline_s = time.perf_counter() - began
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise RuntimeError(f"the worker failed: {child.stderr.read().decode()[-2000:]}")
+            rss_mb = usage.ru_maxrss / 1024
+
+            say(f"freshness: {freshness_rate:,} readings/s for {freshness_s} s into a running worker")
+            p50, p99 = _freshness(settings, env, work, freshness_rate, freshness_s, gpus, say)
+        finally:
+            broker.down()
+    return {
+        "raw_consume_per_s": round(total / raw_s),
+        "pipeline_per_s": round(total / pipeline_s),
+        "ratio": round((total / pipeline_s) / (total / raw_s), 4),
+        "freshness_p50_s": p50,
+        "freshness_p99_s": p99,
+        "worker_rss_mb": round(rss_mb, 1),
+    }
+
+
+def _produce(settings: Settings, readings) -> None:
+    producer = make_producer(settings)
+    for reading in readings:
+        producer.send(READING_TOPICS[reading["kind"]], key=reading["gpu_uuid"].encode(), value=orjson.dumps(reading))
+    producer.flush(timeout=300)
+    producer.close()
+
+
+async def _raw_consume(bootstrap: str, total: int) -> float:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(TOPIC_USAGE, TOPIC_POWER, bootstrap_servers=bootstrap, group_id=None,
+                                auto_offset_reset="earliest", max_poll_records=10_000)
+    await consumer.start()
+    try:
+        seen, began = 0, time.perf_counter()
+        while seen < total:
+            batches = await consumer.getmany(timeout_ms=1000, max_records=10_000)
+            seen += sum(len(messages) for messages in batches.values())
+        return time.perf_counter() - began
+    finally:
+        await consumer.stop()
+
+
+def _freshness(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, gpus: int,
+               say: Say) -> tuple[float | None, float | None]:
+    report = work / "freshness.json"
+    worker = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "worker"], env={**env, "GPUBILL_BENCH_FRESHNESS": str(report)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(8)  # let the worker join the group before the clock starts
+        producer = make_producer(settings)
+        fleet = simulate_fleet(gpus=max(gpus, rate // 2), gpu_model="A800-80G", minutes=duration_s // 60 + 1,
+                               start=int(time.time()), tenants=4)
+        began = time.perf_counter()
+        for sent, reading in enumerate(itertools.islice(fleet, rate * duration_s)):
+            ahead = sent / rate - (time.perf_counter() - began)
+            if ahead > 0:
+                time.sleep(ahead)
+            producer.send(READING_TOPICS[reading["kind"]], key=reading["gpu_uuid"].encode(), value=orjson.dumps(reading))
+        producer.flush(timeout=120)
+        producer.close()
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:  # until the worker has caught up (committed = end)
+            offsets = group_offsets(settings, [TOPIC_USAGE, TOPIC_POWER])
+            if all(committed >= end for committed, end in offsets.values()):
+                break
+            time.sleep(1)
+        time.sleep(1.5)  # one more freshness report
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+    if not report.exists():
+        return None, None
+    data = orjson.loads(report.read_bytes())
+    return (round(data["p50_s"], 3) if data["p50_s"] is not None else None,
+            round(data["p99_s"], 3) if data["p99_s"] is not None else None)
