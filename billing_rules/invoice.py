@@ -228,25 +228,10 @@ def _discount_lines(usages: list[RentUsage]) -> list[InvoiceLine]:
         group[1] -= usage.seconds * Fraction(usage.price) / usage.per_s * Fraction(usage.discount_pct) / _HUNDRED
     lines = []
     for (gpu_model, plan, per_hour, pct), (seconds, exact) in sorted(groups.items()):
-        if seconds == 0:
-            continue
-        lines.append(
-            InvoiceLine(
-                kind="discount",
-                gpu_model=gpu_model,
-                plan=plan,
-                site=None,
-                band=None,
-                pue=None,
-                ref_period=None,
-                description=f"Contract discount {pct.normalize():f} % on {gpu_model} {plan} rent",
-                quantity=round_quantity(Fraction(seconds, S_PER_HOUR)),
-                unit="GPU-hour",
-                unit_price=round_quantity(-per_hour * Fraction(pct) / _HUNDRED),
-                exact_amount=exact,
-                amount=round_fen(exact),
-            )
-        )
+        if seconds:
+            description = f"Contract discount {pct.normalize():f} % on {gpu_model} {plan} rent"
+            lines.append(_gpu_hours_line("discount", gpu_model, plan, description, seconds,
+                                         -per_hour * Fraction(pct) / _HUNDRED, exact))
     return lines
 
 
@@ -262,26 +247,20 @@ def _rent_lines(usages: Iterable[RentUsage]) -> list[InvoiceLine]:
         group[1] += usage.seconds * Fraction(usage.price) / usage.per_s
     lines = []
     for (gpu_model, plan, per_hour), (seconds, exact) in sorted(groups.items()):
-        if seconds == 0:
-            continue
-        lines.append(
-            InvoiceLine(
-                kind="rent",
-                gpu_model=gpu_model,
-                plan=plan,
-                site=None,
-                band=None,
-                pue=None,
-                ref_period=None,
-                description=f"{gpu_model} GPU rent, {plan} plan",
-                quantity=round_quantity(Fraction(seconds, S_PER_HOUR)),
-                unit="GPU-hour",
-                unit_price=round_quantity(per_hour),
-                exact_amount=exact,
-                amount=round_fen(exact),
-            )
-        )
+        if seconds:
+            lines.append(_gpu_hours_line("rent", gpu_model, plan, f"{gpu_model} GPU rent, {plan} plan", seconds,
+                                         per_hour, exact))
     return lines
+
+
+def _gpu_hours_line(kind: str, gpu_model: str, plan: str, description: str, seconds: int,
+                    per_hour: Fraction, exact: Fraction) -> InvoiceLine:
+    """A rent or discount line: GPU-hours at a unit price per GPU-hour, rounded once."""
+    return InvoiceLine(
+        kind=kind, gpu_model=gpu_model, plan=plan, site=None, band=None, pue=None, ref_period=None,
+        description=description, quantity=round_quantity(Fraction(seconds, S_PER_HOUR)), unit="GPU-hour",
+        unit_price=round_quantity(per_hour), exact_amount=exact, amount=round_fen(exact),
+    )
 
 
 def _electricity_lines(usages: Iterable[EnergyUsage]) -> list[InvoiceLine]:
