@@ -1,0 +1,31 @@
+"""`gpubill bench pipeline --json` runs end to end and prints exactly its fields (tiny sizes:
+this checks the command, it measures nothing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.conftest import _free_port_pair
+
+pytestmark = pytest.mark.e2e
+
+
+def test_bench_pipeline_prints_its_fields(tmp_path):
+    port = _free_port_pair()
+    done = subprocess.run(
+        [sys.executable, "-m", "gpubill.cli", "bench", "pipeline", "--gpus", "8", "--seconds", "5",
+         "--freshness-rate", "400", "--freshness-s", "2", "--port", str(port), "--json"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert list(figures) == ["raw_consume_per_s", "pipeline_per_s", "ratio", "freshness_p50_s", "freshness_p99_s",
+                             "worker_rss_mb"]
+    assert figures["raw_consume_per_s"] > 0 and figures["pipeline_per_s"] > 0 and figures["worker_rss_mb"] > 0
+    assert 0 < figures["ratio"] == pytest.approx(figures["pipeline_per_s"] / figures["raw_consume_per_s"], rel=0.01)
+    assert figures["freshness_p50_s"] is not None and figures["freshness_p50_s"] <= figures["freshness_p99_s"]
