@@ -108,15 +108,38 @@ def _line_key(line: Any) -> tuple:
     return (line.gpu_model or "", line.plan or "", line.site or "", line.band or "", pue, str(_plain(line.unit_price)))
 
 
-def pending_adjustments(db: Any, rules: Any, tenant: str, period: str) -> list[Adjustment]:
-    """Late data for the tenant's finalized periods before `period`, as signed fen amounts.
+_LATE_SQL = """
+SELECT DISTINCT r.tenant, r.period
+FROM rated_seconds AS r
+INNER JOIN (SELECT tenant, period, issued_at FROM invoices FINAL WHERE period < {p:String}) AS i
+    ON r.tenant = i.tenant AND r.period = i.period
+WHERE r.rated_at > i.issued_at - INTERVAL 1 HOUR  -- margin for clock skew between hosts: a
+                                                  -- recompute that finds nothing new adds nothing
+"""
+
+
+def late_periods(db: Any, period: str) -> dict[str, list[str]]:
+    """Tenant → finalized periods before `period` that received rated data after their invoice.
+
+    Only these can need adjustments: rated rows are only ever added or re-written (a late
+    usage reading re-writes an energy row with the tenant), and every write stamps rated_at.
+    """
+    late: dict[str, list[str]] = defaultdict(list)
+    for tenant, ref in db.query(_LATE_SQL, {"p": period}):
+        late[tenant].append(ref)
+    return {tenant: sorted(refs) for tenant, refs in late.items()}
+
+
+def pending_adjustments(db: Any, rules: Any, tenant: str, period: str, refs: list[str] | None = None) -> list[Adjustment]:
+    """Late data for the tenant's finalized periods `refs` (default: all before `period`),
+    as signed fen amounts.
 
     For each such period: recompute its rent, discount and electricity lines from the
     rated data as it is now, and compare each line's rounded amount and quantity with what
     was already invoiced for it (the original line plus adjustments on later invoices that
     reference the period, which carry the same grouping fields and unit price).
     """
-    earlier = [row[0] for row in db.query(
+    earlier = refs if refs is not None else [row[0] for row in db.query(
         "SELECT period FROM invoices FINAL WHERE tenant = {t:String} AND period < {p:String} ORDER BY period",
         {"t": tenant, "p": period},
     )]
@@ -161,14 +184,14 @@ def run_period(db: Any, rules: Any, period: str, *, now: datetime | None = None,
     existing = {row[0]: row[1] for row in db.query(
         "SELECT tenant, number FROM invoices FINAL WHERE period = {p:String}", {"p": period})}
     tenants = {row[0] for row in db.query(*tenants_with_charges_sql(period))}
-    tenants |= {row[0] for row in db.query(
-        "SELECT DISTINCT tenant FROM invoices FINAL WHERE period < {p:String}", {"p": period})}
+    late = late_periods(db, period)
+    tenants |= set(late)
     rent, energy = _usage_by_tenant(db, period)
     for tenant in sorted(tenants):
         if tenant in existing:
             report.existing.append(existing[tenant])
             continue
-        adjustments = pending_adjustments(db, rules, tenant, period)
+        adjustments = pending_adjustments(db, rules, tenant, period, late.get(tenant, []))
         if not rent.get(tenant) and not energy.get(tenant) and not adjustments:
             continue
         credits = credit_balances(rules.credit_grants(tenant), _credit_spent(db, tenant, period), period)
