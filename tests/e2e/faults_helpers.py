@@ -1,0 +1,272 @@
+"""Readings with a known layout for the fault suite, and the figures they must bill to.
+
+Everything here is computed independently of the product: power is quantized to whole
+milliwatts half up with integer arithmetic, money with Fractions, rounding half up to
+the fen by hand. The test rules (tests/e2e/rules) price May 2026 (31 days) as:
+
+    acme  A800-80G hourly   ¥3600/h                    = ¥1 per second
+    beta  RTX4090 monthly   ¥2,678,400 / 2,678,400 s   = ¥1 per second, contract discount 10 %
+    gz-guian  PUE 1.12, ¥330/kWh flat; 1 kWh = 3,600,000,000 mJ; VAT 6 %
+    credits: the ¥10 trial for every tenant; acme's onboarding credit expired with 2026-03
+
+so rent in yuan is the number of rented seconds and electricity is
+mJ × 1.12 × 330 / 3.6e9.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+
+PERIOD = "2026-05"
+START = datetime(2026, 5, 12, 1, 0, 0, tzinfo=timezone.utc)  # 09:00 in Shanghai: well inside May
+PUE, TARIFF, MJ_PER_KWH, VAT = Fraction(112, 100), Fraction(330), 3_600_000_000, Fraction(6, 100)
+TRIAL = Fraction(10)
+
+
+def fen(x: Fraction) -> str:
+    """Half up to two decimals, written independently of billing_rules.round_fen."""
+    if x < 0:
+        return "-" + fen(-x)
+    cents = x * 100
+    whole = cents.numerator // cents.denominator
+    if cents - whole >= Fraction(1, 2):
+        whole += 1
+    return f"{whole // 100}.{whole % 100:02d}"
+
+
+def fen_value(x: Fraction) -> Fraction:
+    return Fraction(Decimal(fen(x)))
+
+
+def milliwatts(watts: str) -> int:
+    """'300.1235' W → 300124 mW (half up), with integers only."""
+    exact = Fraction(Decimal(watts)) * 1000
+    floor = exact.numerator // exact.denominator
+    return floor + (1 if exact - floor >= Fraction(1, 2) else 0)
+
+
+@dataclass(frozen=True)
+class Card:
+    gpu: str
+    model: str
+    # tenant per second offset: a function of the second index (None = not rented)
+    tenants: tuple[tuple[int, int, str | None], ...]  # (from, to, tenant) half-open ranges of second indexes
+    base_w: int
+    usage: bool = True  # False: a card that sends power only (energy always unallocated)
+
+    def tenant_at(self, i: int) -> str | None:
+        for lo, hi, tenant in self.tenants:
+            if lo <= i < hi:
+                return tenant
+        return None
+
+
+def fleet(seconds: int) -> list[Card]:
+    """Eight cards: three of acme (one rented only for the first half), two of beta, two idle
+    (usage without a tenant), one that sends power only."""
+    half = seconds // 2
+    return [
+        Card("A1", "A800-80G", ((0, seconds, "acme"),), 300),
+        Card("A2", "A800-80G", ((0, seconds, "acme"),), 310),
+        Card("A3", "A800-80G", ((0, half, "acme"),), 320),
+        Card("B1", "RTX4090", ((0, seconds, "beta"),), 400),
+        Card("B2", "RTX4090", ((0, seconds, "beta"),), 410),
+        Card("I1", "RTX4090", (), 60),
+        Card("I2", "A800-80G", (), 70),
+        Card("P1", "A800-80G", (), 80, usage=False),
+    ]
+
+
+def watts_of(card: Card, i: int) -> str:
+    """A draw that exercises the half-up quantization: x.yyy5 W on every odd second."""
+    tail = "5" if i % 2 else "0"
+    return f"{card.base_w + i % 13}.{(i * 37) % 1000:03d}{tail}"
+
+
+def ts_of(i: int) -> str:
+    return (START + timedelta(seconds=i)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def make_readings(seconds: int, cards: list[Card] | None = None, first: int = 0) -> list[dict]:
+    """Usage and power readings of `cards` for second indexes [first, seconds), in time order."""
+    cards = cards or fleet(seconds)
+    out = []
+    for i in range(first, seconds):
+        for card in cards:
+            common = {"ts": ts_of(i), "site": "gz-guian", "node": f"gz-n{card.gpu[0]}", "gpu_uuid": card.gpu}
+            if card.usage:
+                tenant = card.tenant_at(i)
+                out.append({"kind": "usage", "event_id": f"{card.gpu}-u-{i}", **common, "gpu_model": card.model,
+                            "tenant": tenant, "instance": f"i-{card.gpu}" if tenant else None,
+                            "util_pct": i % 101, "mem_used_mib": 1024})
+            out.append({"kind": "power", "event_id": f"{card.gpu}-p-{i}", **common,
+                        "power_w": Decimal(watts_of(card, i))})
+    return out
+
+
+def dumps(reading: dict) -> str:
+    """JSON with power_w written as the exact decimal it is (never through a float)."""
+    if "power_w" in reading:
+        marker = "__POWER__"
+        text = json.dumps({**reading, "power_w": marker})
+        return text.replace(f'"{marker}"', str(reading["power_w"]))
+    return json.dumps(reading)
+
+
+def write_ndjson(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+@dataclass
+class Truth:
+    """What the readings must bill to, per tenant ('' = unallocated energy)."""
+
+    rent_seconds: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    energy_mj: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def electricity(self, tenant: str) -> Fraction:
+        return self.energy_mj[tenant] * PUE * TARIFF / MJ_PER_KWH
+
+
+def truth_of(readings: list[dict]) -> Truth:
+    """The batch join of SPEC §4 over distinct readings, in plain Python (readings are
+    assumed free of conflicts: one usage and at most one power per card and second)."""
+    usage = {}
+    power = {}
+    for r in readings:
+        key = (r["gpu_uuid"], r["ts"])
+        if r["kind"] == "usage":
+            usage[key] = r["tenant"]
+        else:
+            power[key] = milliwatts(str(r["power_w"]))
+    truth = Truth()
+    for tenant in usage.values():
+        if tenant:
+            truth.rent_seconds[tenant] += 1
+    for key, mw in power.items():
+        truth.energy_mj[usage.get(key) or ""] += mw
+    return truth
+
+
+def expected_invoice(truth: Truth, tenant: str) -> dict:
+    """Rent, electricity, discount, credit, subtotal, net, tax, total as strings."""
+    rent = Fraction(truth.rent_seconds[tenant])  # ¥1 per second for both tenants in May
+    electricity = truth.electricity(tenant)
+    subtotal = fen_value(rent) + fen_value(electricity)
+    discount = fen_value(rent / 10) if tenant == "beta" else Fraction(0)
+    after_discount = subtotal - discount
+    credit = min(TRIAL, after_discount)
+    net = after_discount - credit
+    tax = fen_value(net * VAT)
+    return {
+        "rent": fen(rent), "electricity": fen(electricity), "discount": fen(-discount) if discount else None,
+        "credit": fen(-credit), "subtotal": fen(subtotal), "net": fen(net), "tax": fen(tax), "total": fen(net + tax),
+    }
+
+
+def invoice_figures(invoice: dict) -> dict:
+    """The same figures read from `gpubill invoice show --format json`."""
+    lines: dict[str, list[dict]] = defaultdict(list)
+    for line in invoice["lines"]:
+        lines[line["kind"]].append(line)
+    [rent] = lines["rent"]
+    [electricity] = lines["electricity"]
+    [credit] = lines["credit"]
+    discounts = lines.get("discount", [])
+    assert not lines.get("adjustment"), lines["adjustment"]
+    return {
+        "rent": rent["amount"], "electricity": electricity["amount"],
+        "discount": discounts[0]["amount"] if discounts else None, "credit": credit["amount"],
+        "subtotal": invoice["subtotal"], "net": invoice["net"], "tax": invoice["tax"], "total": invoice["total"],
+    }
+
+
+def stored_figures(dsn: str, period: str = PERIOD) -> dict[str, tuple[int, int]]:
+    """(rented seconds, energy mJ) per tenant from the v_usage_by_tenant view (no CLI may hold chDB)."""
+    from gpubill.clickhouse import open_database
+
+    with open_database(dsn) as database:
+        rows = database.query(
+            "SELECT tenant, sum(rented_seconds), sum(energy_mj_total) FROM v_usage_by_tenant "
+            "WHERE period = {p:String} GROUP BY tenant",
+            {"p": period},
+        )
+    return {tenant: (int(seconds), int(mj)) for tenant, seconds, mj in rows if int(seconds) or int(mj)}
+
+
+def truth_figures(truth: Truth) -> dict[str, tuple[int, int]]:
+    tenants = set(truth.rent_seconds) | set(truth.energy_mj)
+    figures = {t: (truth.rent_seconds.get(t, 0), truth.energy_mj.get(t, 0)) for t in tenants}
+    return {t: f for t, f in figures.items() if f != (0, 0)}
+
+
+def start_worker(gpubill, *args: str, log: Path | None = None) -> subprocess.Popen:
+    """`gpubill worker --drain` as a child process we can kill; output to `log`."""
+    handle = open(log, "ab") if log else subprocess.DEVNULL
+    return subprocess.Popen([sys.executable, "-m", "gpubill.cli", "worker", *args], env=gpubill.env, cwd=gpubill.cwd,
+                            stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def kill9(process: subprocess.Popen) -> None:
+    """SIGKILL the worker (and anything it started) and reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=30)
+
+
+def committed_total(bootstrap: str, group: str, topics: tuple[str, ...] = ("gpu.usage.v1", "gpu.power.v1")) -> int:
+    """Sum of the group's committed offsets over the reading topics (0 where none)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        total = 0
+        for topic in topics:
+            for p in consumer.partitions_for_topic(topic) or ():
+                total += consumer.committed(TopicPartition(topic, p)) or 0
+        return total
+    finally:
+        consumer.close()
+
+
+def wait_until(predicate, timeout_s: float, step_s: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step_s)
+    return False
+
+
+def produce_raw(bootstrap: str, messages: list[tuple[str, bytes | None, bytes | None]]) -> None:
+    """Produce (topic, key, value) messages as they are, bypassing `replay`'s checks."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    try:
+        for topic, key, value in messages:
+            producer.send(topic, key=key, value=value)
+        producer.flush(timeout=30)
+    finally:
+        producer.close()
+
+
+def count_rows(dsn: str, sql: str) -> int:
+    from gpubill.clickhouse import open_database
+
+    with open_database(dsn) as database:
+        return int(database.query(sql)[0][0])
