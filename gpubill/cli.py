@@ -395,7 +395,8 @@ def dlq_list(
     settings = load_settings()
     with _database(settings) as database:
         rows = database.query_dicts(
-            "SELECT dead_at, source_topic, source_partition, source_offset, source_line, source_index, reason, original "
+            "SELECT dead_at, source_topic, source_partition, source_offset, source_line, source_index, reason, "
+            "toValidUTF8(original) AS original "
             "FROM deadletters FINAL ORDER BY dead_at DESC, source_topic, source_partition, source_offset DESC, "
             "source_line DESC, source_index DESC LIMIT {n:UInt32}",
             {"n": limit},

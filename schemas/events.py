@@ -15,7 +15,7 @@ import re
 from functools import lru_cache
 from collections.abc import Collection
 from datetime import datetime
-from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
@@ -24,6 +24,7 @@ from schemas.errors import InvalidReading
 
 MAX_FUTURE_S = 600  # SPEC §3: a timestamp more than 10 minutes ahead is refused
 MAX_POWER_W = Decimal(5000)
+MIN_SECOND = 946684800  # 2000-01-01T00:00:00Z: older readings are not billable data (and break UInt32 columns if < 1970)
 MAX_MEM_MIB = 1 << 40  # far above any card; keeps the value inside ClickHouse's UInt64
 UTIL_STEP = Decimal("0.0001")  # util_pct is kept to 4 decimals (ClickHouse Decimal(9, 4))
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})?$")
@@ -98,7 +99,10 @@ class PowerReading(_Reading):
     @property
     def power_mw(self) -> int:
         """Draw in whole milliwatts, rounded half up; one second at P mW is P millijoules."""
-        return int((self.power_w * 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+        # scaleb is exact in a context wide enough for every digit sent: one rounding only.
+        with localcontext() as context:
+            context.prec = max(28, len(self.power_w.as_tuple().digits) + 8)
+            return int(self.power_w.scaleb(3).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
 Reading = UsageReading | PowerReading
@@ -120,6 +124,8 @@ def parse_ts(value: str) -> int:
         raise ValueError("must carry a UTC offset (Z or +08:00)")
     # Exact floor, also for fractions: no float arithmetic on the timestamp.
     whole = int(moment.replace(microsecond=0).timestamp())
+    if whole < MIN_SECOND:
+        raise ValueError("must not be before 2000-01-01T00:00:00Z")
     return whole
 
 
@@ -129,6 +135,8 @@ def decode_json(raw: bytes) -> Any:
         return json.loads(raw, parse_float=Decimal, parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError, InvalidOperation) as exc:
         raise InvalidReading(f"not JSON: {_short(str(exc))}") from None
+    except RecursionError:
+        raise InvalidReading("not JSON: nested too deeply") from None
 
 
 def split_message(raw: bytes) -> list[bytes] | None:
@@ -162,6 +170,8 @@ def split_message(raw: bytes) -> list[bytes] | None:
             raise ValueError(f"extra data at character {position}")
     except (ValueError, InvalidOperation) as exc:
         raise InvalidReading(f"not JSON: {_short(str(exc))}") from None
+    except RecursionError:
+        raise InvalidReading("not JSON: nested too deeply") from None
     return elements
 
 

@@ -164,6 +164,10 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
         topic_partitions=settings.partitions,
         consumer_auto_offset_reset="earliest",
         broker_commit_interval=1.0,
+        # A worker that died is noticed after 10 s, not Faust's default 60 s: its
+        # replacement gets the partitions without a minute of stalled billing.
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=2.0,
         producer_acks=-1,
         stream_buffer_maxsize=BATCH_MAX * 2,
         broker_max_poll_records=BATCH_MAX,
@@ -209,12 +213,23 @@ async def _ack(stream: Any, events: list) -> None:
 
 
 async def _send_deadletters(topic: Any, result: BatchResult) -> None:
-    """Produce the batch's dead letters and wait for the broker's acknowledgement."""
+    """Produce the batch's dead letters and wait for the broker's acknowledgement.
+
+    They are already in ClickHouse (written with the batch). A record the broker refuses
+    is logged and counted, never allowed to stop the worker: the batch must still be acked.
+    """
     pending = []
     for letter in result.deadletters:
-        pending.append(await topic.send(key=letter.message.key, value=letter.message.value or b"", headers=letter.headers()))
+        value, headers = letter.record()
+        try:
+            pending.append(await topic.send(key=letter.message.key, value=value, headers=headers))
+        except Exception:  # noqa: BLE001 - a refused dead letter must not stall the pipeline
+            log.exception("could not produce a dead letter to Kafka (it is in ClickHouse): %s", letter.reason)
     for future in pending:
-        await future
+        try:
+            await future
+        except Exception:  # noqa: BLE001 - same as above
+            log.exception("the broker refused a dead letter (it is in ClickHouse)")
 
 
 def run_worker(settings: Settings, pipeline: Pipeline, *,

@@ -11,6 +11,7 @@ from typing import Callable
 from datetime import datetime, timezone
 
 from gpubill.config import TOPIC_POWER, TOPIC_USAGE
+from billing_rules import BillingRulesError
 from schemas.errors import InvalidReading
 from schemas.events import parse_reading, split_message
 from streams.rating import Outcome, Rater
@@ -24,6 +25,8 @@ H_PARTITION = "gpubill-source-partition"
 H_OFFSET = "gpubill-source-offset"
 H_LINE = "gpubill-source-line"
 H_INDEX = "gpubill-source-index"
+H_TRUNCATED = "gpubill-truncated-from"  # the original was larger than a Kafka record may be
+MAX_DEADLETTER_VALUE = 512 * 1024  # bytes of the original kept in the Kafka record (ClickHouse keeps all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +62,18 @@ class DeadLetter:
             pairs.append((H_INDEX, str(self.index).encode()))
         return pairs
 
+    def record(self) -> tuple[bytes, list[tuple[str, bytes]]]:
+        """(value, headers) of the Kafka dead letter: the original, cut to MAX_DEADLETTER_VALUE
+        bytes if it is larger (a record over the broker's limit could not be produced at all;
+        the ClickHouse row keeps the original whole)."""
+        value, headers = self.message.value or b"", self.headers()
+        if len(value) > MAX_DEADLETTER_VALUE:
+            headers.append((H_TRUNCATED, str(len(value)).encode()))
+            value = value[:MAX_DEADLETTER_VALUE]
+        return value, headers
+
     def row(self, now: datetime) -> tuple:
-        original = (self.message.value or b"").decode("utf-8", "surrogateescape")
+        original = self.message.value or b""  # bytes: ClickHouse String keeps them exactly, UTF-8 or not
         return (self.message.topic, self.message.partition, self.message.offset, self.line, self.index, self.reason,
                 original, now)
 
@@ -111,36 +124,44 @@ def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_m
                     value, known_sites=known_sites, known_models=known_models, now_s=now_s, expect_kind=expect
                 )
             except InvalidReading as exc:
-                if batched:
-                    bad = Message(message.topic, message.partition, message.offset, message.key, value, message.headers)
-                    result.deadletters.append(DeadLetter(bad, f"element {index}: {exc}", index=index))
-                else:
-                    result.deadletters.append(DeadLetter(message, str(exc)))
+                result.deadletters.append(_refused(message, value, index if batched else 0, str(exc)))
                 continue
-            accepted.append((reading, message))
+            accepted.append((reading, message, value, index if batched else 0))
     if lookup is not None:
-        need_usage, need_power = rater.lookups([reading for reading, _ in accepted])
+        need_usage, need_power = rater.lookups([reading for reading, *_ in accepted])
         if need_usage or need_power:
             usage_rows, power_rows = lookup(need_usage, need_power)
             rater.preload_usage(usage_rows)
             rater.preload_power(power_rows)
-    for reading, message in accepted:
-        rater.rate(reading, message.partition, message.offset, now, result.outcome)
+    for reading, message, value, index in accepted:
+        try:
+            rater.rate(reading, message.partition, message.offset, now, result.outcome)
+        except BillingRulesError as exc:  # e.g. a second before the first rule in force
+            result.deadletters.append(_refused(message, value, index, f"cannot be priced: {exc}"))
     rater.evict()
     return result
+
+
+def _refused(message: Message, value: bytes, index: int, reason: str) -> DeadLetter:
+    """The dead letter of a whole message (index 0), or of one element of a batched message alone."""
+    if not index:
+        return DeadLetter(message, reason)
+    element = Message(message.topic, message.partition, message.offset, message.key, value, message.headers)
+    return DeadLetter(element, f"element {index}: {reason}", index=index)
 
 
 def deadletter_row_from_record(message: Message, now: datetime) -> tuple:
     """A dead letter read back from gpu.deadletter.v1 (e.g. one that `replay` refused)."""
     headers = {name: value.decode("utf-8", "replace") for name, value in message.headers}
-    original = (message.value or b"").decode("utf-8", "surrogateescape")
+    original = message.value or b""
     return (
         headers.get(H_TOPIC, message.topic),
         int(headers.get(H_PARTITION, message.partition)),
         int(headers.get(H_OFFSET, message.offset)),
         int(headers.get(H_LINE, 0)),
         int(headers.get(H_INDEX, 0)),
-        headers.get(H_REASON, "no reason given"),
+        headers.get(H_REASON, "no reason given")
+        + (f" (original cut to its first {len(original):,} of {headers[H_TRUNCATED]} bytes)" if H_TRUNCATED in headers else ""),
         original,
         now,
     )

@@ -19,6 +19,7 @@ from streams.kafka_io import flush_producer, make_producer
 from streams.pipeline import DeadLetter, Message
 
 Progress = Callable[[int], None]
+MAX_MESSAGE_BYTES = 1_000_000  # the producer's and broker's default limit, less headroom for headers
 
 
 @dataclass
@@ -42,6 +43,8 @@ def classify_line(line: bytes) -> tuple[str | None, bytes | None, str]:
         document = json.loads(line)
     except (UnicodeDecodeError, ValueError) as exc:
         return None, None, f"kind: cannot be read, the line is not JSON ({exc.__class__.__name__})"
+    except RecursionError:
+        return None, None, "kind: cannot be read, the line is JSON nested too deeply"
     key_field = "gpu_uuid"
     if isinstance(document, list):
         # A batch (a node agent's cards in one message) goes where its first reading goes,
@@ -74,9 +77,12 @@ def replay_file(settings: Settings, path: Path, progress: Progress | None = None
                 report.skipped_blank += 1
                 continue
             topic, key, reason = classify_line(line)
+            if topic is not None and len(line) > MAX_MESSAGE_BYTES:
+                topic, reason = None, f"the line has {len(line):,} bytes, more than a Kafka message may ({MAX_MESSAGE_BYTES:,})"
             if topic is None:
                 letter = DeadLetter(Message(source, -1, -1, None, line), f"line {number}: {reason}", line=number)
-                producer.send(TOPIC_DEADLETTER, value=line, headers=letter.headers())
+                value, headers = letter.record()
+                producer.send(TOPIC_DEADLETTER, value=value, headers=headers)
                 report.deadlettered += 1
             else:
                 producer.send(topic, key=key, value=line)

@@ -182,6 +182,8 @@ class Rater:
     # -- usage ---------------------------------------------------------------------------
 
     def _rate_usage(self, reading: UsageReading, second: int, partition: int, offset: int, now: Any, out: Outcome) -> None:
+        # Price first: a rule lookup that fails (no rule in force) must leave the state as it was.
+        rate = self.rules.rent_rate(reading.tenant, reading.gpu_model, second) if reading.tenant is not None else None
         key = (reading.gpu_uuid, second)
         if reading.event_id in self._usage_ids:
             out.duplicates += 1
@@ -201,8 +203,7 @@ class Rater:
                 partition, offset, now,
             )
         )
-        if reading.tenant is not None:
-            rate = self.rules.rent_rate(reading.tenant, reading.gpu_model, second)
+        if rate is not None:
             out.rated.append(
                 (
                     "rent", reading.gpu_uuid, second, self.rules.period_of(second), reading.tenant,
@@ -218,6 +219,7 @@ class Rater:
     # -- power ---------------------------------------------------------------------------
 
     def _rate_power(self, reading: PowerReading, second: int, partition: int, offset: int, now: Any, out: Outcome) -> None:
+        self.rules.energy_rate(reading.site, second)  # fails before any state changes; cached for _energy_row
         key = (reading.gpu_uuid, second)
         if reading.event_id in self._power_ids:
             out.duplicates += 1
