@@ -139,14 +139,18 @@ class Pipeline:
         return result
 
     async def in_sink_thread(self, func, *args):
-        """Run `func` in the sink's thread; if ClickHouse gave up, exit without committing."""
+        """Run `func` in the sink's thread. If it fails — ClickHouse gave up, or a bug — the
+        process exits at once without acking or committing the batch: a crashed agent would
+        otherwise leave a worker that consumes nothing (and a drain that never ends)."""
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self.executor, func, *args)
         except DatabaseError:
             log.exception("ClickHouse did not accept a batch; exiting without committing its offsets")
-            logging.shutdown()
-            os._exit(3)
+        except Exception:  # noqa: BLE001 - see the docstring
+            log.exception("a batch could not be processed; exiting without committing its offsets")
+        logging.shutdown()
+        os._exit(3)
 
 
 def to_message(event: Any) -> Message:
