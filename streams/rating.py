@@ -103,8 +103,16 @@ class Rater:
         return len(self._usage) + len(self._power)
 
     def rate(self, reading: UsageReading | PowerReading, partition: int, offset: int, now: Any, out: Outcome) -> None:
-        """Add the rows caused by `reading` (at Kafka `partition`/`offset`) to `out`."""
+        """Add the rows caused by `reading` (at Kafka `partition`/`offset`) to `out`.
+
+        Raises a billing_rules error, with nothing changed, when the reading cannot be priced.
+        """
         second = reading.second
+        # Price first: a reading that cannot be priced must move no clock and no state.
+        if isinstance(reading, UsageReading):
+            rent = self.rules.rent_rate(reading.tenant, reading.gpu_model, second) if reading.tenant is not None else None
+        else:
+            self.rules.energy_rate(reading.site, second)  # cached for _energy_row
         if second > self.newest_second:
             self.newest_second = second
         stream = reading.kind
@@ -114,7 +122,7 @@ class Rater:
         if second < floor.get(reading.gpu_uuid, second + 1):
             floor[reading.gpu_uuid] = second
         if isinstance(reading, UsageReading):
-            self._rate_usage(reading, second, partition, offset, now, out)
+            self._rate_usage(reading, second, partition, offset, now, out, rent)
         else:
             self._rate_power(reading, second, partition, offset, now, out)
 
@@ -181,9 +189,8 @@ class Rater:
 
     # -- usage ---------------------------------------------------------------------------
 
-    def _rate_usage(self, reading: UsageReading, second: int, partition: int, offset: int, now: Any, out: Outcome) -> None:
-        # Price first: a rule lookup that fails (no rule in force) must leave the state as it was.
-        rate = self.rules.rent_rate(reading.tenant, reading.gpu_model, second) if reading.tenant is not None else None
+    def _rate_usage(self, reading: UsageReading, second: int, partition: int, offset: int, now: Any, out: Outcome,
+                    rate: Any) -> None:
         key = (reading.gpu_uuid, second)
         if reading.event_id in self._usage_ids:
             out.duplicates += 1
@@ -219,7 +226,6 @@ class Rater:
     # -- power ---------------------------------------------------------------------------
 
     def _rate_power(self, reading: PowerReading, second: int, partition: int, offset: int, now: Any, out: Outcome) -> None:
-        self.rules.energy_rate(reading.site, second)  # fails before any state changes; cached for _energy_row
         key = (reading.gpu_uuid, second)
         if reading.event_id in self._power_ids:
             out.duplicates += 1

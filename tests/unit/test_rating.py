@@ -481,3 +481,15 @@ def test_a_counterpart_evicted_from_memory_is_looked_up() -> None:
     need_usage, _ = rater.lookups([late])
     # the usage floor of G1 is T, but T is below the eviction cutoff T + 500: asked
     assert ("G1", T) in need_usage
+
+
+def test_a_reading_that_cannot_be_priced_changes_nothing() -> None:
+    from billing_rules import BillingRulesError
+
+    rater = Rater(RULES)
+    before_rules = 1717200000  # 2024-06-01T00:00:00Z, before the shipped rules start (2025-01-01)
+    with pytest.raises(BillingRulesError):
+        rater.rate(power("G1", before_rules, "p-old"), 0, 0, NOW, Outcome())
+    assert rater.state_size == 0 and rater.newest_second == 0
+    # G1's power floor was not moved to 2024: a usage of G1 still asks ClickHouse for its power
+    assert rater.lookups([usage("G1", T, "u-1")]) == (set(), {("G1", T)})
