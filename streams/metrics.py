@@ -49,5 +49,14 @@ class Metrics:
 
     @staticmethod
     def serve(port: int) -> None:
+        """Serve /metrics on `port` (0: not at all); a taken port is a one-line error."""
+        from gpubill.errors import ConfigError
+
         if port:
-            start_http_server(port)
+            try:
+                start_http_server(port)
+            except OSError as exc:
+                raise ConfigError(
+                    f"GPUBILL_METRICS_PORT: cannot serve metrics on port {port} ({exc.strerror}); "
+                    "choose another port or 0 to turn metrics off"
+                ) from None
