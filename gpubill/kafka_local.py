@@ -129,8 +129,15 @@ def parse_java_major(version_output: str) -> int | None:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: the url-safe base64 of 16 random bytes, without padding (22 chars)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+    """A KRaft cluster id: the url-safe base64 of 16 random bytes, without padding (22 chars).
+
+    Never one that starts with "-": the storage tool's argument parser would read it as an
+    option ("argument --cluster-id/-t: expected one argument"), one start in 64.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def render_pom(kafka_version: str = KAFKA_VERSION) -> str:

@@ -192,3 +192,15 @@ def test_down_without_a_broker_is_a_no_op(tmp_path):
     # a pid file naming a process that is gone
     broker.pid_file.write_text(f"{sleeper.pid}\n")
     assert broker.down() is False
+
+
+def test_cluster_ids_never_start_with_a_dash(monkeypatch):
+    # uuid bytes whose base64 starts with "-" (0xfb → "-w"), then ordinary ones
+    import uuid as uuid_module
+
+    from gpubill import kafka_local
+
+    draws = iter([uuid_module.UUID(bytes=b"\xfb" + b"\x00" * 15), uuid_module.UUID(bytes=b"\x01" * 16)])
+    monkeypatch.setattr(kafka_local.uuid, "uuid4", lambda: next(draws))
+    cluster_id = kafka_local.new_cluster_id()
+    assert not cluster_id.startswith("-") and len(cluster_id) == 22
