@@ -2,7 +2,7 @@
 
 ``inv`` is duck-typed: anything with ``tenant, period, number, status, issued_at,
 currency, lines, subtotal, net, tax, total, vat_rate``, whose lines have ``kind``, the
-grouping fields ``gpu_model, plan, site, band, pue, ref_period`` (None where they do not
+grouping fields ``gpu_model, plan, site, band, pue, ref_period, credit_id`` (None where they do not
 apply), ``description, quantity, unit, unit_price, amount``.
 
 :func:`invoice_to_dict` is the contract of ``gpubill invoice show --format json``: money
@@ -32,7 +32,7 @@ from reports.render_pdf import ACCENT, MUTED, RULE, ReportPDF, draw_table, fit_t
 
 __all__ = ["GROUPING_FIELDS", "INVOICE_CSV_COLUMNS", "invoice_to_dict", "render_invoice"]
 
-GROUPING_FIELDS = ("gpu_model", "plan", "site", "band", "pue", "ref_period")
+GROUPING_FIELDS = ("gpu_model", "plan", "site", "band", "pue", "ref_period", "credit_id")
 INVOICE_CSV_COLUMNS = ("kind", *GROUPING_FIELDS, "description", "quantity", "unit", "unit_price", "amount")
 SELLER = "gpubill GPU Cloud"
 

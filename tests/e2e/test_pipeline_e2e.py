@@ -73,8 +73,8 @@ def test_readings_to_invoices_to_the_fen(gpubill):
     assert [(l["site"], l["band"], l["pue"], l["quantity"], l["amount"]) for l in lines["electricity"]] == [
         ("gz-guian", "flat", "1.12", "0.037333", fen(electricity(120, Fraction(1000))))]
     assert fen(electricity(120, Fraction(1000))) == "12.32"
-    assert [(l["description"], l["amount"]) for l in lines["credit"]] == [
-        ("Onboarding credit, contract 2026-001", "-132.32")]
+    assert [(l["credit_id"], l["description"], l["amount"]) for l in lines["credit"]] == [
+        ("acme-onboarding", "Onboarding credit, contract 2026-001", "-132.32")]
     assert (acme["subtotal"], acme["net"], acme["tax"], acme["total"]) == ("132.32", "0.00", "0.00", "0.00")
 
     # beta March: 60 s × ¥1 = ¥60.00 (the conflicting 4999 W reading does not count);
@@ -116,7 +116,7 @@ def test_readings_to_invoices_to_the_fen(gpubill):
         ("2026-03", "", "gz-guian", "0.003111",  # 10 s × 1000 W = 1e7 mJ × 1.12 / 3.6e9 kWh
          fen(Fraction(Decimal(fen(electricity(130, Fraction(1000)))) - Decimal("12.32")))),
     ])
-    assert [(l["description"], l["amount"]) for l in lines["credit"]] == [("New-user trial credit", "-10.00")]
+    assert [(l["credit_id"], l["amount"]) for l in lines["credit"]] == [("trial", "-10.00")]
     assert (acme4["subtotal"], acme4["net"], acme4["tax"], acme4["total"]) == ("77.19", "67.19", "4.03", "71.22")
 
     # beta April: 100 s × 31/30 = ¥103.333… → 103.33 (80 s arrived in part 1, the last 20 s of
