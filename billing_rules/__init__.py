@@ -37,7 +37,7 @@ from billing_rules.invoice import (
 )
 from billing_rules.loader import DEFAULT_RULES_DIR, RULE_FILES, load_rules
 from billing_rules.money import MJ_PER_KWH, format_money, format_quantity, round_fen, round_quantity
-from billing_rules.ruleset import CreditGrant, EnergyRate, RentRate, RuleSet, SiteInfo
+from billing_rules.ruleset import CreditGrant, EnergyRate, RentRate, RuleSet, SiteInfo, energy_amount, rent_amount
 
 __all__ = [
     "AggregateColumns",
@@ -73,6 +73,8 @@ __all__ = [
     "build_invoice",
     "credit_available",
     "credit_balances",
+    "energy_amount",
+    "rent_amount",
     "format_money",
     "format_quantity",
     "load_rules",

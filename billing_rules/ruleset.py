@@ -96,7 +96,17 @@ class EnergyRate:
 
     def cost(self, energy_mj: int) -> Fraction:
         """Yuan for `energy_mj` millijoules of IT energy, exact: E × pue × tariff / 3.6e9."""
-        return Fraction(energy_mj) * Fraction(self.pue) * Fraction(self.tariff_per_kwh) / MJ_PER_KWH
+        return energy_amount(energy_mj, self.pue, self.tariff_per_kwh)
+
+
+def rent_amount(seconds: int, list_price: Decimal, per_s: int, discount_pct: Decimal = Decimal(0)) -> Fraction:
+    """Yuan for `seconds` rented GPU-seconds at `list_price / per_s` each, less `discount_pct` %, exact."""
+    return Fraction(seconds) * Fraction(list_price) * (100 - Fraction(discount_pct)) / 100 / per_s
+
+
+def energy_amount(energy_mj: int, pue: Decimal, tariff_per_kwh: Decimal) -> Fraction:
+    """Yuan for `energy_mj` millijoules of IT energy at `pue` and `tariff_per_kwh`, exact."""
+    return Fraction(energy_mj) * Fraction(pue) * Fraction(tariff_per_kwh) / MJ_PER_KWH
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,7 +125,6 @@ def simulate(
     """Produce realistic readings of a simulated fleet to Kafka."""
     from schemas.events import parse_ts
     from streams.kafka_io import ensure_pipeline_topics
-    from streams.producers import produce_readings
     from streams.simulator import simulate_fleet
 
     settings = load_settings()
@@ -319,7 +318,7 @@ def invoice_run(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Also write each invoice as JSON, CSV and PDF here."),
 ) -> None:
     """Invoice every tenant with charges in the period (re-running changes nothing)."""
-    from reports.invoicing import list_invoices, run_period
+    from reports.invoicing import list_invoices, run_period, write_invoice_files
 
     settings = load_settings()
     rules = _rules(settings)
@@ -329,22 +328,7 @@ def invoice_run(
         for number, tenant, total in list_invoices(database, period):
             out.print(f"  {number}  {tenant:<24} {total:>14} CNY")
         if out_dir:
-            _write_invoices(database, period, out_dir)
-
-
-def _write_invoices(database, period: str, out_dir: Path) -> list[Path]:
-    from reports.invoicing import list_invoices, load_invoice
-    from reports.render import render_invoice
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for number, tenant, _ in list_invoices(database, period):
-        invoice = load_invoice(database, tenant, period)
-        for fmt in ("json", "csv", "pdf"):
-            path = out_dir / f"{number}_{tenant}_{period}.{fmt}"
-            path.write_bytes(render_invoice(invoice, fmt))
-            written.append(path)
-    return written
+            write_invoice_files(database, period, out_dir)
 
 
 @invoice_app.command("show")

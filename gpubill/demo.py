@@ -31,8 +31,8 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
     from billing_rules import load_rules
     from gpubill.kafka_local import LocalBroker
     from reports.cost_share import cost_share, store_cost_share, what_if
-    from reports.invoicing import list_invoices, load_invoice, run_period
-    from reports.render import render_cost_share, render_invoice, render_usage
+    from reports.invoicing import list_invoices, run_period, write_invoice_files
+    from reports.render import render_cost_share, render_usage
     from reports.usage_report import usage_report
     from streams.kafka_io import ensure_pipeline_topics
     from streams.producers import produce_readings
@@ -68,13 +68,10 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
     err.print(f"[bold]3/4[/bold] invoicing {period} and writing reports under {out_dir}/")
     with open_database(settings.clickhouse) as database:
         run = run_period(database, rules, period)
-        (out_dir / "invoices").mkdir(parents=True, exist_ok=True)
         (out_dir / "usage").mkdir(parents=True, exist_ok=True)
+        write_invoice_files(database, period, out_dir / "invoices")
         invoices = list_invoices(database, period)
         for number, tenant, total_cny in invoices:
-            invoice = load_invoice(database, tenant, period)
-            for fmt in ("json", "csv", "pdf"):
-                (out_dir / "invoices" / f"{number}_{tenant}.{fmt}").write_bytes(render_invoice(invoice, fmt))
             report = usage_report(database, rules, tenant, period)
             for fmt in ("csv", "json", "parquet", "pdf"):
                 (out_dir / "usage" / f"{tenant}_{period}.{fmt}").write_bytes(render_usage(report, fmt))

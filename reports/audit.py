@@ -17,7 +17,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from billing_rules import MJ_PER_KWH, round_fen
+from billing_rules import energy_amount, rent_amount, round_fen
 
 _RAW_SQL = """
 WITH
@@ -94,12 +94,11 @@ def _raw_figures(db: Any, rules: Any, lo: int, hi: int) -> dict[str, Figures]:
         if stream == "rent":
             rate = rules.rent_rate(tenant, model, int(minute))
             seconds[tenant] += int(n)
-            rent[tenant] += (Fraction(int(n)) * Fraction(rate.list_price) * (100 - Fraction(rate.discount_pct))
-                             / 100 / rate.per_s)
+            rent[tenant] += rent_amount(int(n), rate.list_price, rate.per_s, rate.discount_pct)
         else:
             rate = rules.energy_rate(site, int(minute))
             energy[tenant] += int(mj)
-            electricity[tenant] += Fraction(int(mj)) * Fraction(rate.pue) * Fraction(rate.tariff_per_kwh) / MJ_PER_KWH
+            electricity[tenant] += rate.cost(int(mj))
     return _figures(seconds, energy, rent, electricity)
 
 
@@ -111,10 +110,10 @@ def _rated_figures(db: Any, period: str) -> dict[str, Figures]:
     for stream, tenant, _, n, mj, price, per_s, pct, tariff, pue in db.query(_RATED_SQL, {"p": period}):
         if stream == "rent":
             seconds[tenant] += int(n)
-            rent[tenant] += Fraction(int(n)) * Fraction(price) * (100 - Fraction(pct)) / 100 / int(per_s)
+            rent[tenant] += rent_amount(int(n), price, int(per_s), pct)
         else:
             energy[tenant] += int(mj)
-            electricity[tenant] += Fraction(int(mj)) * Fraction(pue) * Fraction(tariff) / MJ_PER_KWH
+            electricity[tenant] += energy_amount(int(mj), pue, tariff)
     return _figures(seconds, energy, rent, electricity)
 
 

@@ -15,7 +15,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from billing_rules import MJ_PER_KWH, round_fen, round_quantity
+from billing_rules import MJ_PER_KWH, rent_amount, round_fen, round_quantity
 
 # Power seconds without any usage reading carry no model (the rater never guesses one, so
 # rows converge whatever the arrival order); here, with the whole period at hand, such a
@@ -62,7 +62,7 @@ def cost_share(db: Any, rules: Any, period: str) -> list[dict]:
         key = (site, model)
         if stream == "rent":  # revenue after contract discounts
             seconds[key] += int(n)
-            rent[key] += Fraction(int(n)) * Fraction(price) * (100 - Fraction(pct)) / 100 / int(per_s)
+            rent[key] += rent_amount(int(n), price, int(per_s), pct)
         else:
             facility_kwh = Fraction(int(mj)) * Fraction(pue) / MJ_PER_KWH
             kwh[key] += facility_kwh
@@ -109,14 +109,13 @@ def what_if(db: Any, rules: Any, period: str, actual: list[dict], *, other_site:
         if not pricing.has_site(priced_at):
             raise UnknownSite(f"the what-if rules have no site {priced_at!r}; name one with --what-if-site")
         rate = pricing.energy_rate(priced_at, int(minute))
-        cost[(site, model or "(unknown)")] += Fraction(int(mj)) * Fraction(rate.pue) * Fraction(rate.tariff_per_kwh) / MJ_PER_KWH
+        cost[(site, model or "(unknown)")] += rate.cost(int(mj))
     rent: dict[tuple, Fraction] | None = None
     if other_rules is not None:
         rent = defaultdict(Fraction)
         for site, model, tenant, minute, n in db.query(_RENT_BY_MINUTE_SQL, {"p": period}):
             rate = other_rules.rent_rate(tenant, model, int(minute))
-            rent[(site, model)] += (Fraction(int(n)) * Fraction(rate.list_price) * (100 - Fraction(rate.discount_pct))
-                                    / 100 / rate.per_s)
+            rent[(site, model)] += rent_amount(int(n), rate.list_price, rate.per_s, rate.discount_pct)
     rows = []
     for row in actual:
         key = (row["site"], row["gpu_model"])

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, Callable
 
 from billing_rules import (
@@ -278,6 +279,21 @@ def load_invoice(db: Any, tenant: str, period: str) -> StoredInvoice:
         subtotal=subtotal, credit_used=credit_used, net=net, tax=tax, total=total, vat_rate=vat_rate,
         lines=tuple(_stored_lines(db, tenant, period)),
     )
+
+
+def write_invoice_files(db: Any, period: str, out_dir: Path) -> list[Path]:
+    """Render every invoice of `period` as JSON, CSV and PDF into `out_dir` (NUMBER_TENANT_PERIOD.fmt)."""
+    from reports.render import render_invoice
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for number, tenant, _ in list_invoices(db, period):
+        invoice = load_invoice(db, tenant, period)
+        for fmt in ("json", "csv", "pdf"):
+            path = out_dir / f"{number}_{tenant}_{period}.{fmt}"
+            path.write_bytes(render_invoice(invoice, fmt))
+            written.append(path)
+    return written
 
 
 def list_invoices(db: Any, period: str) -> list[tuple[str, str, Decimal]]:

@@ -13,7 +13,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from typing import Any
 
-from billing_rules import MJ_PER_KWH, round_fen, round_quantity
+from billing_rules import MJ_PER_KWH, rent_amount, round_fen, round_quantity
 from reports.render import UsageReport, UsageRow
 
 _SQL = """
@@ -40,7 +40,7 @@ def usage_report(db: Any, rules: Any, tenant: str, period: str, *, now: datetime
         if stream == "rent":  # after the contract's discount
             seconds[key] += int(n)
             util[key] += Decimal(util_sum)
-            rent[key] += Fraction(int(n)) * Fraction(price) * (100 - Fraction(pct)) / 100 / int(per_s)
+            rent[key] += rent_amount(int(n), price, int(per_s), pct)
         else:
             billed_kwh = Fraction(int(mj)) * Fraction(pue) / MJ_PER_KWH
             kwh[key] += billed_kwh

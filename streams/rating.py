@@ -187,19 +187,28 @@ class Rater:
                 self._power[key] = _PowerSeen(event_id, gpu, int(second), site, node, int(power_mw), int(partition), int(offset))
                 self._power_ids[event_id] = int(second)
 
+    @staticmethod
+    def _is_first(seen: dict, ids: dict, reading: Any, key: tuple[str, int], partition: int, offset: int,
+                  now: Any, out: Outcome) -> bool:
+        """SPEC §4 dedupe on one stream: the same event_id is a duplicate; another reading for
+        an already-seen (gpu, second) is a conflict, recorded, and the first one counts."""
+        if reading.event_id in ids:
+            out.duplicates += 1
+            return False
+        first = seen.get(key)
+        if first is not None:
+            out.conflicts.append(
+                (reading.kind, reading.gpu_uuid, key[1], first.event_id, reading.event_id, partition, offset, now)
+            )
+            return False
+        return True
+
     # -- usage ---------------------------------------------------------------------------
 
     def _rate_usage(self, reading: UsageReading, second: int, partition: int, offset: int, now: Any, out: Outcome,
                     rate: Any) -> None:
         key = (reading.gpu_uuid, second)
-        if reading.event_id in self._usage_ids:
-            out.duplicates += 1
-            return
-        first = self._usage.get(key)
-        if first is not None:
-            out.conflicts.append(
-                ("usage", reading.gpu_uuid, second, first.event_id, reading.event_id, partition, offset, now)
-            )
+        if not self._is_first(self._usage, self._usage_ids, reading, key, partition, offset, now, out):
             return
         self._usage[key] = _UsageSeen(reading.event_id, reading.tenant, reading.instance, reading.gpu_model, offset)
         self._usage_ids[reading.event_id] = second
@@ -227,14 +236,7 @@ class Rater:
 
     def _rate_power(self, reading: PowerReading, second: int, partition: int, offset: int, now: Any, out: Outcome) -> None:
         key = (reading.gpu_uuid, second)
-        if reading.event_id in self._power_ids:
-            out.duplicates += 1
-            return
-        first = self._power.get(key)
-        if first is not None:
-            out.conflicts.append(
-                ("power", reading.gpu_uuid, second, first.event_id, reading.event_id, partition, offset, now)
-            )
+        if not self._is_first(self._power, self._power_ids, reading, key, partition, offset, now, out):
             return
         power = _PowerSeen(
             reading.event_id, reading.gpu_uuid, second, reading.site, reading.node, reading.power_mw, partition, offset

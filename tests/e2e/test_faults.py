@@ -27,15 +27,12 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import time
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from billing_rules import BillingRulesError
 
-from gpubill.errors import DatabaseError
 from tests.e2e.faults_helpers import (
     PERIOD,
     committed_total,

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import shutil
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 
