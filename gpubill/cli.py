@@ -524,6 +524,31 @@ def bench_pipeline_command(
         out.print(f"{name:>20}  {value}")
 
 
+# -------------------------------------------------------------------------------- clickhouse
+
+clickhouse_app = typer.Typer(help="Share the embedded ClickHouse (chDB) between gpubill processes.",
+                             no_args_is_help=True)
+app.add_typer(clickhouse_app, name="clickhouse")
+
+
+@clickhouse_app.command("serve")
+def clickhouse_serve(
+    listen: str = typer.Option("127.0.0.1:8123", help="host:port to serve on; keep it on loopback."),
+) -> None:
+    """Serve the embedded database over ClickHouse's HTTP interface to other gpubill processes.
+
+    Holds the chDB database (the one process allowed) so that workers, scheduler and
+    reports can share it: start them with GPUBILL_CLICKHOUSE=http://127.0.0.1:8123/.
+    A development and small-site tool: no authentication, no TLS, one statement at a
+    time. Stops on SIGTERM or Ctrl-C after the statement in flight.
+    """
+    from gpubill.ch_gateway import serve
+
+    settings = load_settings()
+    _setup_logging("INFO")
+    serve(settings.clickhouse, listen)
+
+
 # ------------------------------------------------------------------------------------- rules
 
 
