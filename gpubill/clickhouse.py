@@ -109,6 +109,14 @@ class Database:
         except ClickHouseError as exc:
             raise DatabaseError(f"ClickHouse refused an insert into {table}: {_first_line(exc)}") from exc
 
+    def insert_native(self, table: str, columns: Sequence[str], block: bytes) -> None:
+        """Insert one ready-made block in ClickHouse's Native format (see streams/native.py)."""
+        _failpoint("clickhouse-down", "ClickHouse unavailable (failpoint clickhouse-down)")
+        try:
+            self.client.raw_insert(table, list(columns), block, fmt="Native")
+        except ClickHouseError as exc:
+            raise DatabaseError(f"ClickHouse refused an insert into {table}: {_first_line(exc)}") from exc
+
     def migrate(self) -> list[str]:
         """Apply the shipped migrations not yet recorded; idempotent. Returns the names applied."""
         self.command(

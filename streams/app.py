@@ -1,12 +1,14 @@
-"""The Faust app: topics declared once, two agents, and the worker that runs them.
+"""The Faust app: two agents fed by the feeder, and the worker that runs them.
 
-    gpu.usage.v1 ┐                                  ┌─► ClickHouse readings_*, rated_seconds,
-    gpu.power.v1 ┴─► rate_readings (batches) ───────┤   conflicts, deadletters
-                                                    └─► gpu.deadletter.v1 (bad input)
-    gpu.deadletter.v1 ─► store_deadletters ─────────────► ClickHouse deadletters
+    gpu.usage.v1 ┐            ┌─ channel ─► rate_readings ───┬─► ClickHouse readings_*, rated_seconds,
+    gpu.power.v1 ┼─► Feeder ──┤                              │   conflicts, deadletters
+    gpu.dead…v1  ┘ (getmany)  └─ channel ─► store_deadletters └─► gpu.deadletter.v1 (bad input)
 
-Both reading topics have the same partition count and key (gpu_uuid), so Faust assigns
-partition p of both to the same worker: a card's usage and power meet in one process.
+The feeder (streams/feeder.py) consumes the topics in the worker's consumer group and
+hands each agent whole batches; it commits offsets only after the agent has written them.
+Both reading topics have the same partition count and key (gpu_uuid), and the range
+assignor gives partition p of both to the same worker: a card's usage and power meet in
+one process.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import faust
 
 from gpubill.config import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, Settings
 from gpubill.errors import DatabaseError
+from streams.feeder import Batch, Feeder
 from streams.metrics import Metrics
 from streams.pipeline import BatchResult, Message, deadletter_row_from_record, process_batch, utcnow
 from streams.rating import Outcome, Rater
@@ -32,8 +35,6 @@ from streams.sink import ClickHouseSink, lookup_stored
 
 log = logging.getLogger("gpubill.worker")
 
-BATCH_MAX = 5000
-BATCH_WITHIN_S = 0.5
 RULES_POLL_S = 10.0
 LAG_POLL_S = 5.0
 PIPELINE_TOPICS = (TOPIC_USAGE, TOPIC_POWER, TOPIC_DEADLETTER)
@@ -87,7 +88,7 @@ class Freshness:
     def observe(self, messages: list[Message]) -> None:
         now = time.time()
         if len(self.latencies_s) < self.limit:
-            self.latencies_s += [now - m.timestamp_s for m in messages if m.timestamp_s]
+            self.latencies_s += [now - m.timestamp / 1000 for m in messages if m.timestamp]
 
     def write(self) -> None:
         import orjson
@@ -153,67 +154,56 @@ class Pipeline:
         os._exit(3)
 
 
-def to_message(event: Any) -> Message:
-    m = event.message
-    return Message(m.topic, m.partition, m.offset, m.key, m.value, tuple(m.headers or ()), m.timestamp or 0.0)
-
-
 def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
-    """Create the Faust app with its topics and agents bound to `pipeline`."""
+    """Create the Faust app with its two agents, each reading batches from its own channel."""
     app = faust.App(
-        settings.group,
+        # The agents read in-memory channels; Faust's own consumer reads no topic. Its group
+        # is kept apart from the feeder's, whose members must all speak the same protocol.
+        f"{settings.group}.agents",
         broker=[f"kafka://{server.strip()}" for server in settings.kafka.split(",")],
         store="memory://",
         web_enabled=False,
         topic_partitions=settings.partitions,
-        consumer_auto_offset_reset="earliest",
-        broker_commit_interval=1.0,
-        # A worker that died is noticed after 10 s, not Faust's default 60 s: its
-        # replacement gets the partitions without a minute of stalled billing.
-        broker_session_timeout=10.0,
-        broker_heartbeat_interval=2.0,
         producer_acks=-1,
-        stream_buffer_maxsize=BATCH_MAX * 2,
-        broker_max_poll_records=BATCH_MAX,
     )
-    readings = app.topic(TOPIC_USAGE, TOPIC_POWER, key_serializer="raw", value_serializer="raw")
     deadletter_topic = app.topic(TOPIC_DEADLETTER, key_serializer="raw", value_serializer="raw")
+    readings_channel, deadletters_channel = app.channel(), app.channel()
 
-    @app.agent(readings, name="rate_readings")
-    async def rate_readings(stream):
-        """Validate → dedupe → attribute → rate, a batch at a time; yields each batch's result."""
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            messages = [to_message(e) for e in events]
-            result = await pipeline.in_sink_thread(pipeline.handle, messages)
+    @app.agent(readings_channel, name="rate_readings")
+    async def rate_readings(batches):
+        """Validate → dedupe → attribute → rate → ClickHouse, one fed batch at a time."""
+        async for batch in batches:
+            result = await pipeline.in_sink_thread(pipeline.handle, batch.messages)
             await _send_deadletters(deadletter_topic, result)
-            await _ack(stream, events)  # only now may Faust commit these offsets
-            pipeline.record(result.positions)
+            batch.finish(result)  # only now may the feeder commit these offsets
             if pipeline.metrics:
                 pipeline.metrics.batch(result, pipeline.rater)
             yield result
 
-    @app.agent(deadletter_topic, name="store_deadletters")
-    async def store_deadletters(stream):
+    @app.agent(deadletters_channel, name="store_deadletters")
+    async def store_deadletters(batches):
         """Keep every dead letter in ClickHouse (those refused by `replay` arrive only here)."""
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+        async for batch in batches:
             now = utcnow()
-            messages = [to_message(e) for e in events]
             if pipeline.sink:
-                rows = [deadletter_row_from_record(m, now) for m in messages]
+                rows = [deadletter_row_from_record(m, now) for m in batch.messages]
                 await pipeline.in_sink_thread(pipeline.sink.write, Outcome(), rows)
-            await _ack(stream, events)
-            pipeline.record({(m.topic, m.partition): m.offset + 1 for m in messages})
-            yield len(messages)
+            batch.finish(len(batch.messages))
+            yield len(batch.messages)
+
+    async def feed_readings(batch: Batch) -> None:
+        await readings_channel.send(value=batch)
+
+    async def feed_deadletters(batch: Batch) -> None:
+        await deadletters_channel.send(value=batch)
 
     app.gpubill_agents = (rate_readings, store_deadletters)
+    app.gpubill_feeder = Feeder(
+        settings.kafka, settings.group,
+        routes={TOPIC_USAGE: feed_readings, TOPIC_POWER: feed_readings, TOPIC_DEADLETTER: feed_deadletters},
+        on_committed=pipeline.record, on_revoked=pipeline.rater.forget,
+    )
     return app
-
-
-async def _ack(stream: Any, events: list) -> None:
-    """Ack a written batch now rather than when `take_events` resumes (it acks again: a no-op),
-    so that progress recorded for a drain is always progress Faust may commit."""
-    for event in events:
-        await stream.ack(event)
 
 
 async def _send_deadletters(topic: Any, result: BatchResult) -> None:
@@ -249,6 +239,22 @@ def run_worker(settings: Settings, pipeline: Pipeline, *,
     """
     app = build_app(settings, pipeline)
     outcome = {"code": 0}
+    feeder: Feeder = app.gpubill_feeder
+
+    @app.task
+    async def feed() -> None:
+        """Run the feeder once both agents listen; if it fails the process exits uncommitted."""
+        for agent in app.gpubill_agents:
+            while not agent.channel.subscriber_count:
+                await asyncio.sleep(0.05)
+        try:
+            await feeder.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - a worker that no longer consumes must not linger
+            log.exception("the Kafka feeder failed; exiting (what was not committed is delivered again)")
+            logging.shutdown()
+            os._exit(3)
 
     if drain_targets is not None:
 
@@ -263,9 +269,8 @@ def run_worker(settings: Settings, pipeline: Pipeline, *,
                     on_progress(done, total)
                 if done >= total:
                     break
-                await asyncio.sleep(0.2)
-            # Every batch up to the targets is in ClickHouse and acked: commit, then stop.
-            await app.consumer.commit()
+                await asyncio.sleep(0.1)
+            # Positions move only when the feeder has committed: everything is written.
             log.info("drained to the end offsets; committed")
             os.kill(os.getpid(), signal.SIGTERM)
 
@@ -283,11 +288,9 @@ def run_worker(settings: Settings, pipeline: Pipeline, *,
         @app.timer(LAG_POLL_S)
         async def report_lag() -> None:
             """Consumer lag per assigned partition, for the Prometheus gauge."""
-            assigned = [tp for tp in app.consumer.assignment() if tp.topic in PIPELINE_TOPICS]
-            if assigned:
-                highwaters = await app.consumer.highwaters(*assigned)
-                pipeline.metrics.lag({(tp.topic, tp.partition): hw for tp, hw in highwaters.items()},
-                                     pipeline.positions)
+            ends = await feeder.lag()
+            if ends:
+                pipeline.metrics.lag(ends, pipeline.positions)
 
     for task in extra_tasks or []:
         app.task(task)

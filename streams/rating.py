@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
-from schemas.events import PowerReading, UsageReading  # noqa: F401 - PowerReading in annotations
+from schemas.events import PowerReading, UsageReading
+from schemas.fast import Power, Usage
 
 # ReplacingMergeTree keeps the row with the highest version. Offsets stay below 2**48.
 _OFFSET_SPAN = 1 << 48
@@ -85,6 +86,11 @@ class Rater:
     def __init__(self, rules: Rules, *, horizon_s: int = 900) -> None:
         self.rules = rules
         self.horizon_s = horizon_s
+        self.forget()
+
+    def forget(self) -> None:
+        """Drop everything held in memory, as a restart would (after a rebalance another worker
+        may have rated these cards meanwhile): what is needed again is read from ClickHouse."""
         self.newest_second = 0
         # (gpu, second) → first reading; OrderedDicts in arrival order make eviction cheap.
         self._usage: OrderedDict[tuple[str, int], _UsageSeen] = OrderedDict()
@@ -102,14 +108,16 @@ class Rater:
     def state_size(self) -> int:
         return len(self._usage) + len(self._power)
 
-    def rate(self, reading: UsageReading | PowerReading, partition: int, offset: int, now: Any, out: Outcome) -> None:
+    def rate(self, reading: Usage | Power | UsageReading | PowerReading, partition: int, offset: int, now: Any,
+             out: Outcome) -> None:
         """Add the rows caused by `reading` (at Kafka `partition`/`offset`) to `out`.
 
         Raises a billing_rules error, with nothing changed, when the reading cannot be priced.
         """
         second = reading.second
+        usage = reading.kind == "usage"
         # Price first: a reading that cannot be priced must move no clock and no state.
-        if isinstance(reading, UsageReading):
+        if usage:
             rent = self.rules.rent_rate(reading.tenant, reading.gpu_model, second) if reading.tenant is not None else None
         else:
             self.rules.energy_rate(reading.site, second)  # cached for _energy_row
@@ -121,7 +129,7 @@ class Rater:
         floor = self._floor[stream]
         if second < floor.get(reading.gpu_uuid, second + 1):
             floor[reading.gpu_uuid] = second
-        if isinstance(reading, UsageReading):
+        if usage:
             self._rate_usage(reading, second, partition, offset, now, out, rent)
         else:
             self._rate_power(reading, second, partition, offset, now, out)
@@ -205,7 +213,7 @@ class Rater:
 
     # -- usage ---------------------------------------------------------------------------
 
-    def _rate_usage(self, reading: UsageReading, second: int, partition: int, offset: int, now: Any, out: Outcome,
+    def _rate_usage(self, reading: Usage | UsageReading, second: int, partition: int, offset: int, now: Any, out: Outcome,
                     rate: Any) -> None:
         key = (reading.gpu_uuid, second)
         if not self._is_first(self._usage, self._usage_ids, reading, key, partition, offset, now, out):
@@ -234,7 +242,7 @@ class Rater:
 
     # -- power ---------------------------------------------------------------------------
 
-    def _rate_power(self, reading: PowerReading, second: int, partition: int, offset: int, now: Any, out: Outcome) -> None:
+    def _rate_power(self, reading: Power | PowerReading, second: int, partition: int, offset: int, now: Any, out: Outcome) -> None:
         key = (reading.gpu_uuid, second)
         if not self._is_first(self._power, self._power_ids, reading, key, partition, offset, now, out):
             return

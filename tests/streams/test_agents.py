@@ -1,16 +1,10 @@
 """The Faust agents through `agent.test_context()`: no broker, no ClickHouse (sink=None).
 
-Notes on Faust's test wrapper (faust/agents/agent.py, AgentTestWrapper):
-- `put(value, wait=True)` returns when the agent has yielded once; `rate_readings` batches
-  with `take_events(..., within=0.5)`, so each waiting put takes about half a second and
-  yields one BatchResult. `agent.results` is keyed by the count of yielded values (0, 1, …),
-  not by Kafka offsets.
-- `put` builds the message with the agent's topic name, and `rate_readings` reads two
-  topics, so those messages carry topic "<internal>" (no topic → no kind check). To test
-  the topic-based kind check, `deliver` puts events carrying a real topic name into the
-  wrapper's channel.
-- `_send_deadletters` is replaced by a recorder: with sink=None nothing reaches ClickHouse,
-  and the dead-letter producer must not reach a real broker from a unit test.
+The agents read in-memory channels that the feeder fills with `Batch`es (streams/feeder.py):
+`put(batch)` returns once the agent has yielded that batch's result, and the batch's
+`done` future must then be resolved — the feeder commits offsets only behind it.
+`_send_deadletters` is replaced by a recorder: with sink=None nothing reaches ClickHouse,
+and the dead-letter producer must not reach a real broker from a unit test.
 
 No tests/streams/__init__.py on purpose: it would make this folder a package named
 `streams` and shadow the real one.
@@ -24,14 +18,14 @@ import time
 from typing import Any
 
 import pytest
-from faust.types import Message as FaustMessage
 
 import streams.app as app_module
 from billing_rules import DEFAULT_RULES_DIR, load_rules
 from gpubill.config import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, Settings
 from schemas.tables import RATED_SECONDS
 from streams.app import Pipeline, build_app
-from streams.pipeline import BatchResult, DeadLetter
+from streams.feeder import Batch
+from streams.pipeline import BatchResult, DeadLetter, Message
 from streams.rating import Rater
 
 RULES = load_rules(DEFAULT_RULES_DIR)
@@ -85,37 +79,26 @@ def agents(pipe: Pipeline):
     return rate_readings, store_deadletters
 
 
-async def results_after(agent, count: int, timeout_s: float = 10.0) -> dict[int, Any]:
-    """Wait until the agent has yielded `count` values."""
-    deadline = time.monotonic() + timeout_s
-    while len(agent.results) < count:
-        assert time.monotonic() < deadline, f"agent yielded {len(agent.results)} of {count}"
-        await asyncio.sleep(0.05)
-    return agent.results
+def batch(*messages: tuple[str, int, int, bytes]) -> Batch:
+    """A fed batch of (topic, partition, offset, value) messages keyed by card G1."""
+    done = asyncio.get_running_loop().create_future()
+    return Batch([Message(topic, partition, offset, b"G1", value) for topic, partition, offset, value in messages],
+                 done, generation=0)
 
 
-async def deliver(agent, topic: str, partition: int, offset: int, value: bytes, key: bytes = b"G1") -> None:
-    """Put an event that carries a real topic name, partition and offset into the agent's channel."""
-    channel = agent.stream().channel
-    message = FaustMessage(
-        topic=topic, partition=partition, offset=offset, timestamp=time.time(), timestamp_type=0,
-        headers=[], key=key, value=value, checksum=None,
-        generation_id=agent.app.consumer_generation_id,  # else the stream skips it as stale
-    )
-    await channel.put(await channel.decode(message))
-
-
-def test_rate_readings_yields_a_batch_result_per_put(pipeline, sent) -> None:
+def test_rate_readings_rates_a_batch_and_marks_it_done(pipeline, sent) -> None:
     rate_readings, _ = agents(pipeline)
 
-    async def scenario() -> dict[int, BatchResult]:
+    async def scenario() -> tuple[dict[int, BatchResult], list[Batch]]:
         async with rate_readings.test_context() as agent:
-            await agent.put(power_bytes("p-1", 300), key=b"G1")
-            await agent.put(usage_bytes("u-1"), key=b"G1")
-            return dict(agent.results)
+            fed = [batch((TOPIC_POWER, 0, 0, power_bytes("p-1", 300))), batch((TOPIC_USAGE, 0, 0, usage_bytes("u-1")))]
+            for one in fed:
+                await agent.put(one)
+            return dict(agent.results), fed
 
-    results = asyncio.run(scenario())
+    results, fed = asyncio.run(scenario())
     assert sorted(results) == [0, 1]
+    assert [one.done.result() for one in fed] == [results[0], results[1]]  # done: the feeder may commit
     first, second = results[0], results[1]
     assert isinstance(first, BatchResult) and first.deadletters == []
     (unjoined,) = rows(first)
@@ -131,62 +114,61 @@ def test_rate_readings_yields_a_batch_result_per_put(pipeline, sent) -> None:
     assert (joined["tenant"], joined["energy_mj"]) == ("tenant-x", 300_000)
     assert joined["version"] > unjoined["version"]  # the late usage moves the energy to its tenant
     assert sent == []
-    # the pipeline records how far each (topic, partition) got: offsets 0 and 1 → 2
-    assert sum(pipeline.positions.values()) == 2
 
 
-def test_rate_readings_batches_what_arrives_within_the_window(pipeline, sent) -> None:
+def test_rate_readings_dedupes_and_deadletters_within_a_batch(pipeline, sent) -> None:
     rate_readings, _ = agents(pipeline)
 
-    async def scenario() -> dict[int, BatchResult]:
+    async def scenario() -> BatchResult:
         async with rate_readings.test_context() as agent:
-            await agent.put(usage_bytes("u-1"), key=b"G1", wait=False)
-            await agent.put(power_bytes("p-1", 250), key=b"G1", wait=False)
-            await agent.put(power_bytes("p-1", 250), key=b"G1", wait=False)  # a redelivery
-            await agent.put(b"{broken", key=b"G1", wait=False)
-            return dict(await results_after(agent, 1))
+            await agent.put(batch(
+                (TOPIC_USAGE, 1, 0, usage_bytes("u-1")),
+                (TOPIC_POWER, 1, 0, power_bytes("p-1", 250)),
+                (TOPIC_POWER, 1, 1, power_bytes("p-1", 250)),  # a redelivery
+                (TOPIC_POWER, 1, 2, b"{broken"),
+            ))
+            return agent.results[0]
 
-    results = asyncio.run(scenario())
-    assert len(results) == 1  # all four within 0.5 s: one batch
-    result = results[0]
+    result = asyncio.run(scenario())
     assert result.outcome.duplicates == 1
     assert sorted((r["stream"], r["tenant"], r["energy_mj"]) for r in rows(result)) == [
         ("energy", "tenant-x", 250_000), ("rent", "tenant-x", 0),
     ]
-    assert [(d.message.offset, d.reason.split(":")[0]) for d in result.deadletters] == [(3, "not JSON")]
+    assert [(d.message.offset, d.reason.split(":")[0]) for d in result.deadletters] == [(2, "not JSON")]
     assert [d.message.value for d in sent] == [b"{broken"]
-    assert sum(result.readings_in.values()) == 4
+    assert result.readings_in == {TOPIC_USAGE: 1, TOPIC_POWER: 3}
+    assert result.positions == {(TOPIC_USAGE, 1): 1, (TOPIC_POWER, 1): 3}
 
 
 def test_rate_readings_checks_the_kind_against_the_topic(pipeline, sent) -> None:
     rate_readings, _ = agents(pipeline)
 
-    async def scenario() -> dict[int, BatchResult]:
+    async def scenario() -> BatchResult:
         async with rate_readings.test_context() as agent:
-            await deliver(agent, TOPIC_USAGE, 2, 40, usage_bytes("u-1"))
-            await deliver(agent, TOPIC_POWER, 2, 17, usage_bytes("u-2", gpu="G2"))  # wrong topic
-            await deliver(agent, TOPIC_POWER, 2, 18, power_bytes("p-1"))
-            return dict(await results_after(agent, 1))
+            await agent.put(batch(
+                (TOPIC_USAGE, 2, 40, usage_bytes("u-1")),
+                (TOPIC_POWER, 2, 17, usage_bytes("u-2", gpu="G2")),  # wrong topic
+                (TOPIC_POWER, 2, 18, power_bytes("p-1")),
+            ))
+            return agent.results[0]
 
-    result = asyncio.run(scenario())[0]
+    result = asyncio.run(scenario())
     assert [(d.message.topic, d.message.offset, d.reason) for d in result.deadletters] == [
         (TOPIC_POWER, 17, "kind: a usage reading on the power topic"),
     ]
     assert [(d.message.topic, d.message.partition, d.message.offset) for d in sent] == [(TOPIC_POWER, 2, 17)]
-    assert result.positions == {(TOPIC_USAGE, 2): 41, (TOPIC_POWER, 2): 19}
-    assert pipeline.positions == {(TOPIC_USAGE, 2): 41, (TOPIC_POWER, 2): 19}
     energy = [r for r in rows(result) if r["stream"] == "energy"]
     assert [(r["tenant"], r["src_partition"], r["src_offset"]) for r in energy] == [("tenant-x", 2, 18)]
 
 
-def test_store_deadletters_counts_and_records_positions(pipeline) -> None:
+def test_store_deadletters_counts_and_marks_done(pipeline) -> None:
     _, store_deadletters = agents(pipeline)
 
-    async def scenario() -> dict[int, int]:
+    async def scenario() -> tuple[dict[int, int], Batch]:
         async with store_deadletters.test_context() as agent:
-            await agent.put(b"not json", key=b"G1", headers=[("gpubill-reason", b"not JSON: x")])
-            return dict(agent.results)
+            fed = batch((TOPIC_DEADLETTER, 0, 0, b"not json"), (TOPIC_DEADLETTER, 0, 1, b"nor this"))
+            await agent.put(fed)
+            return dict(agent.results), fed
 
-    assert asyncio.run(scenario()) == {0: 1}
-    # a single-topic agent: test_context names the real topic
-    assert pipeline.positions == {(TOPIC_DEADLETTER, 0): 1}
+    results, fed = asyncio.run(scenario())
+    assert results == {0: 2} and fed.done.result() == 2

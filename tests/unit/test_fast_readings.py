@@ -1,0 +1,169 @@
+"""The fast path of validation agrees with the definition (schemas.events.parse_reading).
+
+`quick_reading` may decline anything (None: the slow path then judges), but what it
+accepts must be accepted by `parse_reading` with the same values, and it must accept the
+plain readings a fleet sends, or it is no fast path at all.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from billing_rules import DEFAULT_RULES_DIR, load_rules
+from schemas.errors import InvalidReading
+from schemas.events import parse_reading
+from schemas.fast import quick_reading
+
+RULES = load_rules(DEFAULT_RULES_DIR)
+SITES = frozenset(RULES.site_ids)
+MODELS = frozenset(RULES.model_ids)
+T5 = 1_772_323_205  # 2026-03-01T00:00:05Z (worked out in test_events.py)
+NOW_S = T5 - 5 + 3600
+
+FIELDS = ("kind", "event_id", "ts", "second", "site", "node", "gpu_uuid", "gpu_model", "tenant", "instance",
+          "util_pct", "mem_used_mib", "power_mw")
+
+
+def usage(**changes: Any) -> dict[str, Any]:
+    doc = {
+        "kind": "usage", "event_id": "u-1", "ts": "2026-03-01T00:00:05Z", "site": "gz-guian", "node": "node-01",
+        "gpu_uuid": "GPU-0001", "gpu_model": "A800-80G", "tenant": "acme", "instance": "i-1",
+        "util_pct": 87.5, "mem_used_mib": 40960,
+    }
+    return doc | changes
+
+
+def power(**changes: Any) -> dict[str, Any]:
+    doc = {
+        "kind": "power", "event_id": "p-1", "ts": "2026-03-01T00:00:05Z", "site": "gz-guian", "node": "node-01",
+        "gpu_uuid": "GPU-0001", "power_w": 300,
+    }
+    return doc | changes
+
+
+def judge(raw: bytes, expect_kind: str | None = None):
+    """(fast result, slow result or the refusal)."""
+    fast = quick_reading(raw, known_sites=SITES, known_models=MODELS, now_s=NOW_S, expect_kind=expect_kind)
+    try:
+        slow = parse_reading(raw, known_sites=SITES, known_models=MODELS, now_s=NOW_S, expect_kind=expect_kind)
+    except InvalidReading as exc:
+        slow = exc
+    return fast, slow
+
+
+def assert_agree(raw: bytes, expect_kind: str | None = None) -> None:
+    fast, slow = judge(raw, expect_kind)
+    if fast is None:
+        return
+    assert not isinstance(slow, InvalidReading), f"fast path accepted what the definition refuses: {slow}"
+    for name in FIELDS:
+        if hasattr(slow, name) or hasattr(fast, name):
+            assert getattr(fast, name) == getattr(slow, name), name
+            assert type(getattr(fast, name)) is type(getattr(slow, name)), name
+
+
+def test_plain_readings_take_the_fast_path_with_the_same_values() -> None:
+    fast, slow = judge(json.dumps(usage(util_pct=87.5)).encode())
+    assert fast is not None and fast.second == T5 and fast.util_pct == Decimal("87.5000") and fast.tenant == "acme"
+    assert_agree(json.dumps(usage()).encode())
+    fast, _ = judge(json.dumps(power(power_w=312.4567)).encode())
+    assert fast is not None and fast.power_mw == 312_457  # 312 456.7 mW, half up
+    fast, _ = judge(json.dumps(power(power_w=0.0025)).encode())
+    assert fast is not None and fast.power_mw == 3  # 2.5 mW, half up (not to even)
+    fast, _ = judge(json.dumps(usage(util_pct=12.34565)).encode())
+    assert fast is not None and fast.util_pct == Decimal("12.3457")  # half up at the 4th decimal
+    assert_agree(json.dumps(power(power_w=312.4567)).encode())
+
+
+@pytest.mark.parametrize("raw, why", [
+    (b'{"kind": "power", "event_id": "p", "ts": "2026-03-01T00:00:05Z", "site": "gz-guian", "node": "n",'
+     b' "gpu_uuid": "g", "power_w": 0.00049999999999999999}', "20 digits: a double would round it to 0.0005"),
+    (b'{"kind": "power", "event_id": "p", "ts": "2026-03-01T00:00:05Z", "site": "gz-guian", "node": "n",'
+     b' "gpu_uuid": "g", "power_w": 1, "power_w": 0.00049999999999999999}', "a repeated key"),
+    (json.dumps(usage(util_pct=True)).encode(), "a bool is no number"),
+    (json.dumps(usage(mem_used_mib=1.0)).encode(), "mem_used_mib must be an integer"),
+    (json.dumps(usage(site="elsewhere")).encode(), "unknown site"),
+    (json.dumps(usage(gpu_model="H100")).encode(), "unknown model"),
+    (json.dumps(usage(extra=1)).encode(), "unknown field"),
+    (json.dumps(usage(ts="2026-03-01T00:00:05")).encode(), "no offset"),
+    (json.dumps(usage(ts="2026-03-02T00:00:05Z")).encode(), "a day ahead of the clock"),
+    (json.dumps(usage(tenant="")).encode(), "empty tenant"),
+    (json.dumps(power(power_w=5000.5)).encode(), "over 5 kW"),
+    (b'[1, 2]', "an array"),
+    (b'{"kind": "usage"', "not JSON"),
+])
+def test_the_fast_path_declines_what_it_cannot_prove(raw: bytes, why: str) -> None:
+    fast, _ = judge(raw)
+    assert fast is None, why
+
+
+def test_long_decimals_are_judged_exactly_by_the_slow_path() -> None:
+    # 0.00049999999999999999 W = 0.49999999999999999 mW → 0 mW half up (a double says 0.0005 W → 1 mW)
+    raw = (b'{"kind": "power", "event_id": "p", "ts": "2026-03-01T00:00:05Z", "site": "gz-guian", "node": "n",'
+           b' "gpu_uuid": "g", "power_w": 0.00049999999999999999}')
+    fast, slow = judge(raw)
+    assert fast is None and slow.power_mw == 0
+
+
+def test_the_wrong_topic_is_left_to_the_slow_path() -> None:
+    fast, slow = judge(json.dumps(power()).encode(), expect_kind="usage")
+    assert fast is None and isinstance(slow, InvalidReading)
+
+
+# Mostly valid values, so that the fast path has something to accept.
+texts = st.one_of(st.sampled_from(["gz-guian", "A800-80G", "RTX4090-24G", "acme", "x" * 257]), st.text(max_size=3))
+numbers = st.one_of(
+    st.decimals(min_value=0, max_value=100, places=4),
+    st.integers(min_value=-10, max_value=6000),
+    st.decimals(min_value=-1, max_value=5001, allow_nan=False, allow_infinity=False, places=4),
+    st.decimals(min_value=-1, max_value=5001, allow_nan=False, allow_infinity=False, places=20),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(), st.none(), st.text(max_size=2),
+)
+timestamps = st.sampled_from(["2026-03-01T00:00:05Z", "2026-03-01T00:00:05Z", "2026-03-01T00:00:05Z", "2026-03-01T00:00:05.999+08:00", "2026-03-01 00:00:05z",
+                              "1999-12-31T23:59:59Z", "2026-03-01T00:00:05", "2026-13-01T00:00:05Z", "", 5])
+
+
+def _encode(doc: dict[str, Any]) -> bytes:
+    """JSON with Decimals written as their exact text, as a node agent would send them."""
+    return ("{" + ", ".join(f"{json.dumps(k)}: {v if isinstance(v, Decimal) else json.dumps(v)}"
+                            for k, v in doc.items()) + "}").encode()
+
+
+def mostly(valid, other):
+    """`valid` half of the time: most generated readings should be acceptable."""
+    return st.one_of(st.just(valid), other)
+
+
+@settings(max_examples=400, deadline=None)
+@given(kind=st.sampled_from(["usage", "power", "power", "other"]), site=mostly("gz-guian", texts),
+       model=mostly("A800-80G", texts), tenant=st.one_of(st.none(), texts), number=numbers,
+       mem=mostly(40960, numbers), ts=mostly("2026-03-01T00:00:05Z", timestamps),
+       drop=mostly(None, st.sampled_from(["node", "tenant", "power_w", "util_pct"])))
+def test_whatever_the_fast_path_accepts_the_definition_accepts_the_same(kind, site, model, tenant, number, mem, ts, drop):
+    base = usage(site=site, gpu_model=model, tenant=tenant, util_pct=number, mem_used_mib=mem, ts=ts) if kind == "usage" \
+        else power(site=site, power_w=number, ts=ts, kind=kind)
+    if drop:
+        base.pop(drop, None)
+    assert_agree(_encode(base))
+
+
+exact_decimals = st.integers(min_value=0, max_value=8).flatmap(
+    lambda places: st.decimals(min_value=0, max_value=5000, places=places))
+
+
+@settings(max_examples=300, deadline=None)
+@given(watts=exact_decimals, util=exact_decimals.filter(lambda d: d <= 100))
+def test_numbers_of_valid_readings_are_exact_on_the_fast_path(watts: Decimal, util: Decimal) -> None:
+    for doc in (power(power_w=watts), usage(util_pct=util)):
+        raw = _encode(doc)
+        fast, slow = judge(raw)
+        if len(str(watts if doc["kind"] == "power" else util)) <= 16:  # ≤ 15 digits: it must be fast
+            assert fast is not None
+        assert_agree(raw)
