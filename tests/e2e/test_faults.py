@@ -14,9 +14,9 @@ The workers run with the product's consumer session of 10 s (streams/app.py): wi
 Faust's default of 60 s, a worker started after a SIGKILL waited ~55 s for the dead
 member's session to expire before it got its partitions (measured while writing this).
 
-Two workers in one consumer group with a rebalance are out of reach here: embedded chDB
-allows one process per database, so a second worker cannot open it. That case needs a
-ClickHouse server (GPUBILL_CLICKHOUSE=http://...).
+Two workers in one consumer group with a rebalance are in test_two_workers.py: embedded
+chDB allows one process per database, so there the workers share it through
+`gpubill clickhouse serve`.
 
 Randomness (kill moments, duplicates, shuffles) comes from random.Random(seed); the seed
 is GPUBILL_FAULTS_SEED (default 20260512) and is printed, so a failure can be replayed.
@@ -127,9 +127,11 @@ def test_kill9_three_times_during_a_drain(faults, broker, tmp_path):
     commit progress (so rows are in ClickHouse whose offsets may not be committed yet),
     then drain to the end: every second counted once."""
     rng = random.Random(SEED + 1)
-    readings = make_readings(1600)  # 15 readings per second of 8 cards: 24,000 readings
+    # 15 readings per second of 8 cards: 120,000 readings, enough that a drain (≈ 50,000
+    # readings/s) is still running at the third kill
+    readings = make_readings(8000)
     truth = truth_of(readings)
-    assert dict(truth.rent_seconds) == {"acme": 4000, "beta": 3200}
+    assert dict(truth.rent_seconds) == {"acme": 20_000, "beta": 16_000}  # 2.5 and 2 cards × 8,000 s
     replay(faults, tmp_path / "readings.ndjson", [dumps(r) for r in readings])
 
     log = tmp_path / "worker.log"
