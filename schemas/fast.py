@@ -9,14 +9,14 @@ expect), and the caller then asks `parse_reading`, which accepts or refuses with
 reason. The fast path therefore never refuses anything and never accepts anything the
 definition would refuse; tests/unit/test_fast_readings.py checks both on many inputs.
 
-Exactness: orjson reads decimals as binary floats. A decimal of at most 15 significant
-digits survives that (IEEE 754 doubles keep 15), and `repr` gives back its shortest
-form, so `Decimal(repr(x))` is exactly the number sent. Longer numbers go the slow way.
+Exactness: orjson reads decimals as binary floats. The pipeline never needs the number
+itself, only the number rounded to whole milliwatts (or util_pct to 4 decimals) and
+checked against its range; `_exact` says when the float decides both exactly as the text
+would. Conversions are cached per distinct number: a fleet sends few distinct values.
 """
 
 from __future__ import annotations
 
-import re
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Collection
 
@@ -28,10 +28,13 @@ _USAGE_KEYS = frozenset(
     ("kind", "event_id", "ts", "site", "node", "gpu_uuid", "gpu_model", "tenant", "instance", "util_pct", "mem_used_mib")
 )
 _POWER_KEYS = frozenset(("kind", "event_id", "ts", "site", "node", "gpu_uuid", "power_w"))
-_NUMBER_AFTER = re.compile(rb'\s*:\s*(-?[0-9][0-9.eE+-]*)')
-_MAX_TOKEN = 16  # a number token of ≤ 16 characters has ≤ 15 digits
+_CACHE_LIMIT = 1 << 16
+_UNSEEN = object()
 _ONE = Decimal(1)
 _HUNDRED = Decimal(100)
+_MAX_WATTS = Decimal(5000)
+_MILLIWATT = Decimal("0.001")
+_HALF = Decimal("0.5")
 
 
 class Usage:
@@ -58,79 +61,105 @@ class Power:
         self.gpu_uuid, self.power_mw = gpu_uuid, power_mw
 
 
+class QuickParser:
+    """`quick_reading` bound to one rule set's sites and models, with caches of what repeats
+    in a fleet's readings: timestamp texts, and the readings' few thousand distinct numbers."""
+
+    def __init__(self, known_sites: Collection[str], known_models: Collection[str]) -> None:
+        # A known id longer than the field's limit would be refused by the definition.
+        self.sites = frozenset(s for s in known_sites if 0 < len(s) <= 256)
+        self.models = frozenset(m for m in known_models if 0 < len(m) <= 256)
+        self.utils: dict = {}  # JSON number → util_pct, quantized (None: out of range)
+        self.watts: dict = {}  # JSON number → whole milliwatts (None: out of range)
+
+    def __call__(self, raw: bytes, now_s: int, expect_kind: str | None = None) -> Usage | Power | None:
+        try:
+            document = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+        if document.__class__ is not dict:
+            return None
+        kind = document.get("kind")
+        if kind != expect_kind and expect_kind is not None:
+            return None
+        try:  # with the right number of keys, finding each expected one means no other is there
+            if kind == "power" and len(document) == 7:
+                number, cache, convert = document["power_w"], self.watts, _milliwatts
+            elif kind == "usage" and len(document) == 11:
+                number, cache, convert = document["util_pct"], self.utils, _util
+                model, tenant, instance, mem = (document["gpu_model"], document["tenant"], document["instance"],
+                                                document["mem_used_mib"])
+            else:
+                return None
+            event_id, ts, site, node, gpu = (document["event_id"], document["ts"], document["site"],
+                                             document["node"], document["gpu_uuid"])
+        except KeyError:
+            return None
+        cls = number.__class__
+        if cls is not float and cls is not int:  # bool, str, None, …
+            return None
+        value = cache.get(number, _UNSEEN)
+        if value is _UNSEEN:
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            value = cache[number] = convert(number)
+        if value is None:
+            return None
+        if (event_id.__class__ is not str or not 0 < len(event_id) <= 128 or site.__class__ is not str
+                or site not in self.sites or node.__class__ is not str or not 0 < len(node) <= 256
+                or gpu.__class__ is not str or not 0 < len(gpu) <= 256 or ts.__class__ is not str):
+            return None
+        try:
+            second = parse_ts(ts)
+        except ValueError:
+            return None
+        if second > now_s + MAX_FUTURE_S:
+            return None
+        if kind == "power":
+            return Power(event_id, ts, second, site, node, gpu, value)
+        if (model.__class__ is not str or model not in self.models or mem.__class__ is not int
+                or not 0 <= mem <= MAX_MEM_MIB
+                or (tenant is not None and (tenant.__class__ is not str or not 0 < len(tenant) <= 256))
+                or (instance is not None and (instance.__class__ is not str or not 0 < len(instance) <= 256))):
+            return None
+        return Usage(event_id, ts, second, site, node, gpu, model, tenant, instance, value, mem)
+
+
+def _exact(number: int | float, step: Decimal, top: Decimal) -> Decimal | None:
+    """The number sent, for rounding to `step` and checking against [0, top] — or None when
+    its float cannot vouch for the text it came from.
+
+    orjson rounds the decimal text t correctly to the double f, and `repr(f)` is the
+    shortest decimal d that rounds to f. Rounded to `step` (half up), t and d give the same
+    result, and both lie inside or outside [0, top] alike — unless a rounding boundary or an
+    end of the range lies between them. Such a point is a short decimal that rounds to f
+    too, and two decimals of ≤ 15 significant digits never round to the same double, so it
+    would be d itself. Hence: d of ≤ 15 digits, on no boundary and at no end → exact enough.
+    """
+    if number.__class__ is int:
+        return Decimal(number)
+    d = Decimal(repr(number))
+    if not d.is_finite() or len(d.as_tuple().digits) > 15 or not 0 <= d <= top:
+        return None  # out of range: the slow path refuses it with its reason
+    if (d == 0 and d.is_signed()) or d == top or (d / step) % 1 == _HALF:
+        return None  # -0.0 may stand for a tiny negative number; +0.0 only for zero or more
+    return d
+
+
+def _util(number: int | float) -> Decimal | None:
+    d = _exact(number, UTIL_STEP, _HUNDRED)
+    return d.quantize(UTIL_STEP, rounding=ROUND_HALF_UP) if d is not None and 0 <= d <= _HUNDRED else None
+
+
+def _milliwatts(number: int | float) -> int | None:
+    d = _exact(number, _MILLIWATT, _MAX_WATTS)
+    if d is None or not 0 <= d <= _MAX_WATTS:
+        return None
+    # Whole milliwatts, half up: ≤ 15 digits, so the default 28-digit context is exact.
+    return int(d.scaleb(3).quantize(_ONE, rounding=ROUND_HALF_UP))
+
+
 def quick_reading(raw: bytes, *, known_sites: Collection[str], known_models: Collection[str], now_s: int,
                   expect_kind: str | None = None) -> Usage | Power | None:
     """The reading in `raw` if it is plainly valid, else None (ask schemas.events.parse_reading)."""
-    try:
-        document = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    if document.__class__ is not dict:
-        return None
-    kind = document.get("kind")
-    if kind != expect_kind and expect_kind is not None:
-        return None
-    if kind == "usage":
-        if document.keys() != _USAGE_KEYS:
-            return None
-        return _usage(raw, document, known_sites, known_models, now_s)
-    if kind == "power":
-        if document.keys() != _POWER_KEYS:
-            return None
-        return _power(raw, document, known_sites, now_s)
-    return None
-
-
-def _common(document: dict, known_sites: Collection[str], now_s: int) -> tuple | None:
-    event_id, ts, site, node, gpu = (document["event_id"], document["ts"], document["site"], document["node"],
-                                     document["gpu_uuid"])
-    if not (_text(event_id, 128) and _text(site, 256) and _text(node, 256) and _text(gpu, 256)):
-        return None
-    if ts.__class__ is not str or site not in known_sites:
-        return None
-    try:
-        second = parse_ts(ts)
-    except ValueError:
-        return None
-    if second > now_s + MAX_FUTURE_S:
-        return None
-    return event_id, ts, second, site, node, gpu
-
-
-def _usage(raw: bytes, document: dict, known_sites, known_models, now_s: int) -> Usage | None:
-    common = _common(document, known_sites, now_s)
-    model, tenant, instance = document["gpu_model"], document["tenant"], document["instance"]
-    mem, util = document["mem_used_mib"], _exact(raw, b'"util_pct"', document["util_pct"])
-    if (common is None or util is None or not _text(model, 256) or model not in known_models
-            or not (tenant is None or _text(tenant, 256)) or not (instance is None or _text(instance, 256))
-            or mem.__class__ is not int or not 0 <= mem <= MAX_MEM_MIB or not 0 <= util <= _HUNDRED):
-        return None
-    return Usage(*common, model, tenant, instance, util.quantize(UTIL_STEP, rounding=ROUND_HALF_UP), mem)
-
-
-def _power(raw: bytes, document: dict, known_sites, now_s: int) -> Power | None:
-    common = _common(document, known_sites, now_s)
-    watts = _exact(raw, b'"power_w"', document["power_w"])
-    if common is None or watts is None or not 0 <= watts <= 5000:
-        return None
-    # Whole milliwatts, half up: ≤ 15 digits, so the default 28-digit context is exact.
-    return Power(*common, int(watts.scaleb(3).quantize(_ONE, rounding=ROUND_HALF_UP)))
-
-
-def _text(value, limit: int) -> bool:
-    return value.__class__ is str and 0 < len(value) <= limit
-
-
-def _exact(raw: bytes, key: bytes, value) -> Decimal | None:
-    """`value` as the exact Decimal that was sent, or None when that cannot be proved cheaply."""
-    if value.__class__ is int:
-        return Decimal(value)
-    if value.__class__ is not float:
-        return None
-    start = raw.find(key)
-    if start < 0 or raw.find(key, start + 1) >= 0:  # escaped or repeated key: let the slow path judge
-        return None
-    token = _NUMBER_AFTER.match(raw, start + len(key))
-    if token is None or len(token.group(1)) > _MAX_TOKEN:
-        return None
-    return Decimal(repr(value))
+    return QuickParser(known_sites, known_models)(raw, now_s, expect_kind)

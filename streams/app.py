@@ -27,6 +27,7 @@ import faust
 
 from gpubill.config import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, Settings
 from gpubill.errors import DatabaseError
+from schemas.fast import QuickParser
 from streams.feeder import Batch, Feeder
 from streams.metrics import Metrics
 from streams.pipeline import BatchResult, Message, deadletter_row_from_record, process_batch, utcnow
@@ -109,6 +110,8 @@ class Pipeline:
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     freshness: "Freshness | None" = None
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="sink"))
+    quick: QuickParser | None = None  # the fast validation path for `quick_rules`' sites and models
+    quick_rules: Any = None
 
     def record(self, positions: dict[tuple[str, int], int]) -> None:
         for position, next_offset in positions.items():
@@ -118,16 +121,18 @@ class Pipeline:
     def use_rules(self, rules: Any) -> None:
         """Price from now on with `rules` (already validated as a whole by load_rules)."""
         self.rules = rules
-        self.rater.rules = rules
+        self.rater.use_rules(rules)
 
     def handle(self, messages: list[Message]) -> BatchResult:
         """Rate a batch and persist it (runs in the sink's thread: the only ClickHouse caller)."""
         now = utcnow()
         lookup = lookup_stored(self.sink.database) if self.sink else None
         rules = self.rules  # one snapshot for the whole batch
+        if self.quick is None or self.quick_rules is not rules:
+            self.quick, self.quick_rules = QuickParser(rules.site_ids, rules.model_ids), rules
         result = process_batch(
             messages, self.rater, known_sites=frozenset(rules.site_ids), known_models=frozenset(rules.model_ids),
-            now=now, lookup=lookup,
+            now=now, lookup=lookup, quick=self.quick,
         )
         if self.sink:
             started = time.monotonic()
@@ -154,6 +159,22 @@ class Pipeline:
         os._exit(3)
 
 
+class KeptChannel(faust.Channel):
+    """An in-memory channel whose buffered batches survive Faust's own rebalances.
+
+    Faust clears every channel's buffer when its consumer group rebalances (another worker
+    starting or stopping). A batch dropped there would never be marked done, and the
+    feeder, which commits strictly in order, would wait for it forever. This buffer only
+    pauses while Faust rebalances; nothing in it is lost.
+    """
+
+    @property
+    def queue(self):
+        if self._queue is None:
+            self._queue = self.app.FlowControlQueue(maxsize=self.maxsize or 4, clear_on_resume=False)
+        return self._queue
+
+
 def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
     """Create the Faust app with its two agents, each reading batches from its own channel."""
     app = faust.App(
@@ -167,7 +188,7 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
         producer_acks=-1,
     )
     deadletter_topic = app.topic(TOPIC_DEADLETTER, key_serializer="raw", value_serializer="raw")
-    readings_channel, deadletters_channel = app.channel(), app.channel()
+    readings_channel, deadletters_channel = KeptChannel(app), KeptChannel(app)
 
     @app.agent(readings_channel, name="rate_readings")
     async def rate_readings(batches):
@@ -190,6 +211,21 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
                 await pipeline.in_sink_thread(pipeline.sink.write, Outcome(), rows)
             batch.finish(len(batch.messages))
             yield len(batch.messages)
+
+    @app.task
+    async def feed() -> None:
+        """Run the feeder once both agents listen; if it fails the process exits uncommitted."""
+        for channel in (readings_channel, deadletters_channel):
+            while not channel.subscriber_count:
+                await asyncio.sleep(0.01)
+        try:
+            await app.gpubill_feeder.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - a worker that no longer consumes must not linger
+            log.exception("the Kafka feeder failed; exiting (what was not committed is delivered again)")
+            logging.shutdown()
+            os._exit(3)
 
     async def feed_readings(batch: Batch) -> None:
         await readings_channel.send(value=batch)
@@ -240,21 +276,6 @@ def run_worker(settings: Settings, pipeline: Pipeline, *,
     app = build_app(settings, pipeline)
     outcome = {"code": 0}
     feeder: Feeder = app.gpubill_feeder
-
-    @app.task
-    async def feed() -> None:
-        """Run the feeder once both agents listen; if it fails the process exits uncommitted."""
-        for agent in app.gpubill_agents:
-            while not agent.channel.subscriber_count:
-                await asyncio.sleep(0.05)
-        try:
-            await feeder.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # noqa: BLE001 - a worker that no longer consumes must not linger
-            log.exception("the Kafka feeder failed; exiting (what was not committed is delivered again)")
-            logging.shutdown()
-            os._exit(3)
 
     if drain_targets is not None:
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
@@ -71,53 +72,66 @@ class Feeder:
     routes: dict[str, Callable[[Batch], Awaitable[None]]]
     on_committed: Callable[[dict[tuple[str, int], int]], None] = lambda positions: None
     on_revoked: Callable[[], None] = lambda: None
-    consumer: AIOKafkaConsumer | None = None
+    consumer: AIOKafkaConsumer | None = None  # made by run() unless given (tests give a fake)
     generation: int = 0
     _pending: deque = field(default_factory=deque)
     _slots: asyncio.Semaphore | None = None
+    _committer: asyncio.Future | None = None
+    _closing: bool = False
     _written: dict[TopicPartition, int] = field(default_factory=dict)  # written, not yet committed
     _last_commit: float = 0.0
-    _stopping: bool = False
 
     async def run(self) -> None:
-        """Consume until cancelled or `stop()`; commit what was written before returning."""
+        """Consume until cancelled (the worker stops). What was written and not yet committed
+        is delivered again to whoever consumes next: harmless, the writes are idempotent."""
         self._slots = asyncio.Semaphore(IN_FLIGHT)
-        self.consumer = AIOKafkaConsumer(
+        self.consumer = self.consumer or AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap.split(","), group_id=self.group, enable_auto_commit=False,
             auto_offset_reset="earliest", max_poll_records=FETCH_MAX_RECORDS,
-            fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=8 * 1024 * 1024,
+            # Small per-partition fetches: a batch then holds the same seconds of every
+            # partition (usage and power together) rather than one partition's backlog.
+            fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=512 * 1024,
             # A worker that died is noticed after 10 s: its partitions move on without a
             # minute of stalled billing.
             session_timeout_ms=10_000, heartbeat_interval_ms=2_000,
+            # Range, not aiokafka's default round robin: partition p of both reading topics
+            # (same count, same key) goes to the same member, so a card's usage and power
+            # meet in one worker whatever the number of workers.
+            partition_assignment_strategy=(RangePartitionAssignor,),
         )
         await self.consumer.start()
         self.consumer.subscribe(topics=list(self.routes), listener=_Listener(self))
-        committer = asyncio.ensure_future(self._commit_loop())
+        self._committer = asyncio.ensure_future(self._commit_loop())
         try:
-            while not self._stopping:
+            while True:
+                self._check_committer()
                 fetched = await self.consumer.getmany(timeout_ms=100, max_records=FETCH_MAX_RECORDS)
                 if fetched:
                     await self._send(fetched, self.generation)
-            await self.flush()
         finally:
-            committer.cancel()
+            self._closing = True  # leaving the group revokes: nothing in flight will finish now
+            self._committer.cancel()
             await self.consumer.stop()
 
-    def stop(self) -> None:
-        self._stopping = True
+    def _check_committer(self) -> None:
+        """Raise what stopped the commit loop, if it stopped: without it nothing is committed."""
+        if self._committer is not None and self._committer.done() and not self._committer.cancelled():
+            self._committer.result()
+            raise RuntimeError("the commit loop stopped")
 
     async def _send(self, fetched: dict, generation: int) -> None:
-        by_topic: dict[str, list] = {}
+        """One batch per agent: usage and power of the same seconds meet in one batch."""
+        by_route: dict[Callable, list] = {}
         for tp, records in fetched.items():
-            by_topic.setdefault(tp.topic, []).extend(records)
-        for topic, messages in by_topic.items():
+            by_route.setdefault(self.routes[tp.topic], []).extend(records)
+        for route, messages in by_route.items():
             await self._slots.acquire()
             if generation != self.generation:  # a rebalance happened while we waited: refetch
                 self._slots.release()
                 return
             batch = Batch(messages, asyncio.get_running_loop().create_future(), generation)
             self._pending.append(batch)
-            await self.routes[topic](batch)
+            await route(batch)
 
     async def _commit_loop(self) -> None:
         while True:
@@ -167,6 +181,7 @@ class Feeder:
     async def flush(self) -> None:
         """Wait until every batch in flight is written and settled, then commit."""
         while self._pending:
+            self._check_committer()
             await asyncio.sleep(0.01)
         await self.commit()
 
@@ -186,6 +201,8 @@ class _Listener(ConsumerRebalanceListener):
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
         feeder = self.feeder
         feeder.generation += 1
+        if feeder._closing:  # the worker is stopping: its agents will not finish any batch
+            return
         await feeder.flush()
         feeder.on_revoked()
         log.info("partitions revoked; in-flight batches written and committed", extra={"revoked": len(list(revoked))})

@@ -15,7 +15,7 @@ from gpubill.config import TOPIC_POWER, TOPIC_USAGE
 from billing_rules import BillingRulesError
 from schemas.errors import InvalidReading
 from schemas.events import parse_reading, split_message
-from schemas.fast import quick_reading
+from schemas.fast import QuickParser
 from streams.rating import Outcome, Rater
 
 KIND_OF_TOPIC = {TOPIC_USAGE: "usage", TOPIC_POWER: "power"}
@@ -92,46 +92,53 @@ Lookup = Callable[[set, set], tuple[list[tuple], list[tuple]]]
 
 
 def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_models, now: datetime,
-                  lookup: Lookup | None = None) -> BatchResult:
+                  lookup: Lookup | None = None, quick: QuickParser | None = None) -> BatchResult:
     """Validate, deduplicate, attribute and price a batch of reading messages.
 
     Steps: (1) decode and validate each message — or each element of a message that is a
     JSON array of readings — dead-lettering the bad ones alone; (2) ask
     `lookup` for stored counterparts the rater no longer (or never) held in memory —
     usage for power readings, power for usage readings — and preload them; (3) rate.
+    `quick` is the fast validation path for these sites and models (built when not given).
     """
     result = BatchResult()
     now_s = int(now.timestamp())
+    quick = quick or QuickParser(known_sites, known_models)
     accepted = []
+    readings_in, positions = result.readings_in, result.positions
     for message in messages:
-        result.readings_in[message.topic] = result.readings_in.get(message.topic, 0) + 1
-        position = (message.topic, message.partition)
-        result.positions[position] = max(result.positions.get(position, 0), message.offset + 1)
-        expect = KIND_OF_TOPIC.get(message.topic)
-        if message.value is None:
+        topic, value = message.topic, message.value
+        readings_in[topic] = readings_in.get(topic, 0) + 1
+        position, after = (topic, message.partition), message.offset + 1
+        if after > positions.get(position, 0):
+            positions[position] = after
+        expect = KIND_OF_TOPIC.get(topic)
+        if value is None:
             result.deadletters.append(DeadLetter(message, "empty message (no value)"))
             continue
+        # The fast path takes the plainly valid single reading; the definition judges the rest.
+        reading = quick(value, now_s, expect) if value[:1] == b"{" else None
+        if reading is not None:
+            accepted.append((reading, message, value, 0))
+            continue
         try:
-            elements = split_message(message.value)
+            elements = split_message(value)
         except InvalidReading as exc:
             result.deadletters.append(DeadLetter(message, str(exc)))
             continue
         if elements is None:  # one reading
-            elements, batched = [message.value], False
+            elements, batched = [value], False
         else:  # a batch: each element stands or falls alone
             batched = True
-        for index, value in enumerate(elements, start=1):
+        for index, element in enumerate(elements, start=1):
             try:
-                # The fast path takes the plainly valid; the definition judges everything else.
-                reading = quick_reading(
-                    value, known_sites=known_sites, known_models=known_models, now_s=now_s, expect_kind=expect
-                ) or parse_reading(
-                    value, known_sites=known_sites, known_models=known_models, now_s=now_s, expect_kind=expect
+                reading = (quick(element, now_s, expect) if batched else None) or parse_reading(
+                    element, known_sites=known_sites, known_models=known_models, now_s=now_s, expect_kind=expect
                 )
             except InvalidReading as exc:
-                result.deadletters.append(_refused(message, value, index if batched else 0, str(exc)))
+                result.deadletters.append(_refused(message, element, index if batched else 0, str(exc)))
                 continue
-            accepted.append((reading, message, value, index if batched else 0))
+            accepted.append((reading, message, element, index if batched else 0))
     if lookup is not None:
         need_usage, need_power = rater.lookups([reading for reading, *_ in accepted])
         if need_usage or need_power:

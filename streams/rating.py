@@ -97,12 +97,27 @@ class Rater:
         self._power: OrderedDict[tuple[str, int], _PowerSeen] = OrderedDict()
         self._usage_ids: dict[str, int] = {}
         self._power_ids: dict[str, int] = {}
-        # Per stream: the newest second seen, and per gpu the oldest second seen by this
-        # process. A counterpart older than either may have been rated by an earlier
-        # process or evicted, so it is looked up in ClickHouse (see `lookups`).
+        # Per stream: the newest second seen, and per gpu the first second this process saw
+        # (since it started or last forgot). Readings near or before that second may have
+        # been seen by another process, so they are checked in ClickHouse (see `lookups`).
         self._newest = {"usage": 0, "power": 0}
-        self._floor: dict[str, dict[str, int]] = {"usage": {}, "power": {}}
+        self._first: dict[str, dict[str, int]] = {"usage": {}, "power": {}}
         self._cutoff = 0  # everything older than this may have been evicted
+        self._periods: dict[int, str] = {}
+
+    def use_rules(self, rules: Rules) -> None:
+        """Price from now on with `rules` (the state of what was seen stays)."""
+        self.rules = rules
+        self._periods.clear()  # the billing time zone may have changed
+
+    def _period_of(self, second: int) -> str:
+        """The billing period of `second`; a fleet's readings share few seconds per batch."""
+        period = self._periods.get(second)
+        if period is None:
+            if len(self._periods) >= 1 << 14:
+                self._periods.clear()
+            period = self._periods[second] = self.rules.period_of(second)
+        return period
 
     @property
     def state_size(self) -> int:
@@ -126,9 +141,9 @@ class Rater:
         stream = reading.kind
         if second > self._newest[stream]:
             self._newest[stream] = second
-        floor = self._floor[stream]
-        if second < floor.get(reading.gpu_uuid, second + 1):
-            floor[reading.gpu_uuid] = second
+        first = self._first[stream]
+        if reading.gpu_uuid not in first:
+            first[reading.gpu_uuid] = second
         if usage:
             self._rate_usage(reading, second, partition, offset, now, out, rent)
         else:
@@ -158,26 +173,34 @@ class Rater:
         return dropped
 
     def lookups(self, readings: list) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
-        """Keys whose counterpart may be stored but is not in memory: (usage keys, power keys).
+        """Keys ClickHouse must be asked about before rating `readings`: (usage keys, power keys).
 
-        A usage reading needs the power of its second, a power reading the usage. When the
-        counterpart is not in memory it has either not arrived yet (it will join on arrival)
-        or it was seen before this process started or before eviction: only then, i.e. when
-        the second is older than this process's first reading of that gpu on the other
-        stream or older than the eviction cutoff, is ClickHouse asked.
+        Memory answers for what this process saw. Another process — one that ran before
+        this one, or owned the partition before a rebalance — may have seen a reading of the
+        same (stream, gpu, second), a duplicate or a conflict, or the counterpart on the
+        other stream. That is only possible near or before the first second this process
+        saw of that card on that stream: the records before it in the partition are older,
+        give or take the shuffling a horizon allows (two horizons are allowed for), or older
+        than the eviction cutoff. So a reading is looked up on its own stream, and its
+        counterpart on the other, when memory cannot answer and the second lies in that
+        window. (A counterpart in the same batch is asked for on its own stream anyway.)
         """
-        need_usage: set[tuple[str, int]] = set()
-        need_power: set[tuple[str, int]] = set()
+        need = {"usage": set(), "power": set()}
+        memory = {"usage": self._usage, "power": self._power}
         for reading in readings:
             key = (reading.gpu_uuid, reading.second)
-            other = "power" if reading.kind == "usage" else "usage"
-            memory = self._power if other == "power" else self._usage
-            if key in memory:
-                continue
-            floor = self._floor[other].get(reading.gpu_uuid)
-            if floor is None or key[1] < floor or key[1] < self._cutoff:
-                (need_power if other == "power" else need_usage).add(key)
-        return need_usage, need_power
+            own = reading.kind
+            other = "power" if own == "usage" else "usage"
+            if key not in memory[own] and self._unsure(own, key):
+                need[own].add(key)
+            if key not in memory[other] and self._unsure(other, key):
+                need[other].add(key)
+        return need["usage"], need["power"]
+
+    def _unsure(self, stream: str, key: tuple[str, int]) -> bool:
+        """Could another process hold a reading of `stream` for `key` that memory lacks?"""
+        first = self._first[stream].get(key[0])
+        return first is None or key[1] <= first + 2 * self.horizon_s or key[1] < self._cutoff
 
     def preload_usage(self, rows: list[tuple]) -> None:
         """Stored usage readings: (gpu, second, event_id, tenant, instance, gpu_model, offset)."""
@@ -230,7 +253,7 @@ class Rater:
         if rate is not None:
             out.rated.append(
                 (
-                    "rent", reading.gpu_uuid, second, self.rules.period_of(second), reading.tenant,
+                    "rent", reading.gpu_uuid, second, self._period_of(second), reading.tenant,
                     reading.instance or "", reading.gpu_model, reading.site, reading.node,
                     rate.plan, rate.list_price, rate.per_s, rate.discount_pct, reading.util_pct, 0, "", ZERO, ZERO,
                     _OFFSET_SPAN - 1 - offset, partition, offset, now,
@@ -271,7 +294,7 @@ class Rater:
             # second of the card would depend on arrival order; the join fills it in.
             tenant, instance, gpu_model = "", "", ""
         return (
-            "energy", power.gpu_uuid, second, self.rules.period_of(second), tenant, instance, gpu_model,
+            "energy", power.gpu_uuid, second, self._period_of(second), tenant, instance, gpu_model,
             power.site, power.node, "", ZERO, 0, ZERO, ZERO, power.power_mw, rate.band, rate.tariff_per_kwh,
             rate.pue, version, power.partition, power.offset, now,
         )

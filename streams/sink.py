@@ -121,8 +121,7 @@ SELECT gpu_uuid, toUnixTimestamp(second) AS s,
        argMin(instance, (src_partition, src_offset)), argMin(gpu_model, (src_partition, src_offset)),
        min(src_offset)
 FROM readings_usage
-WHERE gpu_uuid IN {gpus:Array(String)} AND second BETWEEN {lo:UInt32} AND {hi:UInt32}
-  AND (gpu_uuid, toUnixTimestamp(second)) IN {keys:Array(Tuple(String, UInt32))}
+WHERE gpu_uuid IN {gpus:Array(String)} AND second BETWEEN {lo:UInt32} AND {hi:UInt32} {exact}
 GROUP BY gpu_uuid, s
 """
 _POWER_LOOKUP_SQL = """
@@ -131,10 +130,13 @@ SELECT gpu_uuid, toUnixTimestamp(second) AS s,
        argMin(node, (src_partition, src_offset)), argMin(power_mw, (src_partition, src_offset)),
        argMin(src_partition, (src_partition, src_offset)), min(src_offset)
 FROM readings_power
-WHERE gpu_uuid IN {gpus:Array(String)} AND second BETWEEN {lo:UInt32} AND {hi:UInt32}
-  AND (gpu_uuid, toUnixTimestamp(second)) IN {keys:Array(Tuple(String, UInt32))}
+WHERE gpu_uuid IN {gpus:Array(String)} AND second BETWEEN {lo:UInt32} AND {hi:UInt32} {exact}
 GROUP BY gpu_uuid, s
 """
+_EXACT_KEYS = "AND (gpu_uuid, toUnixTimestamp(second)) IN {keys:Array(Tuple(String, UInt32))}"
+# Keys spanning at most this many seconds are fetched as a (cards × seconds) range and
+# filtered here: binding thousands of (card, second) pairs into the SQL costs more.
+_RANGE_S = 3600
 
 
 def lookup_stored(database) -> "Callable":
@@ -150,10 +152,9 @@ def _query_keys(database, sql: str, keys: set) -> list[tuple]:
     if not keys:
         return []
     seconds = [second for _, second in keys]
-    params = {
-        "gpus": sorted({gpu for gpu, _ in keys}),
-        "lo": min(seconds),
-        "hi": max(seconds),
-        "keys": sorted(keys),
-    }
-    return database.query(sql, params)
+    lo, hi = min(seconds), max(seconds)
+    params = {"gpus": sorted({gpu for gpu, _ in keys}), "lo": lo, "hi": hi}
+    if hi - lo <= _RANGE_S:
+        rows = database.query(sql.replace("{exact}", ""), params)
+        return [row for row in rows if (row[0], int(row[1])) in keys]
+    return database.query(sql.replace("{exact}", _EXACT_KEYS), params | {"keys": sorted(keys)})

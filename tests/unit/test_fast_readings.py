@@ -74,10 +74,32 @@ def test_plain_readings_take_the_fast_path_with_the_same_values() -> None:
     assert_agree(json.dumps(usage()).encode())
     fast, _ = judge(json.dumps(power(power_w=312.4567)).encode())
     assert fast is not None and fast.power_mw == 312_457  # 312 456.7 mW, half up
-    fast, _ = judge(json.dumps(power(power_w=0.0025)).encode())
-    assert fast is not None and fast.power_mw == 3  # 2.5 mW, half up (not to even)
-    fast, _ = judge(json.dumps(usage(util_pct=12.34565)).encode())
-    assert fast is not None and fast.util_pct == Decimal("12.3457")  # half up at the 4th decimal
+    fast, _ = judge(json.dumps(power(power_w=0.0026)).encode())
+    assert fast is not None and fast.power_mw == 3  # 2.6 mW
+    fast, _ = judge(json.dumps(usage(util_pct=12.34566)).encode())
+    assert fast is not None and fast.util_pct == Decimal("12.3457")
+    fast, _ = judge(json.dumps(usage(util_pct=0.0)).encode())
+    assert fast is not None and fast.util_pct == 0  # an idle card
+
+
+@pytest.mark.parametrize("number, why", [
+    ("0.0025", "2.5 mW: on a rounding boundary, a longer text could lie just below it"),
+    ("-0.0", "a tiny negative number also reads as -0.0"),
+    ("5000.0", "the top of the range: 5000.00000000000000001 reads the same"),
+    ("5000", None),
+    ("0.0", None),
+])
+def test_floats_on_an_edge_go_the_slow_way(number: str, why: str | None) -> None:
+    raw = _encode(power(power_w=Decimal(number)))
+    fast, slow = judge(raw)
+    assert (fast is None) == (why is not None), why
+    assert_agree(raw)
+
+
+def test_a_long_text_just_below_a_boundary_rounds_as_the_text_says() -> None:
+    # 2.4999999999999999999 mW → 2 mW half up; the nearest double is 0.0025 W (2.5 mW → 3)
+    fast, slow = judge(_encode(power(power_w=Decimal("0.0024999999999999999999"))))
+    assert fast is None and slow.power_mw == 2
     assert_agree(json.dumps(power(power_w=312.4567)).encode())
 
 
@@ -164,6 +186,8 @@ def test_numbers_of_valid_readings_are_exact_on_the_fast_path(watts: Decimal, ut
     for doc in (power(power_w=watts), usage(util_pct=util)):
         raw = _encode(doc)
         fast, slow = judge(raw)
-        if len(str(watts if doc["kind"] == "power" else util)) <= 16:  # ≤ 15 digits: it must be fast
+        number, step, top = (watts, Decimal("0.001"), 5000) if doc["kind"] == "power" else (util, Decimal("0.0001"), 100)
+        on_edge = (number / step) % 1 == Decimal("0.5") or number == top
+        if len(number.as_tuple().digits) <= 15 and not on_edge:  # then the fast path must take it
             assert fast is not None
         assert_agree(raw)

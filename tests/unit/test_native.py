@@ -79,3 +79,25 @@ def test_values_read_back_as_sent(database) -> None:
 def test_leb128_lengths() -> None:
     assert leb128(0) == b"\x00" and leb128(127) == b"\x7f"
     assert leb128(300) == b"\xac\x02"  # 300 = 0b10_0101100 → 0x2C | 0x80, then 0x02
+
+
+def test_stored_readings_are_found_by_key_in_narrow_and_wide_ranges(database) -> None:
+    from streams.sink import lookup_stored
+
+    far = T0 + 86_400  # a day later: the keys then span more than an hour (asked for pair by pair)
+    rows = [
+        ("p-a", "ts", T0 + 5, "gz-guian", "n", "GPU-A", 100, 2, 7, NOW),
+        ("p-a2", "ts", T0 + 5, "gz-guian", "n", "GPU-A", 999, 2, 9, NOW),  # a conflict, later offset
+        ("p-b", "ts", T0 + 6, "gz-guian", "n", "GPU-B", 200, 2, 8, NOW),
+        ("p-c", "ts", far, "gz-guian", "n", "GPU-A", 300, 3, 1, NOW),
+    ]
+    database.command("TRUNCATE TABLE readings_power")
+    database.insert_native("readings_power", tables.READINGS_POWER, NATIVE_TABLES["readings_power"].block(rows))
+    lookup = lookup_stored(database)
+    # narrow: GPU-B at T0 + 5 is not asked for, so not returned although inside the range
+    _, power = lookup(set(), {("GPU-A", T0 + 5), ("GPU-B", T0 + 6)})
+    assert sorted(power) == [("GPU-A", T0 + 5, "p-a", "gz-guian", "n", 100, 2, 7),  # the first offset
+                             ("GPU-B", T0 + 6, "p-b", "gz-guian", "n", 200, 2, 8)]
+    _, power = lookup(set(), {("GPU-A", T0 + 5), ("GPU-A", far), ("GPU-B", far)})
+    assert sorted(power) == [("GPU-A", T0 + 5, "p-a", "gz-guian", "n", 100, 2, 7),
+                             ("GPU-A", far, "p-c", "gz-guian", "n", 300, 3, 1)]

@@ -209,8 +209,8 @@ def test_lookup_asked_for_counterparts_and_preloaded_rows_attribute() -> None:
         msg(TOPIC_POWER, 0, 9, power_bytes("G1", T, "p-new", 400)),
         msg(TOPIC_USAGE, 1, 41, usage_bytes("G2", T + 1, "u-new", "tenant-x")),
     ], lookup=lookup)
-    # a fresh process has seen nothing of either gpu: both counterparts are asked for, once
-    assert lookup.calls == [({("G1", T)}, {("G2", T + 1)})]
+    # a fresh process has seen nothing of either gpu: both streams of both keys are asked for, once
+    assert lookup.calls == [({("G1", T), ("G2", T + 1)}, {("G1", T), ("G2", T + 1)})]
     by_key = {(r["stream"], r["gpu_uuid"]): r for r in rows(result)}
     assert sorted(by_key) == [("energy", "G1"), ("energy", "G2"), ("rent", "G2")]
     g1 = by_key[("energy", "G1")]
@@ -226,13 +226,16 @@ def test_lookup_not_called_when_memory_answers() -> None:
     run([msg(TOPIC_USAGE, 0, i, usage_bytes("G1", T + i, f"u-{i}")) for i in range(3)]
         + [msg(TOPIC_POWER, 0, 0, power_bytes("G1", T, "p-0"))], rater, lookup)
     assert len(lookup.calls) == 1
+    # Two horizons (1,800 s) after the first seconds seen, no other process can have G1's
+    # readings: memory alone decides (its usage is in memory; its power has not arrived).
     result = run([
-        msg(TOPIC_POWER, 0, 1, power_bytes("G1", T + 1, "p-1")),  # its usage is in memory
-        msg(TOPIC_USAGE, 0, 3, usage_bytes("G1", T + 3, "u-3")),  # after the power floor T: not yet arrived
+        msg(TOPIC_USAGE, 0, 3, usage_bytes("G1", T + 1801, "u-1801")),
+        msg(TOPIC_POWER, 0, 1, power_bytes("G1", T + 1801, "p-1801")),
+        msg(TOPIC_USAGE, 0, 4, usage_bytes("G1", T + 1802, "u-1802")),
     ], rater, lookup)
     assert len(lookup.calls) == 1
     assert [(r["stream"], r["second"], r["tenant"]) for r in rows(result)] == [
-        ("energy", T + 1, "acme"), ("rent", T + 3, "acme"),
+        ("rent", T + 1801, "acme"), ("energy", T + 1801, "acme"), ("rent", T + 1802, "acme"),
     ]
 
 

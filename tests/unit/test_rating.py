@@ -299,36 +299,34 @@ def test_eviction_forgets_event_ids_with_their_entries() -> None:
 # lookups and preload ----------------------------------------------------------------
 
 
-def test_lookups_ask_only_for_counterparts_memory_cannot_answer() -> None:
+def test_lookups_ask_clickhouse_only_where_another_process_may_have_been() -> None:
     rater = Rater(RULES, horizon_s=900)
-    feed(rater, (usage("G1", T + 100, "u-100"), 0, 0), (usage("G1", T + 2000, "u-2000"), 0, 1))
+    feed(rater, (usage("G1", T + 100, "u-100"), 0, 0), (usage("G1", T + 4000, "u-4000"), 0, 1))
     feed(rater, (power("G1", T + 300, "p-300"), 0, 0))
-    # usage floor of G1 = T + 100. Nothing was evicted: eviction follows the slower stream
-    # (power, newest T + 300), cutoff = max(T + 300, T + 2000 − 4 × 900) − 900 = T − 600.
-    asked = [
-        power("G1", T + 50, "a"),  # older than the usage floor of G1: maybe stored by an earlier process
-        power("G3", T + 2000, "c"),  # G3 was never seen on the usage stream
-    ]
-    fresh = [
-        power("G1", T + 1099, "b"),  # not evicted, so memory would hold its usage if it had come
-        power("G1", T + 1100, "e"),  # exactly newest − horizon: memory would still hold it
-        power("G1", T + 1500, "f"),  # after the floor, within the horizon: not arrived yet, joins on arrival
-        power("G1", T + 100, "g"),  # in memory
-        usage("G1", T + 300, "h"),  # its power is in memory
-        usage("G1", T + 400, "i"),  # power floor T + 300 ≤ T + 400, within horizon of T + 300
-    ]
-    need_usage, need_power = rater.lookups(asked + fresh)
-    assert need_usage == {("G1", T + 50), ("G3", T + 2000)}
-    assert need_power == set()
-    # a usage reading of G1 older than the power floor (T + 300) asks for its power
-    need_usage, need_power = rater.lookups([usage("G1", T + 299, "j"), usage("G2", T, "k")])
-    assert need_usage == set()
-    assert need_power == {("G1", T + 299), ("G2", T)}
+    # First seconds this process saw of G1: usage T + 100, power T + 300. Another process may
+    # hold readings up to two horizons (1,800 s) past those: usage ≤ T + 1,900, power ≤ T + 2,100.
+    need_usage, need_power = rater.lookups([
+        power("G1", T + 2000, "a"),  # own stream asked (≤ T + 2,100); its usage not (> T + 1,900)
+        power("G1", T + 2500, "b"),  # past both windows: memory decides, not yet arrived
+        usage("G1", T + 100, "c"),  # own in memory; its power (T + 100 ≤ T + 2,100) asked
+        usage("G1", T + 300, "d"),  # own asked (≤ T + 1,900); its power is in memory
+        power("G3", T + 5000, "e"),  # G3 never seen: both streams asked
+    ])
+    assert need_usage == {("G1", T + 300), ("G3", T + 5000)}
+    assert need_power == {("G1", T + 2000), ("G1", T + 100), ("G3", T + 5000)}
 
 
 def test_lookups_of_a_fresh_process_ask_for_everything() -> None:
     readings = [usage("G1", T, "u"), power("G2", T + 1, "p")]
-    assert Rater(RULES).lookups(readings) == ({("G2", T + 1)}, {("G1", T)})
+    assert Rater(RULES).lookups(readings) == ({("G1", T), ("G2", T + 1)}, {("G1", T), ("G2", T + 1)})
+
+
+def test_a_forgetting_rater_asks_again() -> None:
+    rater = Rater(RULES)
+    feed(rater, (usage("G1", T, "u-0"), 0, 0), (power("G1", T, "p-0"), 0, 0))
+    assert rater.lookups([usage("G1", T, "u-0")]) == (set(), set())  # memory answers both
+    rater.forget()  # a rebalance: another worker may rate G1 meanwhile
+    assert rater.lookups([usage("G1", T, "u-0")]) == ({("G1", T)}, {("G1", T)})
 
 
 def test_preloaded_usage_attributes_power() -> None:
@@ -491,5 +489,5 @@ def test_a_reading_that_cannot_be_priced_changes_nothing() -> None:
     with pytest.raises(BillingRulesError):
         rater.rate(power("G1", before_rules, "p-old"), 0, 0, NOW, Outcome())
     assert rater.state_size == 0 and rater.newest_second == 0
-    # G1's power floor was not moved to 2024: a usage of G1 still asks ClickHouse for its power
-    assert rater.lookups([usage("G1", T, "u-1")]) == (set(), {("G1", T)})
+    # G1's power clock did not start in 2024: a usage of G1 still asks ClickHouse for its power
+    assert rater.lookups([usage("G1", T + 4000, "u-1")]) == ({("G1", T + 4000)}, {("G1", T + 4000)})

@@ -1,0 +1,112 @@
+"""The feeder's promises, with a stand-in consumer (the real one runs in tests/e2e):
+
+- offsets are committed only behind batches the agent marked done, and in fetch order;
+- before partitions are given up, every batch in flight is written and committed, then the
+  rater is told to forget; a batch fetched before the rebalance and not yet handed over
+  is dropped (its records come again from the committed offset).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokafka import TopicPartition
+
+from gpubill.config import TOPIC_POWER, TOPIC_USAGE
+from streams.feeder import Batch, Feeder
+from streams.pipeline import Message
+
+U0, P0 = TopicPartition(TOPIC_USAGE, 0), TopicPartition(TOPIC_POWER, 0)
+
+
+class FakeConsumer:
+    """Hands out prepared fetches one per getmany; records commits."""
+
+    def __init__(self, fetches: list[dict]) -> None:
+        self.fetches, self.commits, self.listener = list(fetches), [], None
+        self.assigned = {U0, P0}
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def subscribe(self, topics, listener) -> None:
+        self.listener = listener
+
+    def assignment(self) -> set:
+        return set(self.assigned)
+
+    async def getmany(self, timeout_ms: int, max_records: int) -> dict:
+        await asyncio.sleep(0.01)
+        return self.fetches.pop(0) if self.fetches else {}
+
+    async def commit(self, offsets: dict) -> None:
+        self.commits.append({(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items()})
+
+
+def fetch(tp: TopicPartition, first: int, count: int) -> dict:
+    return {tp: [Message(tp.topic, tp.partition, offset, b"G", b"{}") for offset in range(first, first + count)]}
+
+
+async def until(condition, timeout_s: float = 5.0) -> None:
+    for _ in range(int(timeout_s / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+def test_offsets_are_committed_behind_done_batches_in_order() -> None:
+    async def scenario():
+        consumer = FakeConsumer([fetch(U0, 0, 3), fetch(P0, 0, 2)])
+        handed: list[Batch] = []
+
+        async def route(batch: Batch) -> None:
+            handed.append(batch)
+
+        feeder = Feeder("unused:9092", "g", {TOPIC_USAGE: route, TOPIC_POWER: route}, consumer=consumer)
+        task = asyncio.ensure_future(feeder.run())
+        await until(lambda: len(handed) == 2)
+        handed[1].finish()  # the second batch is written first…
+        await asyncio.sleep(0.2)
+        assert consumer.commits == []  # …but nothing is committed past the unwritten first one
+        handed[0].finish()
+        await until(lambda: consumer.commits)
+        task.cancel()
+        return consumer.commits
+
+    commits = asyncio.run(scenario())
+    merged = {k: v for commit in commits for k, v in commit.items()}
+    assert merged == {(TOPIC_USAGE, 0): 3, (TOPIC_POWER, 0): 2}  # offsets 0–2 and 0–1 → next 3 and 2
+
+
+def test_a_rebalance_writes_and_commits_what_is_in_flight_then_forgets() -> None:
+    async def scenario():
+        consumer = FakeConsumer([fetch(U0, 0, 4), fetch(P0, 0, 4), fetch(U0, 4, 4)])
+        handed: list[Batch] = []
+        forgotten: list[bool] = []
+
+        async def route(batch: Batch) -> None:
+            handed.append(batch)
+
+        feeder = Feeder("unused:9092", "g", {TOPIC_USAGE: route, TOPIC_POWER: route}, consumer=consumer,
+                        on_revoked=lambda: forgotten.append(True))
+        task = asyncio.ensure_future(feeder.run())
+        await until(lambda: len(handed) == 2)  # two in flight; the third fetch waits for a slot
+        await asyncio.sleep(0.05)
+        revoke = asyncio.ensure_future(consumer.listener.on_partitions_revoked([U0, P0]))
+        await asyncio.sleep(0.1)
+        assert not revoke.done() and not forgotten  # waits for the batches in flight
+        for batch in handed[:2]:
+            batch.finish()
+        await until(revoke.done)
+        assert forgotten == [True]
+        commits_at_revoke = list(consumer.commits)
+        await asyncio.sleep(0.2)
+        task.cancel()
+        return commits_at_revoke, handed
+
+    commits, handed = asyncio.run(scenario())
+    merged = {k: v for commit in commits for k, v in commit.items()}
+    assert merged == {(TOPIC_USAGE, 0): 4, (TOPIC_POWER, 0): 4}
+    assert len(handed) == 2  # the third fetch (offsets 4–7) was dropped, not handed over
