@@ -159,25 +159,15 @@ class Pipeline:
         os._exit(3)
 
 
-class KeptChannel(faust.Channel):
-    """An in-memory channel whose buffered batches survive Faust's own rebalances.
-
-    Faust clears every channel's buffer when its consumer group rebalances (another worker
-    starting or stopping). A batch dropped there would never be marked done, and the
-    feeder, which commits strictly in order, would wait for it forever. This buffer only
-    pauses while Faust rebalances; nothing in it is lost.
-    """
-
-    @property
-    def queue(self):
-        if self._queue is None:
-            self._queue = self.app.FlowControlQueue(maxsize=self.maxsize or 4, clear_on_resume=False)
-        return self._queue
+class _App(faust.App):
+    async def _wait_for_table_recovery_completed(self) -> bool:
+        """This app has no tables and no consumer of Faust's own to recover them with."""
+        return False
 
 
 def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
     """Create the Faust app with its two agents, each reading batches from its own channel."""
-    app = faust.App(
+    app = _App(
         # The agents read in-memory channels; Faust's own consumer reads no topic. Its group
         # is kept apart from the feeder's, whose members must all speak the same protocol.
         f"{settings.group}.agents",
@@ -187,8 +177,12 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
         topic_partitions=settings.partitions,
         producer_acks=-1,
     )
+    # No Kafka consumer of Faust's own: the feeder consumes. A Faust consumer would join a
+    # group of its own with every worker, and each worker starting or stopping would pause
+    # every agent and clear its buffer (batches the feeder waits for) for Faust's rebalance.
+    app.boot_strategy = app.BootStrategy(app, enable_kafka_consumer=False)
     deadletter_topic = app.topic(TOPIC_DEADLETTER, key_serializer="raw", value_serializer="raw")
-    readings_channel, deadletters_channel = KeptChannel(app), KeptChannel(app)
+    readings_channel, deadletters_channel = app.channel(), app.channel()
 
     @app.agent(readings_channel, name="rate_readings")
     async def rate_readings(batches):
@@ -218,6 +212,9 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
         for channel in (readings_channel, deadletters_channel):
             while not channel.subscriber_count:
                 await asyncio.sleep(0.01)
+        # Faust lets buffered events flow once its own consumer has partitions; this app has
+        # no consumer of its own, so open the flow here, once.
+        app.flow_control.resume()
         try:
             await app.gpubill_feeder.run()
         except asyncio.CancelledError:
@@ -260,6 +257,13 @@ async def _send_deadletters(topic: Any, result: BatchResult) -> None:
             await future
         except Exception:  # noqa: BLE001 - same as above
             log.exception("the broker refused a dead letter (it is in ClickHouse)")
+
+
+class _Worker(faust.Worker):
+    async def _sentinel_task(self) -> None:
+        """mode sleeps a whole second here before closing the loop of a stopped worker; by
+        then our batches are written and committed, so a stop (every drain) need not wait."""
+        await asyncio.sleep(0.05)
 
 
 def run_worker(settings: Settings, pipeline: Pipeline, *,
@@ -322,7 +326,7 @@ def run_worker(settings: Settings, pipeline: Pipeline, *,
         async def write_freshness() -> None:
             pipeline.freshness.write()
 
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker = _Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     worker.spinner = None  # our own progress and logs; the spinner mangles non-terminal output
     try:
         worker.execute_from_commandline()

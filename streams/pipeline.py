@@ -145,6 +145,11 @@ def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_m
             usage_rows, power_rows = lookup(need_usage, need_power)
             rater.preload_usage(usage_rows)
             rater.preload_power(power_rows)
+    # Usage before power: a power reading then finds its second's usage in memory and its
+    # energy row is written joined once, not unjoined and again joined. Each stream keeps
+    # its partition order (which decides duplicates and conflicts); the rows do not
+    # depend on the order between the streams.
+    accepted.sort(key=_power_last)
     for reading, message, value, index in accepted:
         try:
             rater.rate(reading, message.partition, message.offset, now, result.outcome)
@@ -152,6 +157,10 @@ def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_m
             result.deadletters.append(_refused(message, value, index, f"cannot be priced: {exc}"))
     rater.evict()
     return result
+
+
+def _power_last(item: tuple) -> bool:
+    return item[0].kind == "power"
 
 
 def _refused(message: Message, value: bytes, index: int, reason: str) -> DeadLetter:

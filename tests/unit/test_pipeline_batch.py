@@ -235,8 +235,17 @@ def test_lookup_not_called_when_memory_answers() -> None:
     ], rater, lookup)
     assert len(lookup.calls) == 1
     assert [(r["stream"], r["second"], r["tenant"]) for r in rows(result)] == [
-        ("rent", T + 1801, "acme"), ("energy", T + 1801, "acme"), ("rent", T + 1802, "acme"),
-    ]
+        ("rent", T + 1801, "acme"), ("rent", T + 1802, "acme"), ("energy", T + 1801, "acme"),
+    ]  # usage is rated before power within a batch
+
+
+def test_power_before_its_usage_in_one_batch_gives_one_joined_row() -> None:
+    result = run([
+        msg(TOPIC_POWER, 0, 0, power_bytes("G1", T, "p-0", 400)),
+        msg(TOPIC_USAGE, 0, 0, usage_bytes("G1", T, "u-0")),
+    ])
+    energy = [r for r in rows(result) if r["stream"] == "energy"]
+    assert [(r["tenant"], r["energy_mj"]) for r in energy] == [("acme", 400_000)]  # 400 W × 1 s, joined once
 
 
 def test_dead_letters_are_not_looked_up() -> None:
