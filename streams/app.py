@@ -146,8 +146,8 @@ class Pipeline:
 
     async def in_sink_thread(self, func, *args):
         """Run `func` in the sink's thread. If it fails — ClickHouse gave up, or a bug — the
-        process exits at once without acking or committing the batch: a crashed agent would
-        otherwise leave a worker that consumes nothing (and a drain that never ends)."""
+        process exits at once, the batch never marked done and so never committed: a crashed
+        agent would otherwise leave a worker that consumes nothing (and a drain that never ends)."""
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self.executor, func, *args)
@@ -168,8 +168,7 @@ class _App(faust.App):
 def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
     """Create the Faust app with its two agents, each reading batches from its own channel."""
     app = _App(
-        # The agents read in-memory channels; Faust's own consumer reads no topic. Its group
-        # is kept apart from the feeder's, whose members must all speak the same protocol.
+        # The app id names Faust's producer (dead letters); the agents read in-memory channels.
         f"{settings.group}.agents",
         broker=[f"kafka://{server.strip()}" for server in settings.kafka.split(",")],
         store="memory://",
