@@ -29,6 +29,7 @@ _USAGE_KEYS = frozenset(
 )
 _POWER_KEYS = frozenset(("kind", "event_id", "ts", "site", "node", "gpu_uuid", "power_w"))
 _CACHE_LIMIT = 1 << 16
+_SHARED_LIMIT = 1 << 20  # cards, nodes, tenants, instances, timestamps of a large fleet
 _UNSEEN = object()
 _ONE = Decimal(1)
 _HUNDRED = Decimal(100)
@@ -71,6 +72,7 @@ class QuickParser:
         self.models = frozenset(m for m in known_models if 0 < len(m) <= 256)
         self.utils: dict = {}  # JSON number → util_pct, quantized (None: out of range)
         self.watts: dict = {}  # JSON number → whole milliwatts (None: out of range)
+        self.shared: dict[str, str] = {}  # each distinct text once (see __call__)
 
     def __call__(self, raw: bytes, now_s: int, expect_kind: str | None = None) -> Usage | Power | None:
         try:
@@ -115,6 +117,13 @@ class QuickParser:
             return None
         if second > now_s + MAX_FUTURE_S:
             return None
+        # One str object per distinct card, node, site…: the rater keeps readings of a whole
+        # horizon (millions for a large fleet), and orjson makes a new str for every value.
+        shared = self.shared
+        if len(shared) >= _SHARED_LIMIT:
+            shared.clear()
+        gpu, node, site, ts = (shared.setdefault(gpu, gpu), shared.setdefault(node, node),
+                               shared.setdefault(site, site), shared.setdefault(ts, ts))
         if kind == "power":
             return Power(event_id, ts, second, site, node, gpu, value)
         if (model.__class__ is not str or model not in self.models or mem.__class__ is not int
@@ -122,6 +131,9 @@ class QuickParser:
                 or (tenant is not None and (tenant.__class__ is not str or not 0 < len(tenant) <= 256))
                 or (instance is not None and (instance.__class__ is not str or not 0 < len(instance) <= 256))):
             return None
+        model = shared.setdefault(model, model)
+        tenant = shared.setdefault(tenant, tenant) if tenant is not None else None
+        instance = shared.setdefault(instance, instance) if instance is not None else None
         return Usage(event_id, ts, second, site, node, gpu, model, tenant, instance, value, mem)
 
 
