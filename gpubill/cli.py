@@ -508,6 +508,9 @@ def bench_pipeline_command(
     freshness_rate: int = typer.Option(20_000, min=100, help="Readings/s of the steady producer for freshness."),
     freshness_s: int = typer.Option(10, min=1, help="How long the steady producer runs."),
     port: int = typer.Option(39192, min=1024, max=65534, help="Port of the private broker (and port + 1)."),
+    gateway: bool = typer.Option(False, "--gateway", help=(
+        "Serve the private chDB from its own process (`gpubill clickhouse serve`) and point the worker "
+        "at it, as at a ClickHouse server: the worker's memory is then the worker's alone.")),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
     """Pipeline vs plain consumer on a private broker and chDB: throughput, freshness, worker memory."""
@@ -516,7 +519,7 @@ def bench_pipeline_command(
     from streams.bench import bench_pipeline
 
     result = bench_pipeline(gpus, seconds, freshness_rate=freshness_rate, freshness_s=freshness_s, port=port,
-                            say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
+                            gateway=gateway, say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
     if as_json:
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
         return

@@ -35,17 +35,26 @@ Say = Callable[[str], None]
 
 
 def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, freshness_s: int = 10,
-                   port: int = 39192, say: Say = lambda _: None) -> dict:
-    """Run the benchmark; returns the fields `gpubill bench pipeline --json` prints."""
+                   port: int = 39192, gateway: bool = False, say: Say = lambda _: None) -> dict:
+    """Run the benchmark; returns the fields `gpubill bench pipeline --json` prints.
+
+    With `gateway` the chDB database is served by `gpubill clickhouse serve` (port + 2) and
+    the worker reaches it over HTTP, as it would a ClickHouse server.
+    """
     with tempfile.TemporaryDirectory(prefix="gpubill-bench-") as tmp:
         work = Path(tmp)
         broker = LocalBroker(work / "kafka", bootstrap=f"localhost:{port}", port=port, controller_port=port + 1)
         broker.up(progress=say)
+        server = None
         try:
-            settings = Settings(kafka=broker.bootstrap, clickhouse=f"chdb://{work / 'ch'}", home=str(work),
+            embedded = f"chdb://{work / 'ch'}"
+            settings = Settings(kafka=broker.bootstrap, clickhouse=embedded, home=str(work),
                                 group="bench-rating", metrics_port=0)
             env = {**os.environ, "GPUBILL_KAFKA": settings.kafka, "GPUBILL_CLICKHOUSE": settings.clickhouse,
                    "GPUBILL_HOME": str(work), "GPUBILL_GROUP": settings.group, "GPUBILL_METRICS_PORT": "0"}
+            if gateway:
+                server = _serve_clickhouse(env, port + 2, say)
+                env["GPUBILL_CLICKHOUSE"] = f"http://127.0.0.1:{port + 2}/"
             ensure_pipeline_topics(settings)
             total = gpus * seconds * 2
             say(f"producing {total:,} readings ({gpus} GPUs × {seconds} s × 2 streams)")
@@ -70,6 +79,9 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
             say(f"freshness: {freshness_rate:,} readings/s for {freshness_s} s into a running worker")
             p50, p99 = _freshness(settings, env, work, freshness_rate, freshness_s, gpus, say)
         finally:
+            if server is not None:
+                server.send_signal(signal.SIGTERM)
+                server.wait(timeout=60)
             broker.down()
     return {
         "raw_consume_per_s": round(total / raw_s),
@@ -79,6 +91,25 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
         "freshness_p99_s": p99,
         "worker_rss_mb": round(rss_mb, 1),
     }
+
+
+def _serve_clickhouse(env: dict, port: int, say: Say) -> subprocess.Popen:
+    """`gpubill clickhouse serve` on `port`, once it answers."""
+    import socket
+
+    say(f"serving the private chDB on 127.0.0.1:{port} (gpubill clickhouse serve)")
+    server = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "clickhouse", "serve", "--listen",
+                               f"127.0.0.1:{port}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the ClickHouse gateway failed: {server.stderr.read().decode()[-2000:]}")
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return server
+        time.sleep(0.2)
+    server.kill()
+    raise RuntimeError("the ClickHouse gateway did not start within 60 s")
 
 
 def _produce(settings: Settings, readings) -> None:

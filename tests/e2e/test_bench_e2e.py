@@ -15,11 +15,13 @@ from tests.e2e.conftest import _free_port_pair
 pytestmark = pytest.mark.e2e
 
 
-def test_bench_pipeline_prints_its_fields(tmp_path):
+@pytest.mark.parametrize("where", ["embedded", "gateway"])
+def test_bench_pipeline_prints_its_fields(tmp_path, where):
     port = _free_port_pair()
     done = subprocess.run(
         [sys.executable, "-m", "gpubill.cli", "bench", "pipeline", "--gpus", "8", "--seconds", "5",
-         "--freshness-rate", "400", "--freshness-s", "2", "--port", str(port), "--json"],
+         "--freshness-rate", "400", "--freshness-s", "2", "--port", str(port), "--json"]
+        + (["--gateway"] if where == "gateway" else []),
         capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"},
     )
     assert done.returncode == 0, done.stderr
