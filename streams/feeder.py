@@ -38,8 +38,9 @@ from aiokafka.structs import OffsetAndMetadata
 
 log = logging.getLogger("gpubill.feeder")
 
-FETCH_MAX_RECORDS = 50_000  # per batch: more than a whole fetch round (16 partitions × ≤ 512 KiB), so a
-# batch holds the same seconds of usage and power, and ClickHouse gets few large inserts
+# Per batch: about a whole fetch round (16 partitions × ≤ 512 KiB), so that a batch holds
+# usage and power of roughly the same seconds and ClickHouse gets few large inserts.
+FETCH_MAX_RECORDS = 50_000
 IN_FLIGHT = 2  # batches sent and not yet written: one being written, one being prepared
 COMMIT_EVERY_S = 0.5  # at most two commits a second; always one at a rebalance and at the end
 
@@ -89,8 +90,8 @@ class Feeder:
         self.consumer = self.consumer or AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap.split(","), group_id=self.group, enable_auto_commit=False,
             auto_offset_reset="earliest", max_poll_records=FETCH_MAX_RECORDS,
-            # Small per-partition fetches: a batch then holds the same seconds of every
-            # partition (usage and power together) rather than one partition's backlog.
+            # Modest per-partition fetches: a batch then holds a slice of every partition
+            # (usage and power together) rather than one partition's whole backlog.
             fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=512 * 1024,
             # A worker that died is noticed after 10 s: its partitions move on without a
             # minute of stalled billing.
@@ -121,7 +122,7 @@ class Feeder:
             raise RuntimeError("the commit loop stopped")
 
     async def _send(self, fetched: dict, generation: int) -> None:
-        """One batch per agent: usage and power of the same seconds meet in one batch."""
+        """One batch per agent: the fetched usage and power go to the rater together."""
         by_route: dict[Callable, list] = {}
         for tp, records in fetched.items():
             by_route.setdefault(self.routes[tp.topic], []).extend(records)
