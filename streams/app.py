@@ -242,7 +242,7 @@ async def _send_deadletters(topic: Any, result: BatchResult) -> None:
     """Produce the batch's dead letters and wait for the broker's acknowledgement.
 
     They are already in ClickHouse (written with the batch). A record the broker refuses
-    is logged and counted, never allowed to stop the worker: the batch must still be acked.
+    is logged and counted, never allowed to stop the worker: the batch must still be marked done.
     """
     pending = []
     for letter in result.deadletters:

@@ -6,12 +6,12 @@ Flush, in steps (after OpenMeter's sink):
    is derived from the input alone (Kafka position, or stream/gpu/second with a version
    that only grows with information), so inserting the same batch twice leaves the same
    rows: a crash between step 1 and step 2 costs a re-insert, never a double count.
-2. Return. The caller acks the batch's events and Faust commits their offsets after it:
-   at-least-once delivery plus idempotent writes = effectively once.
+2. Return. The agent marks the batch done and the feeder commits its offsets after it
+   (streams/feeder.py): at-least-once delivery plus idempotent writes = effectively once.
 
-If ClickHouse does not acknowledge, the sink retries with backoff and nothing is acked;
-when it gives up (drain mode), the process exits at once without committing, which is
-the same as a crash before step 2.
+If ClickHouse does not acknowledge, the sink retries with backoff and the batch is not
+done; when it gives up (drain mode), the process exits at once without committing, which
+is the same as a crash before step 2.
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ NATIVE_TABLES = {
         native.timestamp_ms("rated_at"),
     ]),
 }
+
+
 @dataclass
 class SinkStats:
     batches: int = 0
