@@ -42,8 +42,12 @@ out = Console()
 err = Console(stderr=True)
 
 
+_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
 class _JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, msg (and exc when there is one)."""
+    """One JSON object per line: ts, level, logger, msg, the call's `extra` fields (and exc
+    when there is one)."""
 
     def format(self, record: logging.LogRecord) -> str:
         import orjson
@@ -54,9 +58,10 @@ class _JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        entry.update((k, v) for k, v in vars(record).items() if k not in _RECORD_FIELDS and k not in entry)
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry).decode()
+        return orjson.dumps(entry, default=str).decode()
 
 
 def _setup_logging(level: str = "INFO") -> None:
