@@ -13,6 +13,7 @@ import fcntl
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -112,6 +113,7 @@ class Database:
     def insert_native(self, table: str, columns: Sequence[str], block: bytes) -> None:
         """Insert one ready-made block in ClickHouse's Native format (see streams/native.py)."""
         _failpoint("clickhouse-down", "ClickHouse unavailable (failpoint clickhouse-down)")
+        _slowpoint("clickhouse-slow")
         try:
             self.client.raw_insert(table, list(columns), block, fmt="Native")
         except ClickHouseError as exc:
@@ -203,6 +205,18 @@ def _failpoint(name: str, message: str) -> None:
     directory = os.environ.get("GPUBILL_FAILPOINTS")
     if directory and os.path.exists(os.path.join(directory, name)):
         raise DatabaseError(message)
+
+
+def _slowpoint(name: str) -> None:
+    """Fault injection: while $GPUBILL_FAILPOINTS/<name> exists, the operation first sleeps
+    the seconds written in it (a slow ClickHouse, so that tests see batches in flight)."""
+    directory = os.environ.get("GPUBILL_FAILPOINTS")
+    if directory:
+        try:
+            delay_s = float(Path(directory, name).read_text() or 0)
+        except (OSError, ValueError):
+            return
+        time.sleep(delay_s)
 
 
 def _first_line(exc: BaseException) -> str:
