@@ -30,6 +30,9 @@ import logging
 import os
 import re
 import signal
+import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -469,3 +472,25 @@ def _stop_on_signals() -> threading.Event:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     return stop
+
+
+class GatewayStartError(GpubillError):
+    """`spawn` could not start the gateway."""
+
+
+def spawn(env: dict, port: int, *, cwd: Path | None = None, timeout_s: float = 60.0) -> subprocess.Popen:
+    """`gpubill clickhouse serve` on 127.0.0.1:`port` as a child process, returned once it
+    listens (its stderr is a text pipe). Raises GatewayStartError when it exits or stays deaf."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpubill.cli", "clickhouse", "serve", "--listen", f"127.0.0.1:{port}"],
+        env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise GatewayStartError(f"the ClickHouse gateway exited {process.returncode}: {process.stderr.read()[-2000:]}")
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return process
+        time.sleep(0.1)
+    process.kill()
+    raise GatewayStartError(f"the ClickHouse gateway did not listen on port {port} within {timeout_s:.0f} s")

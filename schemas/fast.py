@@ -2,7 +2,7 @@
 
 `parse_reading` (schemas/events.py) is the definition of a valid reading: exact JSON
 decimals and pydantic models, ≈ 25 µs a reading. A worker carrying tens of thousands of
-cards cannot spend that, so `quick_reading` checks the common case with orjson and plain
+cards cannot spend that, so `QuickParser` checks the common case with orjson and plain
 comparisons and returns a `Usage` or `Power` — or None whenever anything is unusual
 (a bad field, an unknown site, a number it cannot prove exact, a key it does not
 expect), and the caller then asks `parse_reading`, which accepts or refuses with its
@@ -63,8 +63,9 @@ class Power:
 
 
 class QuickParser:
-    """`quick_reading` bound to one rule set's sites and models, with caches of what repeats
-    in a fleet's readings: timestamp texts, and the readings' few thousand distinct numbers."""
+    """The fast path for one rule set's sites and models: `parser(raw, now_s, expect_kind)` is
+    the reading in `raw` if it is plainly valid, else None (ask schemas.events.parse_reading).
+    It caches what repeats in a fleet's readings: texts, and the few thousand distinct numbers."""
 
     def __init__(self, known_sites: Collection[str], known_models: Collection[str]) -> None:
         # A known id longer than the field's limit would be refused by the definition.
@@ -169,9 +170,3 @@ def _milliwatts(number: int | float) -> int | None:
         return None
     # Whole milliwatts, half up: ≤ 15 digits, so the default 28-digit context is exact.
     return int(d.scaleb(3).quantize(_ONE, rounding=ROUND_HALF_UP))
-
-
-def quick_reading(raw: bytes, *, known_sites: Collection[str], known_models: Collection[str], now_s: int,
-                  expect_kind: str | None = None) -> Usage | Power | None:
-    """The reading in `raw` if it is plainly valid, else None (ask schemas.events.parse_reading)."""
-    return QuickParser(known_sites, known_models)(raw, now_s, expect_kind)

@@ -26,6 +26,7 @@ from typing import Callable
 
 import orjson
 
+from gpubill.ch_gateway import spawn as spawn_gateway
 from gpubill.config import READING_TOPICS, TOPIC_POWER, TOPIC_USAGE, Settings
 from gpubill.kafka_local import LocalBroker
 from streams.kafka_io import ensure_pipeline_topics, group_offsets, make_producer
@@ -53,7 +54,8 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
             env = {**os.environ, "GPUBILL_KAFKA": settings.kafka, "GPUBILL_CLICKHOUSE": settings.clickhouse,
                    "GPUBILL_HOME": str(work), "GPUBILL_GROUP": settings.group, "GPUBILL_METRICS_PORT": "0"}
             if gateway:
-                server = _serve_clickhouse(env, port + 2, say)
+                say(f"serving the private chDB on 127.0.0.1:{port + 2} (gpubill clickhouse serve)")
+                server = spawn_gateway(env, port + 2)
                 env["GPUBILL_CLICKHOUSE"] = f"http://127.0.0.1:{port + 2}/"
             ensure_pipeline_topics(settings)
             total = gpus * seconds * 2
@@ -91,25 +93,6 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
         "freshness_p99_s": p99,
         "worker_rss_mb": round(rss_mb, 1),
     }
-
-
-def _serve_clickhouse(env: dict, port: int, say: Say) -> subprocess.Popen:
-    """`gpubill clickhouse serve` on `port`, once it answers."""
-    import socket
-
-    say(f"serving the private chDB on 127.0.0.1:{port} (gpubill clickhouse serve)")
-    server = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "clickhouse", "serve", "--listen",
-                               f"127.0.0.1:{port}"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"the ClickHouse gateway failed: {server.stderr.read().decode()[-2000:]}")
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return server
-        time.sleep(0.2)
-    server.kill()
-    raise RuntimeError("the ClickHouse gateway did not start within 60 s")
 
 
 def _produce(settings: Settings, readings) -> None:

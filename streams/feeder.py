@@ -51,7 +51,6 @@ class Batch:
 
     messages: list
     done: asyncio.Future
-    generation: int
 
     def finish(self, result: Any = None) -> None:
         if not self.done.done():
@@ -131,7 +130,7 @@ class Feeder:
             if generation != self.generation:  # a rebalance happened while we waited: refetch
                 self._slots.release()
                 return
-            batch = Batch(messages, asyncio.get_running_loop().create_future(), generation)
+            batch = Batch(messages, asyncio.get_running_loop().create_future())
             self._pending.append(batch)
             await route(batch)
 

@@ -83,7 +83,7 @@ def batch(*messages: tuple[str, int, int, bytes]) -> Batch:
     """A fed batch of (topic, partition, offset, value) messages keyed by card G1."""
     done = asyncio.get_running_loop().create_future()
     return Batch([Message(topic, partition, offset, b"G1", value) for topic, partition, offset, value in messages],
-                 done, generation=0)
+                 done)
 
 
 def test_rate_readings_rates_a_batch_and_marks_it_done(pipeline, sent) -> None:

@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -24,7 +23,7 @@ import lz4.frame
 import pytest
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from gpubill.ch_gateway import GatewayError, decode_body, parse_listen, read_statement, split_inline_data
+from gpubill.ch_gateway import GatewayError, decode_body, parse_listen, read_statement, spawn, split_inline_data
 from gpubill.clickhouse import migrations, open_database
 from gpubill.errors import ConfigError
 
@@ -99,18 +98,7 @@ def free_port() -> int:
 
 def start_gateway(directory: Path, port: int) -> subprocess.Popen:
     env = {**os.environ, "GPUBILL_CLICKHOUSE": f"chdb://{directory / 'clickhouse'}", "NO_COLOR": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "clickhouse", "serve", "--listen", f"127.0.0.1:{port}"],
-                               env=env, cwd=directory, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"the gateway exited {process.returncode}: {process.stderr.read()}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return process
-        time.sleep(0.1)
-    process.kill()
-    raise AssertionError("the gateway did not listen within 60 s")
+    return spawn(env, port, cwd=directory)
 
 
 def stop_gateway(process: subprocess.Popen) -> tuple[int, str]:

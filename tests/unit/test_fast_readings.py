@@ -1,6 +1,6 @@
 """The fast path of validation agrees with the definition (schemas.events.parse_reading).
 
-`quick_reading` may decline anything (None: the slow path then judges), but what it
+`QuickParser` may decline anything (None: the slow path then judges), but what it
 accepts must be accepted by `parse_reading` with the same values, and it must accept the
 plain readings a fleet sends, or it is no fast path at all.
 """
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from billing_rules import DEFAULT_RULES_DIR, load_rules
 from schemas.errors import InvalidReading
 from schemas.events import parse_reading
-from schemas.fast import quick_reading
+from schemas.fast import QuickParser
 
 RULES = load_rules(DEFAULT_RULES_DIR)
 SITES = frozenset(RULES.site_ids)
@@ -49,7 +49,7 @@ def power(**changes: Any) -> dict[str, Any]:
 
 def judge(raw: bytes, expect_kind: str | None = None):
     """(fast result, slow result or the refusal)."""
-    fast = quick_reading(raw, known_sites=SITES, known_models=MODELS, now_s=NOW_S, expect_kind=expect_kind)
+    fast = QuickParser(SITES, MODELS)(raw, NOW_S, expect_kind)  # a fresh parser: no cached numbers
     try:
         slow = parse_reading(raw, known_sites=SITES, known_models=MODELS, now_s=NOW_S, expect_kind=expect_kind)
     except InvalidReading as exc:
