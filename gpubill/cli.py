@@ -187,11 +187,11 @@ def replay(file: Path = typer.Argument(..., help="NDJSON file: one JSON reading 
 def _pipeline(settings: Settings, rules, database, *, metrics: bool):
     from streams.app import Pipeline
     from streams.metrics import Metrics
-    from streams.rating import Rater
+    from streams.native_rating import best_rater
     from streams.sink import ClickHouseSink
 
     sink = ClickHouseSink(database, max_wait_s=60.0 if not metrics else 3600.0)
-    return Pipeline(rules=rules, sink=sink, rater=Rater(rules), metrics=Metrics() if metrics else None)
+    return Pipeline(rules=rules, sink=sink, rater=best_rater(rules), metrics=Metrics() if metrics else None)
 
 
 def _start_from_committed(settings: Settings, pipeline) -> None:

@@ -31,6 +31,7 @@ from schemas.fast import QuickParser
 from streams.feeder import Batch, Feeder
 from streams.metrics import Metrics
 from streams.pipeline import BatchResult, Message, deadletter_row_from_record, process_batch, utcnow
+from streams.native_rating import NativeRater, process_batch_native
 from streams.rating import Outcome, Rater
 from streams.sink import ClickHouseSink, lookup_stored
 
@@ -105,7 +106,7 @@ class Pipeline:
 
     rules: Any
     sink: ClickHouseSink | None
-    rater: Rater
+    rater: Rater | NativeRater
     metrics: Metrics | None = None
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     freshness: "Freshness | None" = None
@@ -130,10 +131,13 @@ class Pipeline:
         rules = self.rules  # one snapshot for the whole batch
         if self.quick is None or self.quick_rules is not rules:
             self.quick, self.quick_rules = QuickParser(rules.site_ids, rules.model_ids), rules
-        result = process_batch(
-            messages, self.rater, known_sites=frozenset(rules.site_ids), known_models=frozenset(rules.model_ids),
-            now=now, lookup=lookup, quick=self.quick,
-        )
+        if isinstance(self.rater, NativeRater):
+            result = process_batch_native(messages, self.rater, now=now, lookup=lookup)
+        else:
+            result = process_batch(
+                messages, self.rater, known_sites=frozenset(rules.site_ids), known_models=frozenset(rules.model_ids),
+                now=now, lookup=lookup, quick=self.quick,
+            )
         if self.sink:
             started = time.monotonic()
             rows = [letter.row(now) for letter in result.deadletters]

@@ -34,13 +34,12 @@ class Metrics:
         self.deadletters.inc(len(result.deadletters))
         self.duplicates.inc(result.outcome.duplicates)
         self.conflicts.inc(len(result.outcome.conflicts))
-        self.unallocated.inc(sum(1 for row in result.outcome.rated if row[0] == "energy" and row[4] == ""))
+        self.unallocated.inc(result.outcome.unallocated)
         self.state_entries.set(rater.state_size)
 
     def flushed(self, seconds: float, outcome, deadletters: int) -> None:
         self.flush_seconds.observe(seconds)
-        rows = len(outcome.readings_usage) + len(outcome.readings_power) + len(outcome.rated) + deadletters
-        self.batch_rows.observe(rows)
+        self.batch_rows.observe(outcome.row_count + deadletters)
 
     def lag(self, highwaters: dict, positions: dict) -> None:
         """Set the lag of each assigned (topic, partition) from its high water mark."""

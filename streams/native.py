@@ -92,6 +92,17 @@ def nullable_string(name: str) -> Column:
     return Column(name, "Nullable(String)", encode)
 
 
+def scaled(value: Decimal | int, scale: int) -> int:
+    """The integer a Decimal(P, `scale`) column stores for `value`: value × 10^scale (exact:
+    prices, rates and readings carry at most `scale` decimals)."""
+    return int(Decimal(value).scaleb(scale))
+
+
+def epoch_ms(moment: datetime) -> int:
+    """A timezone-aware datetime as DateTime64(3) stores it: whole milliseconds since 1970."""
+    return (moment - _EPOCH) // _MILLISECOND
+
+
 def integers(name: str, type_name: str) -> Column:
     """UInt32, UInt64, Int64 and DateTime (UInt32 epoch seconds) columns of Python ints."""
     code = {"UInt32": "I", "DateTime('UTC')": "I", "UInt64": "Q", "Int64": "q", "Int8": "b"}[type_name]
@@ -101,17 +112,13 @@ def integers(name: str, type_name: str) -> Column:
 def decimal(name: str, precision: int, scale: int) -> Column:
     """Decimal(P, S) of Python Decimals (or ints), stored as the integer value × 10^S."""
     code = "i" if precision <= 9 else "q"
-
-    def scaled(value: Decimal) -> int:
-        return int(Decimal(value).scaleb(scale))  # exact: values already carry ≤ S decimals
-
-    memo = _Memo(scaled)
+    memo = _Memo(lambda value: scaled(value, scale))
     return Column(name, f"Decimal({precision}, {scale})", lambda values: array(code, [memo[v] for v in values]).tobytes())
 
 
 def timestamp_ms(name: str) -> Column:
     """DateTime64(3, 'UTC') of timezone-aware datetimes (one per batch, so memoized)."""
-    memo = _Memo(lambda moment: (moment - _EPOCH) // _MILLISECOND)
+    memo = _Memo(epoch_ms)
     return Column(name, "DateTime64(3, 'UTC')", lambda values: array("q", [memo[v] for v in values]).tobytes())
 
 

@@ -107,38 +107,12 @@ def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_m
     accepted = []
     readings_in, positions = result.readings_in, result.positions
     for message in messages:
-        topic, value = message.topic, message.value
+        topic = message.topic
         readings_in[topic] = readings_in.get(topic, 0) + 1
         position, after = (topic, message.partition), message.offset + 1
         if after > positions.get(position, 0):
             positions[position] = after
-        expect = KIND_OF_TOPIC.get(topic)
-        if value is None:
-            result.deadletters.append(DeadLetter(message, "empty message (no value)"))
-            continue
-        # The fast path takes the plainly valid single reading; the definition judges the rest.
-        reading = quick(value, now_s, expect) if value[:1] == b"{" else None
-        if reading is not None:
-            accepted.append((reading, message, value, 0))
-            continue
-        try:
-            elements = split_message(value)
-        except InvalidReading as exc:
-            result.deadletters.append(DeadLetter(message, str(exc)))
-            continue
-        if elements is None:  # one reading
-            elements, batched = [value], False
-        else:  # a batch: each element stands or falls alone
-            batched = True
-        for index, element in enumerate(elements, start=1):
-            try:
-                reading = (quick(element, now_s, expect) if batched else None) or parse_reading(
-                    element, known_sites=known_sites, known_models=known_models, now_s=now_s, expect_kind=expect
-                )
-            except InvalidReading as exc:
-                result.deadletters.append(_refused(message, element, index if batched else 0, str(exc)))
-                continue
-            accepted.append((reading, message, element, index if batched else 0))
+        accepted += validate_message(message, quick, known_sites, known_models, now_s, result.deadletters)
     if lookup is not None:
         need_usage, need_power = rater.lookups([reading for reading, *_ in accepted])
         if need_usage or need_power:
@@ -154,16 +128,47 @@ def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_m
         try:
             rater.rate(reading, message.partition, message.offset, now, result.outcome)
         except BillingRulesError as exc:  # e.g. a second before the first rule in force
-            result.deadletters.append(_refused(message, value, index, f"cannot be priced: {exc}"))
+            result.deadletters.append(refused(message, value, index, f"cannot be priced: {exc}"))
     rater.evict()
     return result
+
+
+def validate_message(message: Message, quick: QuickParser, known_sites, known_models, now_s: int,
+                     deadletters: list[DeadLetter]) -> list[tuple]:
+    """The valid readings of one message as (reading, message, bytes of the reading, element
+    index: 0 for a single reading); each refused one, or the whole message, becomes a dead letter."""
+    value, expect = message.value, KIND_OF_TOPIC.get(message.topic)
+    if value is None:
+        deadletters.append(DeadLetter(message, "empty message (no value)"))
+        return []
+    # The fast path takes the plainly valid single reading; the definition judges the rest.
+    reading = quick(value, now_s, expect) if value[:1] == b"{" else None
+    if reading is not None:
+        return [(reading, message, value, 0)]
+    try:
+        elements = split_message(value)
+    except InvalidReading as exc:
+        deadletters.append(DeadLetter(message, str(exc)))
+        return []
+    batched = elements is not None  # a batch: each element stands or falls alone
+    accepted = []
+    for index, element in enumerate(elements if batched else [value], start=1):
+        try:
+            reading = (quick(element, now_s, expect) if batched else None) or parse_reading(
+                element, known_sites=known_sites, known_models=known_models, now_s=now_s, expect_kind=expect
+            )
+        except InvalidReading as exc:
+            deadletters.append(refused(message, element, index if batched else 0, str(exc)))
+            continue
+        accepted.append((reading, message, element, index if batched else 0))
+    return accepted
 
 
 def _power_last(item: tuple) -> bool:
     return item[0].kind == "power"
 
 
-def _refused(message: Message, value: bytes, index: int, reason: str) -> DeadLetter:
+def refused(message: Message, value: bytes, index: int, reason: str) -> DeadLetter:
     """The dead letter of a whole message (index 0), or of one element of a batched message alone."""
     if not index:
         return DeadLetter(message, reason)

@@ -72,6 +72,15 @@ class Outcome:
     conflicts: list[tuple] = field(default_factory=list)
     duplicates: int = 0
 
+    @property
+    def row_count(self) -> int:
+        return len(self.readings_usage) + len(self.readings_power) + len(self.rated)
+
+    @property
+    def unallocated(self) -> int:
+        """Energy rows without a tenant (yet)."""
+        return sum(1 for row in self.rated if row[0] == "energy" and row[4] == "")
+
     def extend(self, other: "Outcome") -> None:
         self.readings_usage += other.readings_usage
         self.readings_power += other.readings_power

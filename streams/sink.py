@@ -19,12 +19,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from gpubill.errors import DatabaseError
 from schemas import tables
 from streams import native
 from streams.rating import Outcome
+
+if TYPE_CHECKING:
+    from streams.native_rating import EncodedOutcome
 
 log = logging.getLogger("gpubill.sink")
 
@@ -77,33 +80,42 @@ class ClickHouseSink:
     max_wait_s: float = 600.0
     stats: SinkStats = field(default_factory=SinkStats)
 
-    def write(self, outcome: Outcome, deadletters: list[tuple] | None = None) -> None:
-        """Insert every row of the batch; returns only when ClickHouse acknowledged all."""
+    def write(self, outcome: "Outcome | EncodedOutcome", deadletters: list[tuple] | None = None) -> None:
+        """Insert every row of the batch; returns only when ClickHouse acknowledged all.
+
+        The three hot tables go as Native blocks: encoded here from an `Outcome`'s rows, or
+        already encoded by the Rust core (`EncodedOutcome.blocks`)."""
+        blocks = getattr(outcome, "blocks", None)
+        if blocks is None:
+            blocks = {table: (NATIVE_TABLES[table].block(rows), len(rows)) for table, rows in (
+                ("rated_seconds", outcome.rated), ("readings_usage", outcome.readings_usage),
+                ("readings_power", outcome.readings_power)) if rows}
         # Rated rows first: a raw reading found in ClickHouse after a crash is taken as
         # already rated (see Rater.lookups), so its rated rows must never be missing.
         plan = [
-            ("rated_seconds", outcome.rated, tables.RATED_SECONDS),
+            ("rated_seconds", blocks.get("rated_seconds"), tables.RATED_SECONDS),
             ("conflicts", outcome.conflicts, tables.CONFLICTS),
             ("deadletters", deadletters or [], tables.DEADLETTERS),
-            ("readings_usage", outcome.readings_usage, tables.READINGS_USAGE),
-            ("readings_power", outcome.readings_power, tables.READINGS_POWER),
+            ("readings_usage", blocks.get("readings_usage"), tables.READINGS_USAGE),
+            ("readings_power", blocks.get("readings_power"), tables.READINGS_POWER),
         ]
         started = time.monotonic()
+        rows_written = 0
         for table, rows, columns in plan:
             if rows:
                 self._insert_with_retry(table, rows, columns)
+                rows_written += rows[1] if isinstance(rows, tuple) else len(rows)
         self.stats.batches += 1
-        self.stats.rows += sum(len(rows) for _, rows, _ in plan)
+        self.stats.rows += rows_written
         self.stats.last_flush_s = time.monotonic() - started
 
-    def _insert_with_retry(self, table: str, rows: list[tuple], columns: tuple[str, ...]) -> None:
+    def _insert_with_retry(self, table: str, rows: "list[tuple] | tuple[bytes, int]", columns: tuple[str, ...]) -> None:
+        """Insert plain rows, or a (Native block, row count); retried with backoff."""
         delay_s, waited_s = 0.5, 0.0
-        encoder = NATIVE_TABLES.get(table)
-        block = encoder.block(rows) if encoder is not None else None
         while True:
             try:
-                if block is not None:
-                    self.database.insert_native(table, columns, block)
+                if isinstance(rows, tuple):
+                    self.database.insert_native(table, columns, rows[0])
                 else:
                     self.database.insert(table, rows, columns)
                 return

@@ -1,0 +1,319 @@
+//! The fast path of SPEC §3 validation, as in `schemas/fast.py`: a plainly valid single
+//! reading is taken here; anything unusual (an escape in a string, an exponent, a key out of
+//! place, an offset other than `Z`, …) returns `None` and Python's definition judges it.
+//! So this never refuses anything and never accepts what `schemas.events.parse_reading`
+//! would refuse. Numbers are read from their decimal text, exactly: no floats anywhere.
+
+use std::collections::HashSet;
+
+pub const MAX_FUTURE_S: i64 = 600;
+pub const MIN_SECOND: i64 = 946_684_800; // 2000-01-01T00:00:00Z
+pub const MAX_MEM_MIB: u64 = 1 << 40;
+const MAX_TEXT: usize = 256;
+const MAX_EVENT_ID: usize = 128;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    Usage,
+    Power,
+}
+
+/// A valid reading, borrowing its texts from the message.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Parsed<'a> {
+    pub kind: Kind,
+    pub event_id: &'a str,
+    pub ts: &'a str,
+    pub second: i64,
+    pub site: &'a str,
+    pub node: &'a str,
+    pub gpu: &'a str,
+    pub model: &'a str,
+    pub tenant: Option<&'a str>,
+    pub instance: Option<&'a str>,
+    pub util_e4: i64, // util_pct × 10^4, rounded half up
+    pub mem_mib: u64,
+    pub power_mw: i64, // power_w × 10^3, rounded half up
+}
+
+#[derive(Clone, Copy)]
+enum Value<'a> {
+    Text(&'a str),
+    Number(&'a [u8]),
+    Null,
+}
+
+/// The plainly valid reading in `raw`, or None (let the definition judge).
+pub fn parse<'a>(raw: &'a [u8], now_s: i64, expect: Kind, sites: &HashSet<String>, models: &HashSet<String>) -> Option<Parsed<'a>> {
+    let fields = object(raw)?;
+    let mut slots: [Option<Value<'a>>; 11] = [None; 11];
+    for (key, value) in fields.iter() {
+        let slot = match *key {
+            "kind" => 0,
+            "event_id" => 1,
+            "ts" => 2,
+            "site" => 3,
+            "node" => 4,
+            "gpu_uuid" => 5,
+            "gpu_model" => 6,
+            "tenant" => 7,
+            "instance" => 8,
+            "util_pct" => 9,
+            "mem_used_mib" => 10,
+            "power_w" => 9, // shares the number's slot; the key count tells the kinds apart
+            _ => return None,
+        };
+        if slots[slot].is_some() {
+            return None; // a repeated key (or both util_pct and power_w)
+        }
+        slots[slot] = Some(*value);
+    }
+    let kind = match text(slots[0]?)? {
+        "usage" if fields.len() == 11 && fields.iter().all(|(k, _)| *k != "power_w") => Kind::Usage,
+        "power" if fields.len() == 7 && fields.iter().any(|(k, _)| *k == "power_w") => Kind::Power,
+        _ => return None,
+    };
+    if kind != expect {
+        return None;
+    }
+    let event_id = text(slots[1]?)?;
+    let ts = text(slots[2]?)?;
+    let site = text(slots[3]?)?;
+    let node = text(slots[4]?)?;
+    let gpu = text(slots[5]?)?;
+    if !sized(event_id, MAX_EVENT_ID) || !sized(node, MAX_TEXT) || !sized(gpu, MAX_TEXT) || !sites.contains(site) {
+        return None;
+    }
+    let second = timestamp(ts)?;
+    if second < MIN_SECOND || second > now_s + MAX_FUTURE_S {
+        return None;
+    }
+    let number = match slots[9]? {
+        Value::Number(digits) => digits,
+        _ => return None,
+    };
+    let mut reading = Parsed {
+        kind, event_id, ts, second, site, node, gpu, model: "", tenant: None, instance: None,
+        util_e4: 0, mem_mib: 0, power_mw: 0,
+    };
+    if kind == Kind::Power {
+        reading.power_mw = scaled(number, 3, 5000)?;
+        return Some(reading);
+    }
+    reading.util_e4 = scaled(number, 4, 100)?;
+    reading.model = text(slots[6]?)?;
+    if !models.contains(reading.model) {
+        return None;
+    }
+    reading.tenant = optional_text(slots[7]?)?;
+    reading.instance = optional_text(slots[8]?)?;
+    reading.mem_mib = match slots[10]? {
+        Value::Number(digits) if digits.iter().all(u8::is_ascii_digit) && digits.len() <= 13 => {
+            std::str::from_utf8(digits).ok()?.parse::<u64>().ok().filter(|mib| *mib <= MAX_MEM_MIB)?
+        }
+        _ => return None,
+    };
+    Some(reading)
+}
+
+fn text(value: Value<'_>) -> Option<&str> {
+    match value {
+        Value::Text(text) => Some(text),
+        _ => None,
+    }
+}
+
+fn optional_text(value: Value<'_>) -> Option<Option<&str>> {
+    match value {
+        Value::Null => Some(None),
+        Value::Text(text) if sized(text, MAX_TEXT) => Some(Some(text)),
+        _ => None,
+    }
+}
+
+/// 1..=limit characters (code points, as Python counts them).
+fn sized(text: &str, limit: usize) -> bool {
+    !text.is_empty() && (text.len() <= limit || text.chars().count() <= limit)
+}
+
+/// The non-negative decimal `digits` (JSON: no sign, no exponent) × 10^scale, rounded half
+/// up, when it lies in [0, top]; None for anything else.
+fn scaled(digits: &[u8], scale: u32, top: i64) -> Option<i64> {
+    let (whole, fraction) = match digits.iter().position(|b| *b == b'.') {
+        Some(dot) => (&digits[..dot], &digits[dot + 1..]),
+        None => (digits, &digits[..0]),
+    };
+    if whole.is_empty() || whole.len() > 6 || !whole.iter().all(u8::is_ascii_digit) || !fraction.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    if digits.contains(&b'.') && fraction.is_empty() {
+        return None;
+    }
+    let mut value: i64 = 0;
+    for digit in whole {
+        value = value * 10 + i64::from(digit - b'0');
+    }
+    if value > top {
+        return None;
+    }
+    let kept = fraction.len().min(scale as usize);
+    for position in 0..scale as usize {
+        value = value * 10 + if position < kept { i64::from(fraction[position] - b'0') } else { 0 };
+    }
+    let limit = top * 10_i64.pow(scale);
+    let rest = &fraction[kept..];
+    if value == limit && rest.iter().any(|d| *d != b'0') {
+        return None; // above the top, however little
+    }
+    if rest.first().is_some_and(|d| *d >= b'5') {
+        value += 1; // half up: the dropped digits are worth at least one half
+    }
+    Some(value)
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.f{1,9}]Z` → UTC epoch second (floor); other forms → None.
+pub fn timestamp(ts: &str) -> Option<i64> {
+    let b = ts.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' || *b.last()? != b'Z' {
+        return None;
+    }
+    let fraction = &b[19..b.len() - 1];
+    if !fraction.is_empty() && (fraction[0] != b'.' || !(2..=10).contains(&fraction.len()) || !fraction[1..].iter().all(u8::is_ascii_digit)) {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| -> Option<i64> {
+        let part = &b[range];
+        if !part.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        Some(part.iter().fold(0, |n, d| n * 10 + i64::from(d - b'0')))
+    };
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
+    if year < 1 || !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    Some(days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second)
+}
+
+fn days_in_month(year: i64, month: i64) -> i64 {
+    match month {
+        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The members of a flat JSON object of strings without escapes, plain numbers and null;
+/// None for anything else (nesting, escapes, booleans, bad JSON: the definition decides).
+fn object(raw: &[u8]) -> Option<Vec<(&str, Value<'_>)>> {
+    let mut at = 0;
+    let skip = |at: &mut usize| {
+        while *at < raw.len() && matches!(raw[*at], b' ' | b'\t' | b'\n' | b'\r') {
+            *at += 1;
+        }
+    };
+    if raw.first() != Some(&b'{') {
+        return None;
+    }
+    at += 1;
+    let mut fields = Vec::with_capacity(11);
+    skip(&mut at);
+    if raw.get(at) == Some(&b'}') {
+        return None; // {} is no reading
+    }
+    loop {
+        skip(&mut at);
+        let key = string(raw, &mut at)?;
+        skip(&mut at);
+        if raw.get(at) != Some(&b':') {
+            return None;
+        }
+        at += 1;
+        skip(&mut at);
+        let value = match raw.get(at)? {
+            b'"' => Value::Text(string(raw, &mut at)?),
+            b'n' if raw[at..].starts_with(b"null") => {
+                at += 4;
+                Value::Null
+            }
+            b'0'..=b'9' => {
+                let start = at;
+                while at < raw.len() && (raw[at].is_ascii_digit() || raw[at] == b'.') {
+                    at += 1;
+                }
+                let digits = &raw[start..at];
+                if digits.len() > 1 && digits[0] == b'0' && digits[1] != b'.' {
+                    return None; // a leading zero is not JSON
+                }
+                Value::Number(digits)
+            }
+            _ => return None,
+        };
+        fields.push((key, value));
+        skip(&mut at);
+        match raw.get(at)? {
+            b',' => at += 1,
+            b'}' => {
+                at += 1;
+                skip(&mut at);
+                return if at == raw.len() { Some(fields) } else { None };
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// A JSON string without escapes or control characters, as UTF-8; `at` is on its quote.
+fn string<'a>(raw: &'a [u8], at: &mut usize) -> Option<&'a str> {
+    if raw.get(*at) != Some(&b'"') {
+        return None;
+    }
+    let start = *at + 1;
+    let length = raw[start..].iter().position(|b| *b == b'"' || *b == b'\\' || *b < 0x20)?;
+    let end = start + length;
+    if raw[end] != b'"' {
+        return None;
+    }
+    *at = end + 1;
+    std::str::from_utf8(&raw[start..end]).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scales_exactly_half_up() {
+        assert_eq!(scaled(b"87.5", 4, 100), Some(875_000));
+        assert_eq!(scaled(b"0.00005", 4, 100), Some(1)); // 0.00005 → 0.0001 (half up)
+        assert_eq!(scaled(b"0.000049999", 4, 100), Some(0));
+        assert_eq!(scaled(b"100", 4, 100), Some(1_000_000));
+        assert_eq!(scaled(b"100.00001", 4, 100), None);
+        assert_eq!(scaled(b"101", 4, 100), None);
+        assert_eq!(scaled(b"412.3456", 3, 5000), Some(412_346));
+        assert_eq!(scaled(b"1.", 3, 5000), None);
+    }
+
+    #[test]
+    fn reads_utc_timestamps() {
+        assert_eq!(timestamp("2026-03-01T00:00:05Z"), Some(1_772_323_205));
+        assert_eq!(timestamp("2026-03-01T00:00:05.999999999Z"), Some(1_772_323_205));
+        assert_eq!(timestamp("2024-02-29T23:59:59Z"), Some(1_709_251_199));
+        assert_eq!(timestamp("2025-02-29T00:00:00Z"), None);
+        assert_eq!(timestamp("2026-03-01T00:00:05+08:00"), None);
+        assert_eq!(timestamp("2026-03-01T24:00:00Z"), None);
+    }
+}

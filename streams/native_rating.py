@@ -1,0 +1,173 @@
+"""The worker's hot path in Rust (native/, module `gpubill_native`), behind the same
+interface as `Rater` and `process_batch`.
+
+`streams.rating.Rater` with `schemas.fast.QuickParser` is the reference implementation:
+readable, and ≈ 20 µs of CPU a reading. The Rust `Core` does the same work — validate the
+plainly valid reading, deduplicate, attribute, price, encode the Native blocks — in about
+a microsecond, which is what lets one worker carry a fleet of tens of thousands of cards.
+What is rare stays in Python: the definition of a valid reading (`parse_reading`) judges
+every message the fast path does not take, batched messages included; prices come from
+the billing rules (`NativePricing`, asked once per distinct tenant, model and second);
+look-ups go to ClickHouse as before. tests/unit/test_native_core.py feeds random batches
+to both paths and requires the same rows.
+
+`NativeRater.available()` says whether the extension is built (scripts/bootstrap builds
+it when a Rust toolchain is present); without it the worker uses the Python path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from billing_rules import BillingRulesError
+from gpubill.config import TOPIC_POWER, TOPIC_USAGE
+from schemas.fast import QuickParser
+from streams.native import epoch_ms, scaled
+from streams.pipeline import BatchResult, Lookup, Message, refused, validate_message
+from streams.rating import Rater
+
+try:
+    import gpubill_native
+except ImportError:  # not built: see NativeRater.available
+    gpubill_native = None
+
+log = logging.getLogger("gpubill.native")
+
+
+@dataclass
+class EncodedOutcome:
+    """What a batch writes, already encoded as Native blocks: {table: (block, rows)}."""
+
+    blocks: dict[str, tuple[bytes, int]] = field(default_factory=dict)
+    conflicts: list[tuple] = field(default_factory=list)
+    duplicates: int = 0
+    unallocated: int = 0
+
+    @property
+    def row_count(self) -> int:
+        return sum(rows for _, rows in self.blocks.values())
+
+
+class NativePricing:
+    """Prices for the Rust core from the billing rules, as the integers of the rated_seconds
+    columns (Decimal(18, 6) and Decimal(9, 4) scaled; see streams/sink.py)."""
+
+    def __init__(self, rules: Any) -> None:
+        self.rules = rules
+
+    def rent(self, tenant: str, gpu_model: str, second: int) -> tuple[str, int, int, int]:
+        rate = self.rules.rent_rate(tenant, gpu_model, second)
+        return rate.plan, scaled(rate.list_price, 6), rate.per_s, scaled(rate.discount_pct, 4)
+
+    def energy(self, site: str, second: int) -> tuple[str, int, int]:
+        rate = self.rules.energy_rate(site, second)
+        return rate.band, scaled(rate.tariff_per_kwh, 6), scaled(rate.pue, 4)
+
+    def period(self, second: int) -> str:
+        return self.rules.period_of(second)
+
+
+class NativeRater:
+    """The Rust core with its rules: forget / use_rules / state_size / evict as `Rater`."""
+
+    def __init__(self, rules: Any, *, horizon_s: int = 900) -> None:
+        if gpubill_native is None:
+            raise RuntimeError("the native hot path is not built (run scripts/bootstrap with a Rust toolchain)")
+        self.horizon_s = horizon_s
+        self.core = gpubill_native.Core(TOPIC_USAGE, TOPIC_POWER, horizon_s)
+        self.use_rules(rules)
+
+    @staticmethod
+    def available() -> bool:
+        return gpubill_native is not None
+
+    def use_rules(self, rules: Any) -> None:
+        self.rules, self.pricing = rules, NativePricing(rules)
+        self.known_sites, self.known_models = frozenset(rules.site_ids), frozenset(rules.model_ids)
+        self.quick = QuickParser(self.known_sites, self.known_models)
+        self.core.use_rules(sorted(self.known_sites), sorted(self.known_models))
+
+    def forget(self) -> None:
+        self.core.forget()
+
+    def evict(self) -> int:
+        return self.core.evict()
+
+    @property
+    def state_size(self) -> int:
+        return self.core.state_size
+
+
+def best_rater(rules: Any) -> "NativeRater | Rater":
+    """The Rust core when it is built and not turned off (GPUBILL_NATIVE=0), else the Python rater."""
+    if os.environ.get("GPUBILL_NATIVE", "1") != "0" and NativeRater.available():
+        return NativeRater(rules)
+    log.warning("rating with the pure-Python path (%s)",
+                "GPUBILL_NATIVE=0" if NativeRater.available() else "gpubill_native is not built: run scripts/bootstrap")
+    return Rater(rules)
+
+
+def process_batch_native(messages: list[Message], rater: NativeRater, *, now: datetime,
+                         lookup: Lookup | None = None) -> BatchResult:
+    """`streams.pipeline.process_batch` on the Rust core: the same steps, rows and dead letters."""
+    result = BatchResult()
+    core, now_s = rater.core, int(now.timestamp())
+    # (1) The core takes the plainly valid single readings; the definition judges the rest.
+    others, result.readings_in, result.positions = core.parse(messages, now_s)
+    elements: dict[tuple[int, int], bytes] = {}
+    for index in others:
+        message = messages[index]
+        for reading, _, value, element in validate_message(
+            message, rater.quick, rater.known_sites, rater.known_models, now_s, result.deadletters
+        ):
+            if element:
+                elements[(index, element)] = value
+            _push(core, index, element, reading, message)
+    # (2) What ClickHouse holds that memory cannot answer for.
+    if lookup is not None:
+        need_usage, need_power = core.lookups()
+        if need_usage or need_power:
+            usage_rows, power_rows = lookup(set(need_usage), set(need_power))
+            core.preload_usage([_usage_row(row) for row in usage_rows])
+            core.preload_power([_power_row(row) for row in power_rows])
+    # (3) Rate and encode.
+    (usage_block, usage_rows, power_block, power_rows, rated_block, rated_rows, unallocated, conflicts, duplicates,
+     not_priced) = core.rate(rater.pricing, BillingRulesError, epoch_ms(now))
+    outcome = EncodedOutcome(duplicates=duplicates, unallocated=unallocated)
+    for table, block, rows in (("rated_seconds", rated_block, rated_rows), ("readings_usage", usage_block, usage_rows),
+                               ("readings_power", power_block, power_rows)):
+        if rows:
+            outcome.blocks[table] = (block, rows)
+    outcome.conflicts = [conflict + (now,) for conflict in conflicts]
+    for index, element, reason in not_priced:
+        message = messages[index]
+        value = elements[(index, element)] if element else message.value
+        result.deadletters.append(refused(message, value, element, reason))
+    result.outcome = outcome
+    core.evict()
+    return result
+
+
+def _push(core: Any, index: int, element: int, reading: Any, message: Message) -> None:
+    if reading.kind == "usage":
+        core.push_usage(index, element, reading.event_id, reading.ts, reading.second, reading.site, reading.node,
+                        reading.gpu_uuid, reading.gpu_model, reading.tenant, reading.instance,
+                        scaled(reading.util_pct, 4), reading.mem_used_mib, message.partition, message.offset)
+    else:
+        core.push_power(index, element, reading.event_id, reading.ts, reading.second, reading.site, reading.node,
+                        reading.gpu_uuid, reading.power_mw, message.partition, message.offset)
+
+
+def _usage_row(row: tuple) -> tuple:
+    gpu, second, event_id, tenant, instance, gpu_model, offset = row
+    return gpu, int(second), event_id, tenant, instance, gpu_model, int(offset)
+
+
+def _power_row(row: tuple) -> tuple:
+    gpu, second, event_id, site, node, power_mw, partition, offset = row
+    return gpu, int(second), event_id, site, node, int(power_mw), int(partition), int(offset)
+

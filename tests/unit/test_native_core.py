@@ -1,0 +1,171 @@
+"""The Rust core (native/, `gpubill_native`) against the Python reference, batch by batch.
+
+The same random batches — valid, duplicated, conflicting, shuffled, malformed, batched,
+with numbers and timestamps on every edge the fast paths care about — go through
+`process_batch` + `Rater` and through `process_batch_native` + `NativeRater`, with the
+same ClickHouse look-ups faked from one store. Every Native block must be the same bytes
+(the Python rows encoded by streams/native.py), and conflicts, duplicates, dead letters,
+positions and counts the same. Where they agree, the Python rater's own tests
+(test_rating.py, test_pipeline_batch.py: hand-worked expectations) vouch for both.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from billing_rules import DEFAULT_RULES_DIR, load_rules
+from gpubill.config import TOPIC_POWER, TOPIC_USAGE
+from streams.native_rating import NativeRater, process_batch_native
+from streams.pipeline import Message, process_batch
+from streams.rating import Rater
+from streams.sink import NATIVE_TABLES
+
+if not NativeRater.available():
+    if os.environ.get("CI") == "true":
+        raise RuntimeError("gpubill_native is not built: CI must build native/ (scripts/bootstrap)")
+    pytest.skip("gpubill_native is not built (scripts/bootstrap needs a Rust toolchain)", allow_module_level=True)
+
+RULES = load_rules(DEFAULT_RULES_DIR)
+SITES, MODELS = frozenset(RULES.site_ids), frozenset(RULES.model_ids)
+T = 1_772_323_200  # 2026-03-01T00:00:00Z
+NOW = datetime(2026, 3, 1, 1, 0, 0, 123456, tzinfo=UTC)  # T + 3600.123456
+GPUS = ["GPU-a", "GPU-b", "GPU-ç"]  # one id outside ASCII
+
+NUMBERS = ["0", "1", "50", "99.99995", "99.99994", "100", "100.0", "100.00001", "300", "412.3455", "412.34549999",
+           "4999.9995", "5000", "5000.0004", "5001", "0.00005", "1e2", "-0", "-1", "01", "1.", "12.5E1", "true", '"5"',
+           "null", "0.1234567890123456789", "1234567"]
+STAMPS = ["2026-03-01T00:{m:02d}:{s:02d}Z", "2026-03-01T00:{m:02d}:{s:02d}.999Z", "2026-03-01T08:{m:02d}:{s:02d}+08:00",
+          "2026-03-01t00:{m:02d}:{s:02d}z", "2026-03-01 00:{m:02d}:{s:02d}Z", "2026-02-30T00:{m:02d}:{s:02d}Z",
+          "2026-03-01T00:{m:02d}:60Z", "2026-03-01T00:{m:02d}:{s:02d}", "2026-03-01T00:{m:02d}:{s:02d}.1234567891Z",
+          "1999-12-31T23:{m:02d}:{s:02d}Z", "2026-03-01T02:{m:02d}:{s:02d}Z"]
+
+
+@st.composite
+def reading(draw, kind: str) -> bytes:
+    second = draw(st.integers(0, 40))
+    stamp = draw(st.sampled_from(STAMPS[:1] * 6 + STAMPS)).format(m=second // 60, s=second % 60)
+    fields = {
+        "kind": f'"{draw(st.sampled_from([kind] * 8 + ["usage", "power", "other"]))}"',
+        "event_id": f'"{draw(st.sampled_from(["e", "f", "g"]))}{draw(st.integers(0, 30))}"',
+        "ts": f'"{stamp}"',
+        "site": f'"{draw(st.sampled_from(["gz-guian"] * 6 + ["nowhere", ""]))}"',
+        "node": f'"{draw(st.sampled_from(["node-01", "node-02", "n" * 257, "nöde"]))}"',
+        "gpu_uuid": '"' + draw(st.sampled_from(GPUS)) + '"',
+    }
+    if kind == "usage":
+        fields |= {
+            "gpu_model": f'"{draw(st.sampled_from(["A800-80G"] * 4 + ["H800-80G", "RTX-4090-24G", "TPU"]))}"',
+            "tenant": draw(st.sampled_from(['"acme"', '"acme"', '"beta"', "null", '""', '"t\\u00e9"'])),
+            "instance": draw(st.sampled_from(['"i-1"', "null", '"i-2"'])),
+            "util_pct": draw(st.sampled_from(NUMBERS[:8] + NUMBERS)),
+            "mem_used_mib": draw(st.sampled_from(["1024", "0", "1099511627776", "1099511627777", "1.0", "-1"])),
+        }
+    else:
+        fields["power_w"] = draw(st.sampled_from(NUMBERS[8:16] + NUMBERS))
+    if draw(st.integers(0, 20)) == 0:
+        del fields[draw(st.sampled_from(sorted(fields)))]
+    if draw(st.integers(0, 20)) == 0:
+        fields["extra"] = "1"
+    items = [f'"{k}": {v}' for k, v in fields.items()]
+    if draw(st.integers(0, 30)) == 0:
+        items.append(items[0])  # a repeated key
+    space = draw(st.sampled_from(["", " ", "\n"]))
+    return ("{" + space + ("," + space).join(items) + "}").encode()
+
+
+@st.composite
+def batch(draw) -> list[Message]:
+    messages, offsets = [], {}
+    for _ in range(draw(st.integers(1, 40))):
+        topic = draw(st.sampled_from([TOPIC_USAGE, TOPIC_POWER]))
+        kind = "usage" if topic == TOPIC_USAGE else "power"
+        partition = draw(st.integers(0, 1))
+        shape = draw(st.integers(0, 30))
+        if shape == 0:
+            value = b"[" + b", ".join(draw(st.lists(reading(kind), max_size=3))) + b"]"
+        elif shape == 1:
+            value = draw(st.sampled_from([b"", b"{", b"[1,", b"\xff", b"  {}", b"null"]))
+        elif shape == 2:
+            value = None
+        else:
+            value = draw(reading(kind))
+        offset = offsets.setdefault((topic, partition), draw(st.integers(0, 5)))
+        offsets[(topic, partition)] = offset + draw(st.integers(1, 2))
+        messages.append(Message(topic, partition, offset, None, value))
+    return messages
+
+
+def python_blocks(outcome) -> dict:
+    return {table: NATIVE_TABLES[table].block(rows) for table, rows in (
+        ("rated_seconds", outcome.rated), ("readings_usage", outcome.readings_usage),
+        ("readings_power", outcome.readings_power)) if rows}
+
+
+def stored_lookup(store: dict):
+    """A fake of ClickHouse's look-up answering from `store`: {(stream, gpu, second): row}."""
+    def lookup(need_usage: set, need_power: set):
+        return ([store[("usage",) + key] for key in sorted(need_usage) if ("usage",) + key in store],
+                [store[("power",) + key] for key in sorted(need_power) if ("power",) + key in store])
+    return lookup
+
+
+STORE = {
+    ("usage", "GPU-a", T + 3): ("GPU-a", T + 3, "stored-u", "acme", "i-1", "A800-80G", 0),
+    ("power", "GPU-b", T + 5): ("GPU-b", T + 5, "stored-p", "gz-guian", "node-01", 250_000, 0, 0),
+    ("power", "GPU-a", T + 3): ("GPU-a", T + 3, "e7", "gz-guian", "node-02", 1, 1, 9),
+}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(batch(), min_size=1, max_size=4), st.integers(0, 4), st.sampled_from([5, 900]))
+def test_the_rust_core_writes_what_the_python_rater_writes(batches, forget_after, horizon_s):
+    python, rust = Rater(RULES, horizon_s=horizon_s), NativeRater(RULES, horizon_s=horizon_s)
+    lookup = stored_lookup(STORE)
+    for number, messages in enumerate(batches):
+        if number == forget_after:
+            python.forget()
+            rust.forget()
+        expected = process_batch(messages, python, known_sites=SITES, known_models=MODELS, now=NOW, lookup=lookup)
+        got = process_batch_native(messages, rust, now=NOW, lookup=lookup)
+        assert {t: b for t, (b, _) in got.outcome.blocks.items()} == python_blocks(expected.outcome)
+        assert {t: n for t, (_, n) in got.outcome.blocks.items()} == {
+            t: n for t, n in (("rated_seconds", len(expected.outcome.rated)),
+                              ("readings_usage", len(expected.outcome.readings_usage)),
+                              ("readings_power", len(expected.outcome.readings_power))) if n}
+        assert got.outcome.conflicts == expected.outcome.conflicts
+        assert got.outcome.duplicates == expected.outcome.duplicates
+        assert got.outcome.unallocated == expected.outcome.unallocated
+        assert [(d.message, d.reason, d.index) for d in got.deadletters] == [
+            (d.message, d.reason, d.index) for d in expected.deadletters]
+        assert got.readings_in == expected.readings_in
+        assert got.positions == expected.positions
+        assert rust.state_size == python.state_size
+
+
+def test_the_fast_path_takes_a_plain_reading_and_leaves_odd_ones_to_python():
+    rust = NativeRater(RULES)
+    plain = (b'{"kind": "power", "event_id": "p1", "ts": "2026-03-01T00:00:01Z", "site": "gz-guian", '
+             b'"node": "node-01", "gpu_uuid": "GPU-a", "power_w": 412.3455}')
+    exponent = plain.replace(b"412.3455", b"4.123455e2")
+    others, counts, positions = rust.core.parse([Message(TOPIC_POWER, 0, 7, None, plain),
+                                                 Message(TOPIC_POWER, 0, 8, None, exponent)], T + 60)
+    assert others == [1]  # the exponent goes to the definition (which accepts it)
+    assert counts == {TOPIC_POWER: 2} and positions == {(TOPIC_POWER, 0): 9}
+
+
+def test_a_reading_that_cannot_be_priced_is_dead_lettered_alone():
+    early = T - 10 * 366 * 86_400  # years before the first rule in force
+    stamp = datetime.fromtimestamp(early, UTC).strftime("%Y-%m-%dT%H:%M:%SZ").encode()
+    value = (b'{"kind": "power", "event_id": "p1", "ts": "' + stamp + b'", "site": "gz-guian", '
+             b'"node": "node-01", "gpu_uuid": "GPU-a", "power_w": 300}')
+    messages = [Message(TOPIC_POWER, 0, 0, None, value)]
+    expected = process_batch(messages, Rater(RULES), known_sites=SITES, known_models=MODELS, now=NOW)
+    got = process_batch_native(messages, NativeRater(RULES), now=NOW)
+    assert len(expected.deadletters) == 1 and expected.deadletters[0].reason.startswith("cannot be priced: ")
+    assert [d.reason for d in got.deadletters] == [d.reason for d in expected.deadletters]
+    assert not got.outcome.blocks
