@@ -33,7 +33,7 @@ from streams.metrics import Metrics
 from streams.pipeline import BatchResult, Message, deadletter_row_from_record, process_batch, utcnow
 from streams.native_rating import NativeRater, process_batch_native
 from streams.rating import Outcome, Rater
-from streams.sink import ClickHouseSink, lookup_stored
+from streams.sink import ClickHouseSink, StoredLookup
 
 log = logging.getLogger("gpubill.worker")
 
@@ -127,7 +127,7 @@ class Pipeline:
     def handle(self, messages: list[Message]) -> BatchResult:
         """Rate a batch and persist it (runs in the sink's thread: the only ClickHouse caller)."""
         now = utcnow()
-        lookup = lookup_stored(self.sink.database) if self.sink else None
+        lookup = StoredLookup(self.sink.database) if self.sink else None
         rules = self.rules  # one snapshot for the whole batch
         if self.quick is None or self.quick_rules is not rules:
             self.quick, self.quick_rules = QuickParser(rules.site_ids, rules.model_ids), rules

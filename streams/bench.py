@@ -70,7 +70,7 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
 
             say("pipeline: gpubill worker --drain")
             began = time.perf_counter()
-            child = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "worker", "--drain"], env=env,
+            child = subprocess.Popen(os.environ.get("GPUBILL_BENCH_PREFIX", "").split() + [sys.executable, "-m", "gpubill.cli", "worker", "--drain"], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             _, status, usage = os.wait4(child.pid, 0)
             pipeline_s = time.perf_counter() - began

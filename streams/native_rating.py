@@ -27,7 +27,7 @@ from billing_rules import BillingRulesError
 from gpubill.config import TOPIC_POWER, TOPIC_USAGE
 from schemas.fast import QuickParser
 from streams.native import epoch_ms, scaled
-from streams.pipeline import BatchResult, Lookup, Message, refused, validate_message
+from streams.pipeline import BatchResult, Lookup, Message, check_cards, refused, validate_message
 from streams.rating import Rater
 
 try:
@@ -129,6 +129,7 @@ def process_batch_native(messages: list[Message], rater: NativeRater, *, now: da
             _push(core, index, element, reading, message)
     # (2) What ClickHouse holds that memory cannot answer for.
     if lookup is not None:
+        check_cards(core, lookup)
         need_usage, need_power = core.lookups()
         if need_usage or need_power:
             usage_rows, power_rows = lookup(set(need_usage), set(need_power))

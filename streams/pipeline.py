@@ -8,7 +8,7 @@ aiokafka's ConsumerRecord, which the worker passes as they are) and returns what
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 from datetime import datetime, timezone
 
 from gpubill.config import TOPIC_POWER, TOPIC_USAGE
@@ -114,6 +114,7 @@ def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_m
             positions[position] = after
         accepted += validate_message(message, quick, known_sites, known_models, now_s, result.deadletters)
     if lookup is not None:
+        check_cards(rater, lookup, [reading for reading, *_ in accepted])
         need_usage, need_power = rater.lookups([reading for reading, *_ in accepted])
         if need_usage or need_power:
             usage_rows, power_rows = lookup(need_usage, need_power)
@@ -131,6 +132,17 @@ def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_m
             result.deadletters.append(refused(message, value, index, f"cannot be priced: {exc}"))
     rater.evict()
     return result
+
+
+def check_cards(rater: Any, lookup: Lookup, readings: list | None = None) -> None:
+    """Ask ClickHouse, once per card, whether it holds readings of it (see
+    Rater.unchecked_cards); a look-up without `stored_since` (a test's fake) skips this."""
+    stored_since = getattr(lookup, "stored_since", None)
+    if stored_since is None:
+        return
+    unchecked = rater.unchecked_cards(readings) if readings is not None else rater.unchecked_cards()
+    if any(unchecked.values()):
+        rater.mark_checked(unchecked, stored_since(unchecked))
 
 
 def validate_message(message: Message, quick: QuickParser, known_sites, known_models, now_s: int,

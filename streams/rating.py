@@ -112,6 +112,9 @@ class Rater:
         self._newest = {"usage": 0, "power": 0}
         self._first: dict[str, dict[str, int]] = {"usage": {}, "power": {}}
         self._cutoff = 0  # everything older than this may have been evicted
+        # Per stream and gpu, once ClickHouse was asked (see `unchecked_cards`): the second
+        # from which it held none of the card's readings then, or None when it held some.
+        self._clean: dict[str, dict[str, int | None]] = {"usage": {}, "power": {}}
         self._periods: dict[int, str] = {}
 
     def use_rules(self, rules: Rules) -> None:
@@ -208,8 +211,37 @@ class Rater:
 
     def _unsure(self, stream: str, key: tuple[str, int]) -> bool:
         """Could another process hold a reading of `stream` for `key` that memory lacks?"""
+        clean = self._clean[stream].get(key[0])
+        if clean is not None and key[1] >= clean and key[1] >= self._cutoff:
+            return False  # ClickHouse held nothing of the card from `clean` on; since then only we wrote
         first = self._first[stream].get(key[0])
         return first is None or key[1] <= first + 2 * self.horizon_s or key[1] < self._cutoff
+
+    def unchecked_cards(self, readings: list) -> dict[str, dict[str, int]]:
+        """Cards of `readings` not yet checked in ClickHouse, per stream: {gpu: since}, since
+        being a horizon before the card's oldest second in the batch.
+
+        Asking ClickHouse once per card whether it holds any reading of it from `since` on
+        spares the per-key look-ups of `lookups` for a fresh card (a new card, or a worker
+        that starts on topics no other process rated): when ClickHouse held none, only this
+        process writes that card's readings from then on (a card's readings share a
+        partition, and a partition one worker), and memory answers for them until evicted.
+        """
+        oldest: dict[str, int] = {}
+        for reading in readings:
+            gpu, second = reading.gpu_uuid, reading.second
+            if second < oldest.get(gpu, second + 1):
+                oldest[gpu] = second
+        return {stream: {gpu: second - self.horizon_s for gpu, second in oldest.items() if gpu not in clean}
+                for stream, clean in self._clean.items()}
+
+    def mark_checked(self, checked: dict[str, dict[str, int]], stored: dict[str, set[str]]) -> None:
+        """Record what ClickHouse answered for `unchecked_cards`: per stream, the cards of which
+        it held some reading from their `since` on."""
+        for stream, cards in checked.items():
+            clean, held = self._clean[stream], stored.get(stream, set())
+            for gpu, since in cards.items():
+                clean[gpu] = None if gpu in held else since
 
     def preload_usage(self, rows: list[tuple]) -> None:
         """Stored usage readings: (gpu, second, event_id, tenant, instance, gpu_model, offset)."""

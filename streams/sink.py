@@ -153,13 +153,35 @@ _EXACT_KEYS = "AND (gpu_uuid, toUnixTimestamp(second)) IN {keys:Array(Tuple(Stri
 _RANGE_S = 3600
 
 
-def lookup_stored(database) -> "Callable":
+_STORED_SINCE_SQL = """
+SELECT gpu_uuid, toUnixTimestamp(max(second))
+FROM {table:Identifier}
+WHERE gpu_uuid IN {gpus:Array(String)} AND second >= {lo:UInt32}
+GROUP BY gpu_uuid
+"""
+
+
+class StoredLookup:
     """A `streams.pipeline.Lookup` reading the first stored reading per (gpu, second)."""
 
-    def lookup(need_usage: set, need_power: set) -> tuple[list[tuple], list[tuple]]:
-        return _query_keys(database, _USAGE_LOOKUP_SQL, need_usage), _query_keys(database, _POWER_LOOKUP_SQL, need_power)
+    def __init__(self, database) -> None:
+        self.database = database
 
-    return lookup
+    def __call__(self, need_usage: set, need_power: set) -> tuple[list[tuple], list[tuple]]:
+        return (_query_keys(self.database, _USAGE_LOOKUP_SQL, need_usage),
+                _query_keys(self.database, _POWER_LOOKUP_SQL, need_power))
+
+    def stored_since(self, cards: dict[str, dict[str, int]]) -> dict[str, set[str]]:
+        """Per stream, the cards of `cards` ({stream: {gpu: since}}) with a stored reading at
+        or after their `since` (see Rater.unchecked_cards)."""
+        held: dict[str, set[str]] = {}
+        for stream, since in cards.items():
+            if not since:
+                continue
+            rows = self.database.query(_STORED_SINCE_SQL, {
+                "table": f"readings_{stream}", "gpus": sorted(since), "lo": max(min(since.values()), 0)})
+            held[stream] = {gpu for gpu, newest in rows if int(newest) >= since[gpu]}
+        return held
 
 
 def _query_keys(database, sql: str, keys: set) -> list[tuple]:

@@ -112,11 +112,17 @@ struct Stream<T> {
     ids: HashMap<u64, u64>,
     newest: i64,
     first: HashMap<u32, i64>,
+    // Per card, once ClickHouse was asked: the second from which it held none of the card's
+    // readings then, or None when it held some (see Rater.unchecked_cards).
+    clean: HashMap<u32, Option<i64>>,
 }
 
 impl<T> Default for Stream<T> {
     fn default() -> Self {
-        Stream { seen: HashMap::new(), order: VecDeque::new(), ids: HashMap::new(), newest: 0, first: HashMap::new() }
+        Stream {
+            seen: HashMap::new(), order: VecDeque::new(), ids: HashMap::new(), newest: 0, first: HashMap::new(),
+            clean: HashMap::new(),
+        }
     }
 }
 
@@ -307,9 +313,15 @@ impl Core {
         Ok(self.period_texts.len() - 1)
     }
 
-    /// Could another process hold a reading of this stream for (gpu, second) that memory lacks?
-    fn unsure(first: &HashMap<u32, i64>, horizon_s: i64, cutoff: i64, gpu: u32, second: i64) -> bool {
-        match first.get(&gpu) {
+    /// Could another process hold a reading of this stream for (gpu, second) that memory
+    /// lacks? (Rater._unsure)
+    fn unsure<T>(stream: &Stream<T>, horizon_s: i64, cutoff: i64, gpu: u32, second: i64) -> bool {
+        if let Some(Some(clean)) = stream.clean.get(&gpu) {
+            if second >= *clean && second >= cutoff {
+                return false;
+            }
+        }
+        match stream.first.get(&gpu) {
             None => true,
             Some(first) => second <= first + 2 * horizon_s || second < cutoff,
         }
@@ -473,10 +485,10 @@ impl Core {
         let mut need_power: HashSet<u64> = HashSet::new();
         for reading in &self.pending {
             let k = key(reading.gpu, reading.second);
-            if !self.usage.seen.contains_key(&k) && Self::unsure(&self.usage.first, self.horizon_s, self.cutoff, reading.gpu, reading.second) {
+            if !self.usage.seen.contains_key(&k) && Self::unsure(&self.usage, self.horizon_s, self.cutoff, reading.gpu, reading.second) {
                 need_usage.insert(k);
             }
-            if !self.power.seen.contains_key(&k) && Self::unsure(&self.power.first, self.horizon_s, self.cutoff, reading.gpu, reading.second) {
+            if !self.power.seen.contains_key(&k) && Self::unsure(&self.power, self.horizon_s, self.cutoff, reading.gpu, reading.second) {
                 need_power.insert(k);
             }
         }
@@ -485,6 +497,39 @@ impl Core {
             PyList::new(py, pairs)
         };
         PyTuple::new(py, [as_list(need_usage)?, as_list(need_power)?])
+    }
+
+    /// Cards of this batch not yet checked in ClickHouse: {stream: {gpu: since}}, since a
+    /// horizon before the card's oldest second in the batch (Rater.unchecked_cards).
+    fn unchecked_cards(&self) -> HashMap<&'static str, HashMap<&str, i64>> {
+        let mut oldest: HashMap<u32, i64> = HashMap::new();
+        for reading in &self.pending {
+            let at = oldest.entry(reading.gpu).or_insert(reading.second);
+            *at = (*at).min(reading.second);
+        }
+        let unchecked = |clean: &HashMap<u32, Option<i64>>| -> HashMap<&str, i64> {
+            oldest.iter().filter(|(gpu, _)| !clean.contains_key(gpu))
+                .map(|(gpu, second)| (self.texts.text(*gpu), second - self.horizon_s)).collect()
+        };
+        HashMap::from([("usage", unchecked(&self.usage.clean)), ("power", unchecked(&self.power.clean))])
+    }
+
+    /// What ClickHouse answered for `unchecked_cards`: per stream, the cards it held readings of.
+    fn mark_checked(&mut self, checked: HashMap<String, HashMap<String, i64>>, stored: HashMap<String, HashSet<String>>) -> PyResult<()> {
+        let nothing = HashSet::new();
+        for (stream, cards) in checked {
+            let held = stored.get(&stream).unwrap_or(&nothing);
+            for (gpu, since) in cards {
+                let id = self.texts.id(&gpu);
+                let clean = match stream.as_str() {
+                    "usage" => &mut self.usage.clean,
+                    "power" => &mut self.power.clean,
+                    other => return Err(PyValueError::new_err(format!("no stream {other:?}"))),
+                };
+                clean.insert(id, (!held.contains(&gpu)).then_some(since));
+            }
+        }
+        Ok(())
     }
 
     /// Stored usage readings: (gpu, second, event_id, tenant, instance, gpu_model, offset).

@@ -82,7 +82,7 @@ def test_leb128_lengths() -> None:
 
 
 def test_stored_readings_are_found_by_key_in_narrow_and_wide_ranges(database) -> None:
-    from streams.sink import lookup_stored
+    from streams.sink import StoredLookup
 
     far = T0 + 86_400  # a day later: the keys then span more than an hour (asked for pair by pair)
     rows = [
@@ -93,7 +93,7 @@ def test_stored_readings_are_found_by_key_in_narrow_and_wide_ranges(database) ->
     ]
     database.command("TRUNCATE TABLE readings_power")
     database.insert_native("readings_power", tables.READINGS_POWER, NATIVE_TABLES["readings_power"].block(rows))
-    lookup = lookup_stored(database)
+    lookup = StoredLookup(database)
     # narrow: GPU-B at T0 + 5 is not asked for, so not returned although inside the range
     _, power = lookup(set(), {("GPU-A", T0 + 5), ("GPU-B", T0 + 6)})
     assert sorted(power) == [("GPU-A", T0 + 5, "p-a", "gz-guian", "n", 100, 2, 7),  # the first offset
@@ -101,3 +101,7 @@ def test_stored_readings_are_found_by_key_in_narrow_and_wide_ranges(database) ->
     _, power = lookup(set(), {("GPU-A", T0 + 5), ("GPU-A", far), ("GPU-B", far)})
     assert sorted(power) == [("GPU-A", T0 + 5, "p-a", "gz-guian", "n", 100, 2, 7),
                              ("GPU-A", far, "p-c", "gz-guian", "n", 300, 3, 1)]
+    # once per card: does ClickHouse hold any of its readings from `since` on?
+    held = lookup.stored_since({"power": {"GPU-A": T0 + 6, "GPU-B": T0 + 6, "GPU-C": T0}, "usage": {}})
+    assert held == {"power": {"GPU-A", "GPU-B"}}  # A: at `far`; B: at T0 + 6 itself; C: none
+    assert lookup.stored_since({"power": {"GPU-B": T0 + 7}}) == {"power": set()}

@@ -106,12 +106,21 @@ def python_blocks(outcome) -> dict:
         ("readings_power", outcome.readings_power)) if rows}
 
 
-def stored_lookup(store: dict):
-    """A fake of ClickHouse's look-up answering from `store`: {(stream, gpu, second): row}."""
-    def lookup(need_usage: set, need_power: set):
-        return ([store[("usage",) + key] for key in sorted(need_usage) if ("usage",) + key in store],
-                [store[("power",) + key] for key in sorted(need_power) if ("power",) + key in store])
-    return lookup
+class StoredFake:
+    """A fake of streams.sink.StoredLookup answering from `store`: {(stream, gpu, second): row}."""
+
+    def __init__(self, store: dict, *, cards: bool) -> None:
+        self.store = store
+        if not cards:  # the per-card check is optional (see streams.pipeline.check_cards)
+            self.stored_since = None
+
+    def __call__(self, need_usage: set, need_power: set):
+        return ([self.store[("usage",) + key] for key in sorted(need_usage) if ("usage",) + key in self.store],
+                [self.store[("power",) + key] for key in sorted(need_power) if ("power",) + key in self.store])
+
+    def stored_since(self, cards: dict) -> dict:
+        return {stream: {gpu for (s, gpu, second) in self.store if s == stream and second >= since.get(gpu, 1 << 40)}
+                for stream, since in cards.items()}
 
 
 STORE = {
@@ -122,10 +131,10 @@ STORE = {
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(st.lists(batch(), min_size=1, max_size=4), st.integers(0, 4), st.sampled_from([5, 900]))
-def test_the_rust_core_writes_what_the_python_rater_writes(batches, forget_after, horizon_s):
+@given(st.lists(batch(), min_size=1, max_size=4), st.integers(0, 4), st.sampled_from([5, 900]), st.booleans())
+def test_the_rust_core_writes_what_the_python_rater_writes(batches, forget_after, horizon_s, cards):
     python, rust = Rater(RULES, horizon_s=horizon_s), NativeRater(RULES, horizon_s=horizon_s)
-    lookup = stored_lookup(STORE)
+    lookup = StoredFake(STORE, cards=cards)
     for number, messages in enumerate(batches):
         if number == forget_after:
             python.forget()

@@ -184,7 +184,7 @@ def test_rows_carry_the_message_position() -> None:
 
 
 class RecordingLookup:
-    """A fake of streams.sink.lookup_stored: answers from fixed stored rows, records the asks."""
+    """A fake of streams.sink.StoredLookup without its per-card check: answers from fixed stored rows, records the asks."""
 
     def __init__(self, usage_rows: list[tuple] = (), power_rows: list[tuple] = ()) -> None:
         self.usage_rows, self.power_rows = list(usage_rows), list(power_rows)
@@ -237,6 +237,33 @@ def test_lookup_not_called_when_memory_answers() -> None:
     assert [(r["stream"], r["second"], r["tenant"]) for r in rows(result)] == [
         ("rent", T + 1801, "acme"), ("rent", T + 1802, "acme"), ("energy", T + 1801, "acme"),
     ]  # usage is rated before power within a batch
+
+
+class CardCheckingLookup(RecordingLookup):
+    """RecordingLookup with StoredLookup's per-card question: `held` cards have stored readings."""
+
+    def __init__(self, held: set[str], **rows) -> None:
+        super().__init__(**rows)
+        self.held, self.asked = held, []
+
+    def stored_since(self, cards: dict) -> dict:
+        self.asked.append(cards)
+        return {stream: set(since) & self.held for stream, since in cards.items()}
+
+
+def test_a_card_clickhouse_holds_nothing_of_is_checked_once_and_never_looked_up_by_key() -> None:
+    rater, lookup = Rater(RULES), CardCheckingLookup(held={"G2"})
+    run([msg(TOPIC_USAGE, 0, 0, usage_bytes("G1", T + 5, "u-g1")), msg(TOPIC_USAGE, 0, 1, usage_bytes("G2", T, "u-g2"))],
+        rater, lookup)
+    # since = the card's oldest second in the batch − one horizon (900 s)
+    assert lookup.asked == [{"usage": {"G1": T + 5 - 900, "G2": T - 900}, "power": {"G1": T + 5 - 900, "G2": T - 900}}]
+    assert lookup.calls == [({("G2", T)}, {("G2", T)})]  # nothing of G1 is asked for
+    run([msg(TOPIC_POWER, 0, 0, power_bytes("G1", T + 5, "p-g1")), msg(TOPIC_POWER, 0, 1, power_bytes("G1", T - 899, "p-late")),
+         msg(TOPIC_POWER, 0, 2, power_bytes("G2", T + 1, "p-g2"))], rater, lookup)
+    assert len(lookup.asked) == 1  # each card once
+    # G1 from T + 5 − 900 on needs nothing, but T − 899 is older: asked for as before, as is
+    # every key of G2, which ClickHouse holds readings of
+    assert lookup.calls[1] == ({("G1", T - 899), ("G2", T + 1)}, {("G1", T - 899), ("G2", T + 1)})
 
 
 def test_power_before_its_usage_in_one_batch_gives_one_joined_row() -> None:
