@@ -15,7 +15,7 @@ mod reading;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -33,9 +33,60 @@ const CACHE_LIMIT: usize = 1 << 16;
 // from ClickHouse as after a restart: keeps memory bounded if identifiers churn forever.
 const INTERNED_LIMIT: usize = 1 << 20;
 
+/// FxHash (as in rustc): a multiply-rotate hash, several times faster than SipHash on the
+/// short keys here. Not DoS-resistant; the keys are card ids and seconds from the operator's
+/// own node agents, and event ids are hashed with SipHash (`id_hash`) before they get here.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            self.add(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+        }
+        for byte in chunks.remainder() {
+            self.add(u64::from(*byte));
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+
+    fn write_i64(&mut self, n: i64) {
+        self.add(n as u64);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
 #[derive(Default)]
 struct Interner {
-    ids: HashMap<Box<str>, u32>,
+    ids: FxMap<Box<str>, u32>,
     texts: Vec<Box<str>>,
 }
 
@@ -107,21 +158,21 @@ struct PowerSeen {
 /// What one stream remembers for the horizon: (gpu, second) → first reading, in arrival
 /// order for eviction, and event id → (gpu, second).
 struct Stream<T> {
-    seen: HashMap<u64, T>,
+    seen: FxMap<u64, T>,
     order: VecDeque<u64>,
-    ids: HashMap<u64, u64>,
+    ids: FxMap<u64, u64>,
     newest: i64,
-    first: HashMap<u32, i64>,
+    first: FxMap<u32, i64>,
     // Per card, once ClickHouse was asked: the second from which it held none of the card's
     // readings then, or None when it held some (see Rater.unchecked_cards).
-    clean: HashMap<u32, Option<i64>>,
+    clean: FxMap<u32, Option<i64>>,
 }
 
 impl<T> Default for Stream<T> {
     fn default() -> Self {
         Stream {
-            seen: HashMap::new(), order: VecDeque::new(), ids: HashMap::new(), newest: 0, first: HashMap::new(),
-            clean: HashMap::new(),
+            seen: FxMap::default(), order: VecDeque::new(), ids: FxMap::default(), newest: 0, first: FxMap::default(),
+            clean: FxMap::default(),
         }
     }
 }
@@ -244,11 +295,13 @@ struct Core {
     newest_second: i64,
     cutoff: i64,
     pending: Vec<Pending>,
-    rents: HashMap<(u32, u32, i64), usize>,
+    // Prices and periods, asked of Python once per distinct key (cleared with new rules):
+    // Ok(index into the rates) or Err(why the reading cannot be priced).
+    rents: FxMap<(u32, u32, i64), Priced>,
     rent_rates: Vec<RentRate>,
-    energies: HashMap<(u32, i64), usize>,
+    energies: FxMap<(u32, i64), Priced>,
     energy_rates: Vec<EnergyRate>,
-    periods: HashMap<i64, usize>,
+    periods: FxMap<i64, usize>,
     period_texts: Vec<String>,
 }
 
@@ -273,44 +326,73 @@ impl Core {
         }
     }
 
-    fn rent(&mut self, py: Python<'_>, pricing: &Bound<'_, PyAny>, priced_error: &Bound<'_, PyAny>, tenant: u32, model: u32, second: i64) -> PyResult<Priced> {
-        if let Some(index) = self.rents.get(&(tenant, model, second)) {
-            return Ok(Ok(*index));
+    fn ask_rent(&mut self, py: Python<'_>, pricing: &Bound<'_, PyAny>, priced_error: &Bound<'_, PyAny>, tenant: u32, model: u32, second: i64) -> PyResult<()> {
+        if self.rents.contains_key(&(tenant, model, second)) {
+            return Ok(());
         }
         let call = pricing.call_method1("rent", (self.texts.text(tenant), self.texts.text(model), second));
-        let rate = match Self::priced(py, call, priced_error)? {
-            Ok(rate) => rate,
-            Err(reason) => return Ok(Err(reason)), // not cached: refusals are rare, and state-free
+        let priced = match Self::priced(py, call, priced_error)? {
+            Ok(rate) => {
+                let (plan, price_e6, per_s, discount_e4): (String, i64, u32, i32) = rate.extract()?;
+                self.rent_rates.push(RentRate { plan, price_e6, per_s, discount_e4 });
+                Ok(self.rent_rates.len() - 1)
+            }
+            Err(reason) => Err(reason),
         };
-        let (plan, price_e6, per_s, discount_e4): (String, i64, u32, i32) = rate.extract()?;
-        self.rent_rates.push(RentRate { plan, price_e6, per_s, discount_e4 });
-        self.rents.insert((tenant, model, second), self.rent_rates.len() - 1);
-        Ok(Ok(self.rent_rates.len() - 1))
+        self.rents.insert((tenant, model, second), priced);
+        Ok(())
     }
 
-    fn energy(&mut self, py: Python<'_>, pricing: &Bound<'_, PyAny>, priced_error: &Bound<'_, PyAny>, site: u32, second: i64) -> PyResult<Priced> {
-        if let Some(index) = self.energies.get(&(site, second)) {
-            return Ok(Ok(*index));
+    fn ask_energy(&mut self, py: Python<'_>, pricing: &Bound<'_, PyAny>, priced_error: &Bound<'_, PyAny>, site: u32, second: i64) -> PyResult<()> {
+        if self.energies.contains_key(&(site, second)) {
+            return Ok(());
         }
         let call = pricing.call_method1("energy", (self.texts.text(site), second));
-        let rate = match Self::priced(py, call, priced_error)? {
-            Ok(rate) => rate,
-            Err(reason) => return Ok(Err(reason)),
+        let priced = match Self::priced(py, call, priced_error)? {
+            Ok(rate) => {
+                let (band, tariff_e6, pue_e4): (String, i64, i32) = rate.extract()?;
+                self.energy_rates.push(EnergyRate { band, tariff_e6, pue_e4 });
+                Ok(self.energy_rates.len() - 1)
+            }
+            Err(reason) => Err(reason),
         };
-        let (band, tariff_e6, pue_e4): (String, i64, i32) = rate.extract()?;
-        self.energy_rates.push(EnergyRate { band, tariff_e6, pue_e4 });
-        self.energies.insert((site, second), self.energy_rates.len() - 1);
-        Ok(Ok(self.energy_rates.len() - 1))
+        self.energies.insert((site, second), priced);
+        Ok(())
     }
 
-    fn period(&mut self, pricing: &Bound<'_, PyAny>, second: i64) -> PyResult<usize> {
-        if let Some(index) = self.periods.get(&second) {
-            return Ok(*index);
+    fn ask_period(&mut self, pricing: &Bound<'_, PyAny>, second: i64) -> PyResult<()> {
+        if !self.periods.contains_key(&second) {
+            let period: String = pricing.call_method1("period", (second,))?.extract()?;
+            self.period_texts.push(period);
+            self.periods.insert(second, self.period_texts.len() - 1);
         }
-        let period: String = pricing.call_method1("period", (second,))?.extract()?;
-        self.period_texts.push(period);
-        self.periods.insert(second, self.period_texts.len() - 1);
-        Ok(self.period_texts.len() - 1)
+        Ok(())
+    }
+
+    /// With the GIL: every price and period rating the pending batch can ask for, cached.
+    fn prepare(&mut self, py: Python<'_>, pricing: &Bound<'_, PyAny>, priced_error: &Bound<'_, PyAny>) -> PyResult<()> {
+        let pending = std::mem::take(&mut self.pending);
+        let mut result = Ok(());
+        for r in &pending {
+            let k = key(r.gpu, r.second);
+            result = self.ask_period(pricing, r.second);
+            if result.is_ok() {
+                result = match r.kind {
+                    Kind::Usage if r.tenant != NONE => self.ask_rent(py, pricing, priced_error, r.tenant, r.model, r.second),
+                    Kind::Usage => Ok(()),
+                    Kind::Power => self.ask_energy(py, pricing, priced_error, r.site, r.second),
+                };
+            }
+            // A usage reading may join a power reading rated in an earlier batch.
+            if let (Ok(()), Kind::Usage, Some(site)) = (&result, r.kind, self.power.seen.get(&k).map(|p| p.site)) {
+                result = self.ask_energy(py, pricing, priced_error, site, r.second);
+            }
+            if result.is_err() {
+                break;
+            }
+        }
+        self.pending = pending;
+        result
     }
 
     /// Could another process hold a reading of this stream for (gpu, second) that memory
@@ -362,8 +444,8 @@ impl Core {
         Core {
             usage_topic, power_topic, sites: HashSet::new(), models: HashSet::new(), horizon_s,
             texts: Interner::default(), usage: Stream::default(), power: Stream::default(), newest_second: 0, cutoff: 0,
-            pending: Vec::new(), rents: HashMap::new(), rent_rates: Vec::new(), energies: HashMap::new(),
-            energy_rates: Vec::new(), periods: HashMap::new(), period_texts: Vec::new(),
+            pending: Vec::new(), rents: FxMap::default(), rent_rates: Vec::new(), energies: FxMap::default(),
+            energy_rates: Vec::new(), periods: FxMap::default(), period_texts: Vec::new(),
         }
     }
 
@@ -403,6 +485,7 @@ impl Core {
         }
         self.pending.clear();
         let mut others: Vec<usize> = Vec::new();
+        let mut values: Vec<(u32, Kind, u32, u64, Bound<'py, PyBytes>)> = Vec::with_capacity(messages.len());
         let mut counts: HashMap<String, usize> = HashMap::new();
         let mut positions: HashMap<(String, u32), u64> = HashMap::new();
         let mut last: Option<(String, u32, u64)> = None;
@@ -436,16 +519,26 @@ impl Core {
                 others.push(index);
                 continue;
             };
-            let value = message.getattr(pyo3::intern!(py, "value"))?;
-            let Ok(bytes) = value.cast::<PyBytes>() else {
-                others.push(index);
-                continue;
-            };
-            match reading::parse(bytes.as_bytes(), now_s, expect, &self.sites, &self.models) {
-                Some(parsed) => self.push(&parsed, index as u32, 0, partition, offset),
-                None => others.push(index),
+            match message.getattr(pyo3::intern!(py, "value"))?.cast_into::<PyBytes>() {
+                Ok(bytes) => values.push((index as u32, expect, partition, offset, bytes)),
+                Err(_) => others.push(index), // None (or not bytes): the definition says why
             }
         }
+        // Parsing needs no Python objects: it runs without the GIL, beside the event loop.
+        let slices: Vec<(u32, Kind, u32, u64, &[u8])> =
+            values.iter().map(|(index, kind, partition, offset, bytes)| (*index, *kind, *partition, *offset, bytes.as_bytes())).collect();
+        let fast = py.detach(|| {
+            let mut fast = vec![false; slices.len()];
+            for (taken, (index, expect, partition, offset, raw)) in fast.iter_mut().zip(&slices) {
+                if let Some(parsed) = reading::parse(raw, now_s, *expect, &self.sites, &self.models) {
+                    self.push(&parsed, *index, 0, *partition, *offset);
+                    *taken = true;
+                }
+            }
+            fast
+        });
+        others.extend(slices.iter().zip(fast).filter(|(_, taken)| !taken).map(|((index, ..), _)| *index as usize));
+        others.sort_unstable();
         if let Some((t, p, o)) = last.take() {
             let at = positions.entry((t, p)).or_insert(0);
             *at = (*at).max(o);
@@ -507,7 +600,7 @@ impl Core {
             let at = oldest.entry(reading.gpu).or_insert(reading.second);
             *at = (*at).min(reading.second);
         }
-        let unchecked = |clean: &HashMap<u32, Option<i64>>| -> HashMap<&str, i64> {
+        let unchecked = |clean: &FxMap<u32, Option<i64>>| -> HashMap<&str, i64> {
             oldest.iter().filter(|(gpu, _)| !clean.contains_key(gpu))
                 .map(|(gpu, second)| (self.texts.text(*gpu), second - self.horizon_s)).collect()
         };
@@ -566,30 +659,72 @@ impl Core {
     /// `priced_error` refuses the reading. Returns (usage block, usage rows, power block,
     /// power rows, rated block, rated rows, unallocated energy rows, conflicts, duplicates,
     /// refused) — conflicts as (stream, gpu, second, kept id, conflicting id, partition,
-    /// offset), refused as (message index, element, reason).
+    /// offset), refused as (message index, element, reason). Prices are asked with the
+    /// GIL; the rest runs without it, beside the event loop's Kafka fetches.
     fn rate<'py>(&mut self, py: Python<'py>, pricing: &Bound<'py, PyAny>, priced_error: &Bound<'py, PyAny>, now_ms: i64) -> PyResult<Bound<'py, PyTuple>> {
+        self.prepare(py, pricing, priced_error)?;
+        let out = py.detach(|| self.rate_pending(now_ms));
+        let items: Vec<Bound<'py, PyAny>> = vec![
+            PyBytes::new(py, &out.usage_block).into_any(), out.usage_rows.into_pyobject(py)?.into_any(),
+            PyBytes::new(py, &out.power_block).into_any(), out.power_rows.into_pyobject(py)?.into_any(),
+            PyBytes::new(py, &out.rated_block).into_any(), out.rated_rows.into_pyobject(py)?.into_any(),
+            out.unallocated.into_pyobject(py)?.into_any(), out.conflicts.into_pyobject(py)?.into_any(),
+            out.duplicates.into_pyobject(py)?.into_any(), out.refused.into_pyobject(py)?.into_any(),
+        ];
+        PyTuple::new(py, items)
+    }
+
+    /// Forget readings older than the horizon (see Rater.evict); returns how many were dropped.
+    fn evict(&mut self) -> usize {
+        let slower = match self.usage.newest.min(self.power.newest) {
+            0 => self.newest_second,
+            slower => slower,
+        };
+        let cutoff = slower.max(self.newest_second - 4 * self.horizon_s) - self.horizon_s;
+        self.cutoff = self.cutoff.max(cutoff);
+        self.usage.evict(cutoff) + self.power.evict(cutoff)
+    }
+}
+
+/// What `Core::rate` returns, before it becomes Python objects.
+struct RateOutput {
+    usage_block: Vec<u8>,
+    usage_rows: usize,
+    power_block: Vec<u8>,
+    power_rows: usize,
+    rated_block: Vec<u8>,
+    rated_rows: usize,
+    unallocated: usize,
+    conflicts: Vec<(&'static str, String, i64, String, String, u32, u64)>,
+    duplicates: usize,
+    refused: Vec<(u32, u32, String)>,
+}
+
+impl Core {
+    /// Rate the pending batch with the prices `prepare` cached; no Python involved.
+    fn rate_pending(&mut self, now_ms: i64) -> RateOutput {
         let mut pending = std::mem::take(&mut self.pending);
         pending.sort_by_key(|r| (r.kind == Kind::Power, r.msg, r.elem));
         let mut raw_usage: Vec<usize> = Vec::new();
         let mut raw_power: Vec<usize> = Vec::new();
         let mut rated: Vec<Rated> = Vec::with_capacity(pending.len() + pending.len() / 8);
-        let mut conflicts: Vec<(&'static str, String, i64, String, String, u32, u64)> = Vec::new();
-        let mut refused: Vec<(u32, u32, String)> = Vec::new();
+        let mut conflicts = Vec::new();
+        let mut refused = Vec::new();
         let mut duplicates = 0usize;
         for (index, r) in pending.iter().enumerate() {
             let k = key(r.gpu, r.second);
             // Price first: a reading that cannot be priced moves no clock and no state.
             let price = match r.kind {
-                Kind::Usage if r.tenant != NONE => Some(self.rent(py, pricing, priced_error, r.tenant, r.model, r.second)?),
+                Kind::Usage if r.tenant != NONE => Some(&self.rents[&(r.tenant, r.model, r.second)]),
                 Kind::Usage => None,
-                Kind::Power => Some(self.energy(py, pricing, priced_error, r.site, r.second)?),
+                Kind::Power => Some(&self.energies[&(r.site, r.second)]),
             };
             let rate = match price {
                 Some(Err(reason)) => {
                     refused.push((r.msg, r.elem, format!("cannot be priced: {reason}")));
                     continue;
                 }
-                Some(Ok(rate)) => Some(rate),
+                Some(Ok(rate)) => Some(*rate),
                 None => None,
             };
             self.newest_second = self.newest_second.max(r.second);
@@ -614,7 +749,7 @@ impl Core {
                 }
                 Ok(None) => {}
             }
-            let period = self.period(pricing, r.second)?;
+            let period = self.periods[&r.second];
             if r.kind == Kind::Usage {
                 self.usage.remember(k, UsageSeen { event_id: r.event_id.clone(), tenant: r.tenant, instance: r.instance, model: r.model });
                 raw_usage.push(index);
@@ -627,9 +762,8 @@ impl Core {
                 }
                 if let Some(power) = self.power.seen.get(&k) {
                     // The power of this second was rated before its usage: join it now.
-                    if let Ok(rate) = self.energy(py, pricing, priced_error, power.site, r.second)? {
-                        let power = self.power.seen.get(&k).expect("just found");
-                        rated.push(self.energy_row(k, power, self.usage.seen.get(&k), period, rate));
+                    if let Some(Ok(rate)) = self.energies.get(&(power.site, r.second)) {
+                        rated.push(self.energy_row(k, power, self.usage.seen.get(&k), period, *rate));
                     }
                 }
             } else {
@@ -640,33 +774,20 @@ impl Core {
                 raw_power.push(index);
             }
         }
-        let unallocated = rated.iter().filter(|row| row.energy && row.tenant == NONE).count();
-        let usage_block = self.usage_block(&pending, &raw_usage, now_ms);
-        let power_block = self.power_block(&pending, &raw_power, now_ms);
-        let rated_block = self.rated_block(&rated, now_ms);
-        let items: Vec<Bound<'py, PyAny>> = vec![
-            PyBytes::new(py, &usage_block).into_any(), raw_usage.len().into_pyobject(py)?.into_any(),
-            PyBytes::new(py, &power_block).into_any(), raw_power.len().into_pyobject(py)?.into_any(),
-            PyBytes::new(py, &rated_block).into_any(), rated.len().into_pyobject(py)?.into_any(),
-            unallocated.into_pyobject(py)?.into_any(), conflicts.into_pyobject(py)?.into_any(),
-            duplicates.into_pyobject(py)?.into_any(), refused.into_pyobject(py)?.into_any(),
-        ];
-        PyTuple::new(py, items)
+        RateOutput {
+            usage_block: self.usage_block(&pending, &raw_usage, now_ms),
+            usage_rows: raw_usage.len(),
+            power_block: self.power_block(&pending, &raw_power, now_ms),
+            power_rows: raw_power.len(),
+            rated_block: self.rated_block(&rated, now_ms),
+            rated_rows: rated.len(),
+            unallocated: rated.iter().filter(|row| row.energy && row.tenant == NONE).count(),
+            conflicts,
+            duplicates,
+            refused,
+        }
     }
 
-    /// Forget readings older than the horizon (see Rater.evict); returns how many were dropped.
-    fn evict(&mut self) -> usize {
-        let slower = match self.usage.newest.min(self.power.newest) {
-            0 => self.newest_second,
-            slower => slower,
-        };
-        let cutoff = slower.max(self.newest_second - 4 * self.horizon_s) - self.horizon_s;
-        self.cutoff = self.cutoff.max(cutoff);
-        self.usage.evict(cutoff) + self.power.evict(cutoff)
-    }
-}
-
-impl Core {
     fn usage_block(&self, pending: &[Pending], rows: &[usize], now_ms: i64) -> Vec<u8> {
         if rows.is_empty() {
             return Vec::new();
