@@ -64,6 +64,23 @@ NATIVE_TABLES = {
 }
 
 
+# Each table's ORDER BY, as positions in its rows (stream 'rent' sorts before 'energy').
+_SORT_KEYS = {
+    "readings_usage": lambda row: (row[5], row[2], row[11], row[12]),
+    "readings_power": lambda row: (row[5], row[2], row[7], row[8]),
+    "rated_seconds": lambda row: (row[0] == "energy", row[1], row[2]),
+}
+
+
+def encode_outcome(outcome: Outcome) -> dict[str, tuple[bytes, int]]:
+    """The Native blocks of an `Outcome`'s hot tables, {table: (block, rows)}, each block's
+    rows in its table's ORDER BY order: ClickHouse then finds the block sorted and skips
+    sorting it (the Rust core encodes the same blocks, byte for byte)."""
+    return {table: (NATIVE_TABLES[table].block(sorted(rows, key=_SORT_KEYS[table])), len(rows)) for table, rows in (
+        ("rated_seconds", outcome.rated), ("readings_usage", outcome.readings_usage),
+        ("readings_power", outcome.readings_power)) if rows}
+
+
 @dataclass
 class SinkStats:
     batches: int = 0
@@ -87,9 +104,7 @@ class ClickHouseSink:
         already encoded by the Rust core (`EncodedOutcome.blocks`)."""
         blocks = getattr(outcome, "blocks", None)
         if blocks is None:
-            blocks = {table: (NATIVE_TABLES[table].block(rows), len(rows)) for table, rows in (
-                ("rated_seconds", outcome.rated), ("readings_usage", outcome.readings_usage),
-                ("readings_power", outcome.readings_power)) if rows}
+            blocks = encode_outcome(outcome)
         # Rated rows first: a raw reading found in ClickHouse after a crash is taken as
         # already rated (see Rater.lookups), so its rated rows must never be missing.
         plan = [

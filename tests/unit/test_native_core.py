@@ -23,7 +23,7 @@ from gpubill.config import TOPIC_POWER, TOPIC_USAGE
 from streams.native_rating import NativeRater, process_batch_native
 from streams.pipeline import Message, process_batch
 from streams.rating import Rater
-from streams.sink import NATIVE_TABLES
+from streams.sink import encode_outcome
 
 if not NativeRater.available():
     if os.environ.get("CI") == "true":
@@ -101,9 +101,7 @@ def batch(draw) -> list[Message]:
 
 
 def python_blocks(outcome) -> dict:
-    return {table: NATIVE_TABLES[table].block(rows) for table, rows in (
-        ("rated_seconds", outcome.rated), ("readings_usage", outcome.readings_usage),
-        ("readings_power", outcome.readings_power)) if rows}
+    return {table: block for table, (block, _) in encode_outcome(outcome).items()}
 
 
 class StoredFake:
