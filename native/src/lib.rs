@@ -207,8 +207,9 @@ fn id_hash(event_id: &str) -> u64 {
 
 impl<T: EventId> Stream<T> {
     /// SPEC §4 on one stream: Some(first event id) for a conflict, Err(()) for a duplicate.
-    fn judge(&self, event_id: &str, key: u64) -> Result<Option<&str>, ()> {
-        if let Some(at) = self.ids.get(&id_hash(event_id)) {
+    /// `hash` is `id_hash(event_id)`.
+    fn judge(&self, event_id: &str, hash: u64, key: u64) -> Result<Option<&str>, ()> {
+        if let Some(at) = self.ids.get(&hash) {
             if self.seen.get(at).is_some_and(|seen| seen.event_id() == event_id) {
                 return Err(());
             }
@@ -217,9 +218,14 @@ impl<T: EventId> Stream<T> {
     }
 
     fn remember(&mut self, key: u64, seen: T) {
+        let hash = id_hash(seen.event_id());
+        self.remember_hashed(key, hash, seen);
+    }
+
+    fn remember_hashed(&mut self, key: u64, hash: u64, seen: T) {
         // On a (2^-64) hash collision the first id keeps the slot: a later copy of the other
         // reading is then caught as a conflict of its (gpu, second), never rated twice.
-        self.ids.entry(id_hash(seen.event_id())).or_insert(key);
+        self.ids.entry(hash).or_insert(key);
         self.seen.insert(key, seen);
         self.order.push_back(key);
     }
@@ -728,14 +734,15 @@ impl Core {
                 None => None,
             };
             self.newest_second = self.newest_second.max(r.second);
+            let hash = id_hash(&r.event_id);
             let (judged, kind_name) = match r.kind {
                 Kind::Usage => {
                     self.usage.first_sight(r.gpu, r.second);
-                    (self.usage.judge(&r.event_id, k), "usage")
+                    (self.usage.judge(&r.event_id, hash, k), "usage")
                 }
                 Kind::Power => {
                     self.power.first_sight(r.gpu, r.second);
-                    (self.power.judge(&r.event_id, k), "power")
+                    (self.power.judge(&r.event_id, hash, k), "power")
                 }
             };
             match judged {
@@ -751,7 +758,7 @@ impl Core {
             }
             let period = self.periods[&r.second];
             if r.kind == Kind::Usage {
-                self.usage.remember(k, UsageSeen { event_id: r.event_id.clone(), tenant: r.tenant, instance: r.instance, model: r.model });
+                self.usage.remember_hashed(k, hash, UsageSeen { event_id: r.event_id.clone(), tenant: r.tenant, instance: r.instance, model: r.model });
                 raw_usage.push(index);
                 if let Some(rate) = rate {
                     rated.push(Rated {
@@ -770,20 +777,25 @@ impl Core {
                 let rate = rate.expect("power readings are priced");
                 let power = PowerSeen { event_id: r.event_id.clone(), site: r.site, node: r.node, power_mw: r.power_mw, partition: r.partition, offset: r.offset };
                 rated.push(self.energy_row(k, &power, self.usage.seen.get(&k), period, rate));
-                self.power.remember(k, power);
+                self.power.remember_hashed(k, hash, power);
                 raw_power.push(index);
             }
         }
         // In each table's ORDER BY order: ClickHouse then finds the block sorted and skips
         // sorting it (a third of an insert's CPU), and the rows are the same.
-        let t = &self.texts;
-        let reading_order = |a: &usize, b: &usize| {
-            let (a, b) = (&pending[*a], &pending[*b]);
-            (t.text(a.gpu), a.second, a.partition, a.offset).cmp(&(t.text(b.gpu), b.second, b.partition, b.offset))
+        // Cards are ranked once by their text, then rows sort on integers.
+        let mut cards: Vec<u32> = pending.iter().map(|r| r.gpu).collect();
+        cards.sort_unstable();
+        cards.dedup();
+        cards.sort_by(|a, b| self.texts.text(*a).cmp(self.texts.text(*b)));
+        let rank: FxMap<u32, u32> = cards.iter().enumerate().map(|(rank, gpu)| (*gpu, rank as u32)).collect();
+        let reading_key = |i: &usize| {
+            let r = &pending[*i];
+            (rank[&r.gpu], r.second, r.partition, r.offset)
         };
-        raw_usage.sort_by(reading_order);
-        raw_power.sort_by(reading_order);
-        rated.sort_by(|a, b| (a.energy, t.text(a.gpu), a.second).cmp(&(b.energy, t.text(b.gpu), b.second)));
+        raw_usage.sort_by_cached_key(reading_key);
+        raw_power.sort_by_cached_key(reading_key);
+        rated.sort_by_cached_key(|row| (row.energy, rank[&row.gpu], row.second));
         RateOutput {
             usage_block: self.usage_block(&pending, &raw_usage, now_ms),
             usage_rows: raw_usage.len(),
