@@ -6,6 +6,17 @@
 # compose.yaml runs it as `worker`, `scheduler` (and a one-shot migration) against the
 # Kafka and ClickHouse services.
 
+# Stage 1: the worker's hot path (native/, Rust) as an abi3 wheel. Debian bookworm, as
+# the python:3.11-slim image below, whose Python 3.11 it also carries.
+FROM rust:1.85-slim-bookworm AS native
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-pip \
+    && rm -rf /var/lib/apt/lists/* \
+    && pip3 install --break-system-packages --no-cache-dir "maturin>=1.7,<2"
+COPY native /native
+RUN maturin build --release --manifest-path /native/Cargo.toml --interpreter python3 --out /wheels
+
+# Stage 2: the image.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -14,10 +25,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # Install the project and its dependencies (all of them ship manylinux wheels for
-# CPython 3.11, so no compiler is needed). The source tree is only needed to build.
+# CPython 3.11, so no compiler is needed here), and the native wheel built above. The
+# source tree is only needed to build.
 COPY . /src
-RUN pip install /src \
-    && rm -rf /src
+COPY --from=native /wheels /wheels
+RUN pip install /src /wheels/*.whl \
+    && rm -rf /src /wheels \
+    && python -c "import gpubill_native"
 
 # Run as an unprivileged user. Its home is the working directory: GPUBILL_HOME, the
 # Faust data directory (<group>-data) and GPUBILL_OUT (invoices, reports) live here.

@@ -79,6 +79,7 @@ class NativeRater:
             raise RuntimeError("the native hot path is not built (run scripts/bootstrap with a Rust toolchain)")
         self.horizon_s = horizon_s
         self.core = gpubill_native.Core(TOPIC_USAGE, TOPIC_POWER, horizon_s)
+        self.state_size = 0  # readings held in the horizon, as of the last batch
         self.use_rules(rules)
 
     @staticmethod
@@ -92,14 +93,15 @@ class NativeRater:
         self.core.use_rules(sorted(self.known_sites), sorted(self.known_models))
 
     def forget(self) -> None:
-        self.core.forget()
+        self.core.forget()  # called between batches (the feeder drains them first)
+        self.state_size = 0
 
     def evict(self) -> int:
-        return self.core.evict()
-
-    @property
-    def state_size(self) -> int:
-        return self.core.state_size
+        dropped = self.core.evict()
+        # Kept here for the metrics, read from the event loop while the sink thread may be
+        # inside the core with the next batch (the core is borrowed then).
+        self.state_size = self.core.state_size
+        return dropped
 
 
 def best_rater(rules: Any) -> "NativeRater | Rater":
@@ -149,7 +151,7 @@ def process_batch_native(messages: list[Message], rater: NativeRater, *, now: da
         value = elements[(index, element)] if element else message.value
         result.deadletters.append(refused(message, value, element, reason))
     result.outcome = outcome
-    core.evict()
+    rater.evict()
     return result
 
 

@@ -311,6 +311,11 @@ struct Core {
     period_texts: Vec<String>,
 }
 
+/// A stored usage reading: (gpu, second, event_id, tenant, instance, gpu_model, offset).
+type StoredUsage = (String, i64, String, Option<String>, Option<String>, String, u64);
+/// A stored power reading: (gpu, second, event_id, site, node, power_mw, partition, offset).
+type StoredPower = (String, i64, String, String, String, i64, u32, u64);
+
 /// The outcome of pricing: Ok(index into a cache) or Err(the reason it cannot be priced).
 type Priced = Result<usize, String>;
 
@@ -632,7 +637,7 @@ impl Core {
     }
 
     /// Stored usage readings: (gpu, second, event_id, tenant, instance, gpu_model, offset).
-    fn preload_usage(&mut self, rows: Vec<(String, i64, String, Option<String>, Option<String>, String, u64)>) {
+    fn preload_usage(&mut self, rows: Vec<StoredUsage>) {
         for (gpu, second, event_id, tenant, instance, model, _offset) in rows {
             let k = key(self.texts.id(&gpu), second);
             if !self.usage.seen.contains_key(&k) {
@@ -646,7 +651,7 @@ impl Core {
     }
 
     /// Stored power readings: (gpu, second, event_id, site, node, power_mw, partition, offset).
-    fn preload_power(&mut self, rows: Vec<(String, i64, String, String, String, i64, u32, u64)>) {
+    fn preload_power(&mut self, rows: Vec<StoredPower>) {
         for (gpu, second, event_id, site, node, power_mw, partition, offset) in rows {
             let k = key(self.texts.id(&gpu), second);
             if !self.power.seen.contains_key(&k) {

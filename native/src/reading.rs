@@ -157,8 +157,8 @@ fn scaled(digits: &[u8], scale: u32, top: i64) -> Option<i64> {
         return None;
     }
     let kept = fraction.len().min(scale as usize);
-    for position in 0..scale as usize {
-        value = value * 10 + if position < kept { i64::from(fraction[position] - b'0') } else { 0 };
+    for digit in fraction[..kept].iter().copied().chain(std::iter::repeat(b'0')).take(scale as usize) {
+        value = value * 10 + i64::from(digit - b'0');
     }
     let limit = top * 10_i64.pow(scale);
     let rest = &fraction[kept..];

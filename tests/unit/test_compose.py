@@ -347,8 +347,13 @@ def test_worker_metrics_port_is_exposed(services: dict) -> None:
 def test_dockerfile_installs_the_project_as_non_root_with_gpubill_entrypoint() -> None:
     text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-    assert lines[0] == "FROM python:3.11-slim"
+    stages = [ln for ln in lines if ln.startswith("FROM ")]
+    assert stages[-1] == "FROM python:3.11-slim"  # the image; a Rust stage before it builds native/
     assert re.search(r"pip install (/src|\.)\b", text)
+    # the native wheel is built from native/ and installed into the image
+    assert any(ln.startswith("FROM rust:") and ln.endswith(" AS native") for ln in stages[:-1])
+    assert "COPY native /native" in lines and "COPY --from=native /wheels /wheels" in lines
+    assert re.search(r"pip install /src /wheels/\*\.whl", text)
     users = [ln.split(None, 1)[1] for ln in lines if ln.startswith("USER ")]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     assert 'ENTRYPOINT ["gpubill"]' in lines
@@ -360,6 +365,6 @@ def test_dockerignore_keeps_what_pip_install_needs() -> None:
         for ln in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
         if ln.strip() and not ln.startswith("#")
     }
-    needed = {"pyproject.toml", "gpubill", "streams", "reports", "schemas", "billing_rules"}
+    needed = {"pyproject.toml", "gpubill", "streams", "reports", "schemas", "billing_rules", "native"}
     assert not needed & ignored
     assert {".venv", "var", ".git"} <= ignored
