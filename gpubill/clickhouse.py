@@ -135,7 +135,9 @@ class Database:
                 continue
             for statement in split_statements(sql):
                 self.command(statement)
-            self.insert("schema_migrations", [[version, name]], ["version", "name"])
+            # A statement, not the client's insert(): that would import pandas (≈ 0.3 s) first.
+            self.command("INSERT INTO schema_migrations (version, name) SELECT {version:UInt32}, {name:String}",
+                         {"version": version, "name": name})
             applied.append(name)
         return applied
 
