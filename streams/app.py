@@ -129,12 +129,12 @@ class Pipeline:
         """Rate a batch and persist it (runs in the sink's thread: the only ClickHouse caller)."""
         now = utcnow()
         lookup = StoredLookup(self.sink.database) if self.sink else None
-        rules = self.rules  # one snapshot for the whole batch
-        if self.quick is None or self.quick_rules is not rules:
-            self.quick, self.quick_rules = QuickParser(rules.site_ids, rules.model_ids), rules
-        if isinstance(self.rater, NativeRater):
+        if isinstance(self.rater, NativeRater):  # it keeps its own snapshot of the rules
             result = process_batch_native(messages, self.rater, now=now, lookup=lookup)
         else:
+            rules = self.rules  # one snapshot for the whole batch
+            if self.quick is None or self.quick_rules is not rules:
+                self.quick, self.quick_rules = QuickParser(rules.site_ids, rules.model_ids), rules
             result = process_batch(
                 messages, self.rater, known_sites=frozenset(rules.site_ids), known_models=frozenset(rules.model_ids),
                 now=now, lookup=lookup, quick=self.quick,

@@ -70,7 +70,10 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
 
             say("pipeline: gpubill worker --drain")
             began = time.perf_counter()
-            child = subprocess.Popen(os.environ.get("GPUBILL_BENCH_PREFIX", "").split() + [sys.executable, "-m", "gpubill.cli", "worker", "--drain"], env=env,
+            # GPUBILL_BENCH_PREFIX wraps the drained worker for a profile, e.g. "py-spy record
+            # -o prof.txt -f raw --" or "/usr/bin/time -v -o time.txt" (worker_rss_mb is then the wrapper's).
+            wrapper = os.environ.get("GPUBILL_BENCH_PREFIX", "").split()
+            child = subprocess.Popen(wrapper + [sys.executable, "-m", "gpubill.cli", "worker", "--drain"], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             _, status, usage = os.wait4(child.pid, 0)
             pipeline_s = time.perf_counter() - began

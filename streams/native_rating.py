@@ -145,7 +145,7 @@ def process_batch_native(messages: list[Message], rater: NativeRater, *, now: da
                                ("readings_power", power_block, power_rows)):
         if rows:
             outcome.blocks[table] = (block, rows)
-    outcome.conflicts = [conflict + (now,) for conflict in conflicts]
+    outcome.conflicts = _with_kept_ids(conflicts, lookup, now)
     for index, element, reason in not_priced:
         message = messages[index]
         value = elements[(index, element)] if element else message.value
@@ -153,6 +153,19 @@ def process_batch_native(messages: list[Message], rater: NativeRater, *, now: da
     result.outcome = outcome
     rater.evict()
     return result
+
+
+def _with_kept_ids(conflicts: list[tuple], lookup: Lookup | None, now: datetime) -> list[tuple]:
+    """Conflict rows, with the kept reading's event id read back from ClickHouse where the
+    core does not hold it (a reading of an earlier batch: already written, or preloaded)."""
+    unknown: dict[str, set] = {}
+    for stream, gpu, second, kept, *_ in conflicts:
+        if kept is None:
+            unknown.setdefault(stream, set()).add((gpu, second))
+    known = {stream: lookup.kept_event_ids(stream, keys) if lookup is not None else {}
+             for stream, keys in unknown.items()}
+    return [(stream, gpu, second, kept if kept is not None else known[stream].get((gpu, second), ""), *rest, now)
+            for stream, gpu, second, kept, *rest in conflicts]
 
 
 def _push(core: Any, index: int, element: int, reading: Any, message: Message) -> None:

@@ -162,6 +162,12 @@ FROM readings_power
 WHERE gpu_uuid IN {gpus:Array(String)} AND second BETWEEN {lo:UInt32} AND {hi:UInt32} {exact}
 GROUP BY gpu_uuid, s
 """
+_KEPT_SQL = """
+SELECT gpu_uuid, toUnixTimestamp(second) AS s, argMin(event_id, (src_partition, src_offset))
+FROM {table}
+WHERE gpu_uuid IN {gpus:Array(String)} AND second BETWEEN {lo:UInt32} AND {hi:UInt32} {exact}
+GROUP BY gpu_uuid, s
+"""
 _EXACT_KEYS = "AND (gpu_uuid, toUnixTimestamp(second)) IN {keys:Array(Tuple(String, UInt32))}"
 # Keys spanning at most this many seconds are fetched as a (cards × seconds) range and
 # filtered here: binding thousands of (card, second) pairs into the SQL costs more.
@@ -185,6 +191,15 @@ class StoredLookup:
     def __call__(self, need_usage: set, need_power: set) -> tuple[list[tuple], list[tuple]]:
         return (_query_keys(self.database, _USAGE_LOOKUP_SQL, need_usage),
                 _query_keys(self.database, _POWER_LOOKUP_SQL, need_power))
+
+    def kept_event_ids(self, stream: str, keys: set[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """The event id of the stored reading that counts for each (gpu, second) of `stream`
+        (the first in partition order): the kept side of a conflict the Rust core found
+        with a reading of an earlier batch, whose id it does not hold."""
+        if not keys:
+            return {}
+        rows = _query_keys(self.database, _KEPT_SQL.replace("{table}", f"readings_{stream}"), keys)
+        return {(gpu, int(second)): event_id for gpu, second, event_id in rows}
 
     def stored_since(self, cards: dict[str, dict[str, int]]) -> dict[str, set[str]]:
         """Per stream, the cards of `cards` ({stream: {gpu: since}}) with a stored reading at

@@ -139,18 +139,24 @@ struct Pending {
     offset: u64,
 }
 
+/// An event id as two independent 64-bit hashes: the first finds it in `Stream::ids`, the
+/// second confirms it. Two ids agreeing on both by chance: ≈ 2^-128. The text itself is not
+/// kept (it was half the memory of a reading held); a conflict's kept id is read back from
+/// ClickHouse by the caller.
+type EventHash = (u64, u64);
+
 struct UsageSeen {
-    event_id: Box<str>,
+    id: EventHash,
     tenant: u32,
     instance: u32,
     model: u32,
 }
 
 struct PowerSeen {
-    event_id: Box<str>,
+    id: EventHash,
     site: u32,
     node: u32,
-    power_mw: i64,
+    power_mw: u32, // ≤ 5,000,000
     partition: u32,
     offset: u64,
 }
@@ -178,16 +184,16 @@ impl<T> Default for Stream<T> {
 }
 
 trait EventId {
-    fn event_id(&self) -> &str;
+    fn id(&self) -> EventHash;
 }
 impl EventId for UsageSeen {
-    fn event_id(&self) -> &str {
-        &self.event_id
+    fn id(&self) -> EventHash {
+        self.id
     }
 }
 impl EventId for PowerSeen {
-    fn event_id(&self) -> &str {
-        &self.event_id
+    fn id(&self) -> EventHash {
+        self.id
     }
 }
 
@@ -199,33 +205,33 @@ fn key_second(key: u64) -> i64 {
     (key & 0xffff_ffff) as i64
 }
 
-fn id_hash(event_id: &str) -> u64 {
-    let mut hasher = DefaultHasher::new(); // SipHash with fixed keys: the same in every run
-    event_id.hash(&mut hasher);
-    hasher.finish()
+fn id_hash(event_id: &str) -> EventHash {
+    // SipHash with fixed keys (the same in every run), and FxHash from another seed to confirm.
+    let mut first = DefaultHasher::new();
+    event_id.hash(&mut first);
+    let mut second = FxHasher(0x9e37_79b9_7f4a_7c15);
+    second.write(event_id.as_bytes());
+    second.write_usize(event_id.len());
+    (first.finish(), second.finish())
 }
 
 impl<T: EventId> Stream<T> {
-    /// SPEC §4 on one stream: Some(first event id) for a conflict, Err(()) for a duplicate.
-    /// `hash` is `id_hash(event_id)`.
-    fn judge(&self, event_id: &str, hash: u64, key: u64) -> Result<Option<&str>, ()> {
-        if let Some(at) = self.ids.get(&hash) {
-            if self.seen.get(at).is_some_and(|seen| seen.event_id() == event_id) {
+    /// SPEC §4 on one stream: Err(()) for a duplicate (the same event id), Ok(true) for a
+    /// conflict (another reading of an already-seen (gpu, second)), Ok(false) for a first.
+    fn judge(&self, id: EventHash, key: u64) -> Result<bool, ()> {
+        if let Some(at) = self.ids.get(&id.0) {
+            if self.seen.get(at).is_some_and(|seen| seen.id() == id) {
                 return Err(());
             }
         }
-        Ok(self.seen.get(&key).map(|seen| seen.event_id()))
+        Ok(self.seen.contains_key(&key))
     }
 
     fn remember(&mut self, key: u64, seen: T) {
-        let hash = id_hash(seen.event_id());
-        self.remember_hashed(key, hash, seen);
-    }
-
-    fn remember_hashed(&mut self, key: u64, hash: u64, seen: T) {
-        // On a (2^-64) hash collision the first id keeps the slot: a later copy of the other
-        // reading is then caught as a conflict of its (gpu, second), never rated twice.
-        self.ids.entry(hash).or_insert(key);
+        // If another id shares the first hash (≈ 2^-64), the first keeps the slot: a later
+        // copy of the other reading is then caught as a conflict of its (gpu, second),
+        // never rated twice.
+        self.ids.entry(seen.id().0).or_insert(key);
         self.seen.insert(key, seen);
         self.order.push_back(key);
     }
@@ -238,7 +244,7 @@ impl<T: EventId> Stream<T> {
             }
             let key = self.order.pop_front().unwrap_or_default();
             if let Some(seen) = self.seen.remove(&key) {
-                let hash = id_hash(seen.event_id());
+                let hash = seen.id().0;
                 if self.ids.get(&hash) == Some(&key) {
                     self.ids.remove(&hash);
                 }
@@ -314,7 +320,7 @@ struct Core {
 /// A stored usage reading: (gpu, second, event_id, tenant, instance, gpu_model, offset).
 type StoredUsage = (String, i64, String, Option<String>, Option<String>, String, u64);
 /// A stored power reading: (gpu, second, event_id, site, node, power_mw, partition, offset).
-type StoredPower = (String, i64, String, String, String, i64, u32, u64);
+type StoredPower = (String, i64, String, String, String, u32, u32, u64);
 
 /// The outcome of pricing: Ok(index into a cache) or Err(the reason it cannot be priced).
 type Priced = Result<usize, String>;
@@ -431,7 +437,7 @@ impl Core {
         };
         Rated {
             energy: true, gpu: (power_key >> 32) as u32, second: key_second(power_key), period, tenant, instance, model,
-            site: power.site, node: power.node, rate, util_e4: 0, energy_mj: power.power_mw, version,
+            site: power.site, node: power.node, rate, util_e4: 0, energy_mj: i64::from(power.power_mw), version,
             partition: power.partition, offset: power.offset,
         }
     }
@@ -642,7 +648,7 @@ impl Core {
             let k = key(self.texts.id(&gpu), second);
             if !self.usage.seen.contains_key(&k) {
                 let seen = UsageSeen {
-                    event_id: event_id.into(), tenant: self.texts.optional(tenant.as_deref()),
+                    id: id_hash(&event_id), tenant: self.texts.optional(tenant.as_deref()),
                     instance: self.texts.optional(instance.as_deref()), model: self.texts.id(&model),
                 };
                 self.usage.remember(k, seen);
@@ -656,7 +662,7 @@ impl Core {
             let k = key(self.texts.id(&gpu), second);
             if !self.power.seen.contains_key(&k) {
                 let seen = PowerSeen {
-                    event_id: event_id.into(), site: self.texts.id(&site), node: self.texts.id(&node), power_mw, partition, offset,
+                    id: id_hash(&event_id), site: self.texts.id(&site), node: self.texts.id(&node), power_mw, partition, offset,
                 };
                 self.power.remember(k, seen);
             }
@@ -669,7 +675,7 @@ impl Core {
     /// tariff×10^6, pue×10^4) and period(second) → str; an exception of class
     /// `priced_error` refuses the reading. Returns (usage block, usage rows, power block,
     /// power rows, rated block, rated rows, unallocated energy rows, conflicts, duplicates,
-    /// refused) — conflicts as (stream, gpu, second, kept id, conflicting id, partition,
+    /// refused) — conflicts as (stream, gpu, second, kept id or None when it was rated before this batch, conflicting id, partition,
     /// offset), refused as (message index, element, reason). Prices are asked with the
     /// GIL; the rest runs without it, beside the event loop's Kafka fetches.
     fn rate<'py>(&mut self, py: Python<'py>, pricing: &Bound<'py, PyAny>, priced_error: &Bound<'py, PyAny>, now_ms: i64) -> PyResult<Bound<'py, PyTuple>> {
@@ -706,7 +712,7 @@ struct RateOutput {
     rated_block: Vec<u8>,
     rated_rows: usize,
     unallocated: usize,
-    conflicts: Vec<(&'static str, String, i64, String, String, u32, u64)>,
+    conflicts: Vec<(&'static str, String, i64, Option<String>, String, u32, u64)>,
     duplicates: usize,
     refused: Vec<(u32, u32, String)>,
 }
@@ -722,6 +728,10 @@ impl Core {
         let mut conflicts = Vec::new();
         let mut refused = Vec::new();
         let mut duplicates = 0usize;
+        // Readings remembered in this batch, for the kept id of a conflict with one of them
+        // (indexed only once a conflict needs it: conflicts are rare).
+        let mut remembered: Vec<usize> = Vec::with_capacity(pending.len());
+        let mut kept_here: FxMap<(bool, u64), usize> = FxMap::default();
         for (index, r) in pending.iter().enumerate() {
             let k = key(r.gpu, r.second);
             // Price first: a reading that cannot be priced moves no clock and no state.
@@ -739,15 +749,15 @@ impl Core {
                 None => None,
             };
             self.newest_second = self.newest_second.max(r.second);
-            let hash = id_hash(&r.event_id);
+            let id = id_hash(&r.event_id);
             let (judged, kind_name) = match r.kind {
                 Kind::Usage => {
                     self.usage.first_sight(r.gpu, r.second);
-                    (self.usage.judge(&r.event_id, hash, k), "usage")
+                    (self.usage.judge(id, k), "usage")
                 }
                 Kind::Power => {
                     self.power.first_sight(r.gpu, r.second);
-                    (self.power.judge(&r.event_id, hash, k), "power")
+                    (self.power.judge(id, k), "power")
                 }
             };
             match judged {
@@ -755,15 +765,20 @@ impl Core {
                     duplicates += 1;
                     continue;
                 }
-                Ok(Some(kept)) => {
-                    conflicts.push((kind_name, self.texts.text(r.gpu).to_owned(), r.second, kept.to_owned(), r.event_id.to_string(), r.partition, r.offset));
+                Ok(true) => {
+                    for i in remembered.drain(..) {
+                        kept_here.insert((pending[i].kind == Kind::Power, key(pending[i].gpu, pending[i].second)), i);
+                    }
+                    let kept = kept_here.get(&(r.kind == Kind::Power, k)).map(|i| pending[*i].event_id.to_string());
+                    conflicts.push((kind_name, self.texts.text(r.gpu).to_owned(), r.second, kept, r.event_id.to_string(), r.partition, r.offset));
                     continue;
                 }
-                Ok(None) => {}
+                Ok(false) => {}
             }
+            remembered.push(index);
             let period = self.periods[&r.second];
             if r.kind == Kind::Usage {
-                self.usage.remember_hashed(k, hash, UsageSeen { event_id: r.event_id.clone(), tenant: r.tenant, instance: r.instance, model: r.model });
+                self.usage.remember(k, UsageSeen { id, tenant: r.tenant, instance: r.instance, model: r.model });
                 raw_usage.push(index);
                 if let Some(rate) = rate {
                     rated.push(Rated {
@@ -780,9 +795,9 @@ impl Core {
                 }
             } else {
                 let rate = rate.expect("power readings are priced");
-                let power = PowerSeen { event_id: r.event_id.clone(), site: r.site, node: r.node, power_mw: r.power_mw, partition: r.partition, offset: r.offset };
+                let power = PowerSeen { id, site: r.site, node: r.node, power_mw: r.power_mw as u32, partition: r.partition, offset: r.offset };
                 rated.push(self.energy_row(k, &power, self.usage.seen.get(&k), period, rate));
-                self.power.remember_hashed(k, hash, power);
+                self.power.remember(k, power);
                 raw_power.push(index);
             }
         }

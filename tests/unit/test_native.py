@@ -105,3 +105,6 @@ def test_stored_readings_are_found_by_key_in_narrow_and_wide_ranges(database) ->
     held = lookup.stored_since({"power": {"GPU-A": T0 + 6, "GPU-B": T0 + 6, "GPU-C": T0}, "usage": {}})
     assert held == {"power": {"GPU-A", "GPU-B"}}  # A: at `far`; B: at T0 + 6 itself; C: none
     assert lookup.stored_since({"power": {"GPU-B": T0 + 7}}) == {"power": set()}
+    # the kept side of a conflict: the first stored reading of the key in partition order
+    assert lookup.kept_event_ids("power", {("GPU-A", T0 + 5), ("GPU-A", far), ("GPU-C", T0)}) == {
+        ("GPU-A", T0 + 5): "p-a", ("GPU-A", far): "p-c"}

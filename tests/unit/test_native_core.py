@@ -116,6 +116,17 @@ class StoredFake:
         return ([self.store[("usage",) + key] for key in sorted(need_usage) if ("usage",) + key in self.store],
                 [self.store[("power",) + key] for key in sorted(need_power) if ("power",) + key in self.store])
 
+    def kept_event_ids(self, stream: str, keys: set) -> dict:
+        return {key: self.store[(stream,) + key][2] for key in keys if (stream,) + key in self.store}
+
+    def wrote(self, outcome) -> None:
+        """Keep what a batch wrote, as ClickHouse would (event ids of the readings that count)."""
+        for row in outcome.readings_usage:  # (event_id, ts, second, site, node, gpu, …)
+            self.store.setdefault(("usage", row[5], row[2]), (row[5], row[2], row[0], row[7], row[8], row[6], row[12]))
+        for row in outcome.readings_power:
+            self.store.setdefault(("power", row[5], row[2]), (row[5], row[2], row[0], row[3], row[4], row[6], row[7],
+                                                              row[8]))
+
     def stored_since(self, cards: dict) -> dict:
         return {stream: {gpu for (s, gpu, second) in self.store if s == stream and second >= since.get(gpu, 1 << 40)}
                 for stream, since in cards.items()}
@@ -132,13 +143,14 @@ STORE = {
 @given(st.lists(batch(), min_size=1, max_size=4), st.integers(0, 4), st.sampled_from([5, 900]), st.booleans())
 def test_the_rust_core_writes_what_the_python_rater_writes(batches, forget_after, horizon_s, cards):
     python, rust = Rater(RULES, horizon_s=horizon_s), NativeRater(RULES, horizon_s=horizon_s)
-    lookup = StoredFake(STORE, cards=cards)
+    lookup = StoredFake(dict(STORE), cards=cards)
     for number, messages in enumerate(batches):
         if number == forget_after:
             python.forget()
             rust.forget()
         expected = process_batch(messages, python, known_sites=SITES, known_models=MODELS, now=NOW, lookup=lookup)
         got = process_batch_native(messages, rust, now=NOW, lookup=lookup)
+        lookup.wrote(expected.outcome)
         assert {t: b for t, (b, _) in got.outcome.blocks.items()} == python_blocks(expected.outcome)
         assert {t: n for t, (_, n) in got.outcome.blocks.items()} == {
             t: n for t, n in (("rated_seconds", len(expected.outcome.rated)),
@@ -176,3 +188,22 @@ def test_a_reading_that_cannot_be_priced_is_dead_lettered_alone():
     assert len(expected.deadletters) == 1 and expected.deadletters[0].reason.startswith("cannot be priced: ")
     assert [d.reason for d in got.deadletters] == [d.reason for d in expected.deadletters]
     assert not got.outcome.blocks
+
+
+def test_a_conflict_with_a_reading_of_an_earlier_batch_names_the_kept_id_from_clickhouse():
+    def power(event_id: str, offset: int) -> Message:
+        return Message(TOPIC_POWER, 0, offset, None, (
+            b'{"kind": "power", "event_id": "' + event_id.encode() + b'", "ts": "2026-03-01T00:00:07Z", '
+            b'"site": "gz-guian", "node": "node-01", "gpu_uuid": "GPU-a", "power_w": 300}'))
+
+    python, rust = Rater(RULES), NativeRater(RULES)
+    lookup = StoredFake({}, cards=True)
+    for batch in ([power("kept", 0)], [power("late", 1), power("kept", 2)]):
+        expected = process_batch(batch, python, known_sites=SITES, known_models=MODELS, now=NOW, lookup=lookup)
+        got = process_batch_native(batch, rust, now=NOW, lookup=lookup)
+        lookup.wrote(expected.outcome)
+    # the second batch: "late" conflicts with "kept" (held by the core only as a hash), and a
+    # second copy of "kept" is a duplicate
+    assert got.outcome.conflicts == expected.outcome.conflicts == [
+        ("power", "GPU-a", T + 7, "kept", "late", 0, 1, NOW)]
+    assert got.outcome.duplicates == expected.outcome.duplicates == 1
