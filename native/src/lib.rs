@@ -794,7 +794,11 @@ impl Core {
                     });
                 }
                 if let Some(power) = self.power.seen.get(&k) {
-                    // The power of this second was rated before its usage: join it now.
+                    // The power of this second was rated before its usage: join it now. (If
+                    // rules swapped in since then cannot price that second at its site, no
+                    // joined row is written and the energy stays unallocated; the Python
+                    // rater would refuse the usage reading instead. It takes a rules reload
+                    // that withdraws the price of a second already rated.)
                     if let Some(Ok(rate)) = self.energies.get(&(power.site, r.second)) {
                         rated.push(self.energy_row(k, power, self.usage.seen.get(&k), period, *rate));
                     }
