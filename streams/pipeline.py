@@ -114,8 +114,9 @@ def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_m
             positions[position] = after
         accepted += validate_message(message, quick, known_sites, known_models, now_s, result.deadletters)
     if lookup is not None:
-        check_cards(rater, lookup, [reading for reading, *_ in accepted])
-        need_usage, need_power = rater.lookups([reading for reading, *_ in accepted])
+        readings = [reading for reading, *_ in accepted]
+        check_cards(rater, lookup, readings)
+        need_usage, need_power = rater.lookups(readings)
         if need_usage or need_power:
             usage_rows, power_rows = lookup(need_usage, need_power)
             rater.preload_usage(usage_rows)

@@ -57,36 +57,28 @@ impl Block {
         }
     }
 
-    pub fn u32s(&mut self, name: &str, type_name: &str, values: impl Iterator<Item = u32>) {
+    /// A column of fixed-width numbers (UInt32, Int64, Decimal, DateTime, Enum8, …).
+    pub fn numbers<T: LittleEndian>(&mut self, name: &str, type_name: &str, values: impl Iterator<Item = T>) {
         self.header(name, type_name);
         for value in values {
-            self.bytes.extend_from_slice(&value.to_le_bytes());
+            value.put(&mut self.bytes);
         }
-    }
-
-    pub fn i32s(&mut self, name: &str, type_name: &str, values: impl Iterator<Item = i32>) {
-        self.header(name, type_name);
-        for value in values {
-            self.bytes.extend_from_slice(&value.to_le_bytes());
-        }
-    }
-
-    pub fn u64s(&mut self, name: &str, type_name: &str, values: impl Iterator<Item = u64>) {
-        self.header(name, type_name);
-        for value in values {
-            self.bytes.extend_from_slice(&value.to_le_bytes());
-        }
-    }
-
-    pub fn i64s(&mut self, name: &str, type_name: &str, values: impl Iterator<Item = i64>) {
-        self.header(name, type_name);
-        for value in values {
-            self.bytes.extend_from_slice(&value.to_le_bytes());
-        }
-    }
-
-    pub fn i8s(&mut self, name: &str, type_name: &str, values: impl Iterator<Item = i8>) {
-        self.header(name, type_name);
-        self.bytes.extend(values.map(|v| v as u8));
     }
 }
+
+/// A number as ClickHouse's Native format stores it: little-endian, fixed width.
+pub trait LittleEndian: Copy {
+    fn put(self, out: &mut Vec<u8>);
+}
+
+macro_rules! little_endian {
+    ($($t:ty),*) => {$(
+        impl LittleEndian for $t {
+            fn put(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+        }
+    )*};
+}
+
+little_endian!(i8, u32, i32, u64, i64);

@@ -827,9 +827,9 @@ impl Core {
         raw_power.sort_by_cached_key(reading_key);
         rated.sort_by_cached_key(|row| (row.energy, rank[&row.gpu], row.second));
         RateOutput {
-            usage_block: self.usage_block(&pending, &raw_usage, now_ms),
+            usage_block: self.readings_block(Kind::Usage, &pending, &raw_usage, now_ms),
             usage_rows: raw_usage.len(),
-            power_block: self.power_block(&pending, &raw_power, now_ms),
+            power_block: self.readings_block(Kind::Power, &pending, &raw_power, now_ms),
             power_rows: raw_power.len(),
             rated_block: self.rated_block(&rated, now_ms),
             rated_rows: rated.len(),
@@ -840,47 +840,32 @@ impl Core {
         }
     }
 
-    fn usage_block(&self, pending: &[Pending], rows: &[usize], now_ms: i64) -> Vec<u8> {
+    /// The readings_usage or readings_power block of `rows` (indexes into `pending`).
+    fn readings_block(&self, kind: Kind, pending: &[Pending], rows: &[usize], now_ms: i64) -> Vec<u8> {
         if rows.is_empty() {
             return Vec::new();
         }
         let r = || rows.iter().map(|i| &pending[*i]);
         let t = &self.texts;
-        let mut b = Block::new(14, rows.len());
+        let mut b = Block::new(if kind == Kind::Usage { 14 } else { 10 }, rows.len());
         b.strings("event_id", r().map(|p| &*p.event_id));
         b.strings("ts", r().map(|p| &*p.ts));
-        b.u32s("second", "DateTime('UTC')", r().map(|p| p.second as u32));
+        b.numbers("second", "DateTime('UTC')", r().map(|p| p.second as u32));
         b.strings("site", r().map(|p| t.text(p.site)));
         b.strings("node", r().map(|p| t.text(p.node)));
         b.strings("gpu_uuid", r().map(|p| t.text(p.gpu)));
-        b.strings("gpu_model", r().map(|p| t.text(p.model)));
-        b.nullable_strings("tenant", r().map(|p| t.nullable(p.tenant)));
-        b.nullable_strings("instance", r().map(|p| t.nullable(p.instance)));
-        b.i32s("util_pct", "Decimal(9, 4)", r().map(|p| p.util_e4 as i32));
-        b.u64s("mem_used_mib", "UInt64", r().map(|p| p.mem_mib));
-        b.u32s("src_partition", "UInt32", r().map(|p| p.partition));
-        b.u64s("src_offset", "UInt64", r().map(|p| p.offset));
-        b.i64s("ingested_at", "DateTime64(3, 'UTC')", r().map(|_| now_ms));
-        b.into_bytes()
-    }
-
-    fn power_block(&self, pending: &[Pending], rows: &[usize], now_ms: i64) -> Vec<u8> {
-        if rows.is_empty() {
-            return Vec::new();
+        if kind == Kind::Usage {
+            b.strings("gpu_model", r().map(|p| t.text(p.model)));
+            b.nullable_strings("tenant", r().map(|p| t.nullable(p.tenant)));
+            b.nullable_strings("instance", r().map(|p| t.nullable(p.instance)));
+            b.numbers("util_pct", "Decimal(9, 4)", r().map(|p| p.util_e4 as i32));
+            b.numbers("mem_used_mib", "UInt64", r().map(|p| p.mem_mib));
+        } else {
+            b.numbers("power_mw", "UInt64", r().map(|p| p.power_mw as u64));
         }
-        let r = || rows.iter().map(|i| &pending[*i]);
-        let t = &self.texts;
-        let mut b = Block::new(10, rows.len());
-        b.strings("event_id", r().map(|p| &*p.event_id));
-        b.strings("ts", r().map(|p| &*p.ts));
-        b.u32s("second", "DateTime('UTC')", r().map(|p| p.second as u32));
-        b.strings("site", r().map(|p| t.text(p.site)));
-        b.strings("node", r().map(|p| t.text(p.node)));
-        b.strings("gpu_uuid", r().map(|p| t.text(p.gpu)));
-        b.u64s("power_mw", "UInt64", r().map(|p| p.power_mw as u64));
-        b.u32s("src_partition", "UInt32", r().map(|p| p.partition));
-        b.u64s("src_offset", "UInt64", r().map(|p| p.offset));
-        b.i64s("ingested_at", "DateTime64(3, 'UTC')", r().map(|_| now_ms));
+        b.numbers("src_partition", "UInt32", r().map(|p| p.partition));
+        b.numbers("src_offset", "UInt64", r().map(|p| p.offset));
+        b.numbers("ingested_at", "DateTime64(3, 'UTC')", r().map(|_| now_ms));
         b.into_bytes()
     }
 
@@ -893,9 +878,9 @@ impl Core {
         let rent = |row: &Rated| (!row.energy).then(|| &self.rent_rates[row.rate]);
         let energy = |row: &Rated| row.energy.then(|| &self.energy_rates[row.rate]);
         let mut b = Block::new(22, rows.len());
-        b.i8s("stream", "Enum8('rent' = 1, 'energy' = 2)", r().map(|row| if row.energy { 2 } else { 1 }));
+        b.numbers("stream", "Enum8('rent' = 1, 'energy' = 2)", r().map(|row| if row.energy { 2_i8 } else { 1 }));
         b.strings("gpu_uuid", r().map(|row| t.text(row.gpu)));
-        b.u32s("second", "DateTime('UTC')", r().map(|row| row.second as u32));
+        b.numbers("second", "DateTime('UTC')", r().map(|row| row.second as u32));
         b.strings("period", r().map(|row| self.period_texts[row.period].as_str()));
         b.strings("tenant", r().map(|row| t.text(row.tenant)));
         b.strings("instance", r().map(|row| t.text(row.instance)));
@@ -903,18 +888,18 @@ impl Core {
         b.strings("site", r().map(|row| t.text(row.site)));
         b.strings("node", r().map(|row| t.text(row.node)));
         b.strings("plan", r().map(|row| rent(row).map_or("", |rate| rate.plan.as_str())));
-        b.i64s("rent_price", "Decimal(18, 6)", r().map(|row| rent(row).map_or(0, |rate| rate.price_e6)));
-        b.u32s("rent_per_s", "UInt32", r().map(|row| rent(row).map_or(0, |rate| rate.per_s)));
-        b.i32s("discount_pct", "Decimal(9, 4)", r().map(|row| rent(row).map_or(0, |rate| rate.discount_e4)));
-        b.i32s("util_pct", "Decimal(9, 4)", r().map(|row| row.util_e4 as i32));
-        b.u64s("energy_mj", "UInt64", r().map(|row| row.energy_mj as u64));
+        b.numbers("rent_price", "Decimal(18, 6)", r().map(|row| rent(row).map_or(0, |rate| rate.price_e6)));
+        b.numbers("rent_per_s", "UInt32", r().map(|row| rent(row).map_or(0, |rate| rate.per_s)));
+        b.numbers("discount_pct", "Decimal(9, 4)", r().map(|row| rent(row).map_or(0, |rate| rate.discount_e4)));
+        b.numbers("util_pct", "Decimal(9, 4)", r().map(|row| row.util_e4 as i32));
+        b.numbers("energy_mj", "UInt64", r().map(|row| row.energy_mj as u64));
         b.strings("band", r().map(|row| energy(row).map_or("", |rate| rate.band.as_str())));
-        b.i64s("tariff_per_kwh", "Decimal(18, 6)", r().map(|row| energy(row).map_or(0, |rate| rate.tariff_e6)));
-        b.i32s("pue", "Decimal(9, 4)", r().map(|row| energy(row).map_or(0, |rate| rate.pue_e4)));
-        b.u64s("version", "UInt64", r().map(|row| row.version));
-        b.u32s("src_partition", "UInt32", r().map(|row| row.partition));
-        b.u64s("src_offset", "UInt64", r().map(|row| row.offset));
-        b.i64s("rated_at", "DateTime64(3, 'UTC')", r().map(|_| now_ms));
+        b.numbers("tariff_per_kwh", "Decimal(18, 6)", r().map(|row| energy(row).map_or(0, |rate| rate.tariff_e6)));
+        b.numbers("pue", "Decimal(9, 4)", r().map(|row| energy(row).map_or(0, |rate| rate.pue_e4)));
+        b.numbers("version", "UInt64", r().map(|row| row.version));
+        b.numbers("src_partition", "UInt32", r().map(|row| row.partition));
+        b.numbers("src_offset", "UInt64", r().map(|row| row.offset));
+        b.numbers("rated_at", "DateTime64(3, 'UTC')", r().map(|_| now_ms));
         b.into_bytes()
     }
 }
