@@ -127,8 +127,13 @@ def test_kill9_three_times_during_a_drain(faults, broker, tmp_path):
     commit progress (so rows are in ClickHouse whose offsets may not be committed yet),
     then drain to the end: every second counted once."""
     rng = random.Random(SEED + 1)
-    # 15 readings per second of 8 cards: 120,000 readings, enough that a drain (≈ 50,000
-    # readings/s) is still running at the third kill
+    # 15 readings per second of 8 cards: 120,000 readings. The native worker drains them in
+    # about a second, so every insert is slowed by 0.15 s (failpoint clickhouse-slow, as in
+    # the two-worker test): the drain is then still running at the third kill.
+    failpoints = tmp_path / "failpoints"
+    failpoints.mkdir()
+    (failpoints / "clickhouse-slow").write_text("0.15")
+    faults.env["GPUBILL_FAILPOINTS"] = str(failpoints)
     readings = make_readings(8000)
     truth = truth_of(readings)
     assert dict(truth.rent_seconds) == {"acme": 20_000, "beta": 16_000}  # 2.5 and 2 cards × 8,000 s
