@@ -21,6 +21,7 @@ import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,9 +32,10 @@ from gpubill.errors import DatabaseError
 from schemas.fast import QuickParser
 from streams.feeder import Batch, Feeder
 from streams.metrics import Metrics
-from streams.pipeline import BatchResult, Message, deadletter_row_from_record, process_batch, utcnow
+from streams.pipeline import BatchResult, deadletter_row_from_record, process_batch, utcnow
 from streams.native_rating import NativeRater, process_batch_native
 from streams.rating import Outcome, Rater
+from streams.records import expand
 from streams.sink import ClickHouseSink, StoredLookup
 
 log = logging.getLogger("gpubill.worker")
@@ -88,10 +90,11 @@ class Freshness:
     def __init__(self, path: Path, limit: int = 1_000_000) -> None:
         self.path, self.limit, self.latencies_s = path, limit, []
 
-    def observe(self, messages: list[Message]) -> None:
+    def observe(self, timestamps: list[int]) -> None:
+        """Record the latency of every record of a batch just inserted (Kafka timestamps, ms)."""
         now = time.time()
         if len(self.latencies_s) < self.limit:
-            self.latencies_s += [now - m.timestamp / 1000 for m in messages if m.timestamp]
+            self.latencies_s += [now - stamp / 1000 for stamp in timestamps if stamp]
 
     def write(self) -> None:
         import orjson
@@ -111,7 +114,9 @@ class Pipeline:
     metrics: Metrics | None = None
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     freshness: "Freshness | None" = None
-    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="sink"))
+    # Two threads: one rates batch n + 1 while the other writes batch n to ClickHouse.
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="rating"))
+    writer: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="writer"))
     quick: QuickParser | None = None  # the fast validation path for `quick_rules`' sites and models
     quick_rules: Any = None
 
@@ -125,13 +130,16 @@ class Pipeline:
         self.rules = rules
         self.rater.use_rules(rules)
 
-    def handle(self, messages: list[Message]) -> BatchResult:
-        """Rate a batch and persist it (runs in the sink's thread: the only ClickHouse caller)."""
+    def rate(self, items: list) -> tuple[BatchResult, datetime]:
+        """Validate, deduplicate, attribute and price a batch — `Message`s and `RecordSet`s —
+        in the rating thread (the only user of the rater). Returns the result and its time."""
         now = utcnow()
-        lookup = StoredLookup(self.sink.database) if self.sink else None
+        lookup = StoredLookup(self.sink.database, before_read=self.writes_done) if self.sink else None
         if isinstance(self.rater, NativeRater):  # it keeps its own snapshot of the rules
-            result = process_batch_native(messages, self.rater, now=now, lookup=lookup)
+            result = process_batch_native(items, self.rater, now=now, lookup=lookup,
+                                          timestamps=self.freshness is not None)
         else:
+            messages = expand(items)
             rules = self.rules  # one snapshot for the whole batch
             if self.quick is None or self.quick_rules is not rules:
                 self.quick, self.quick_rules = QuickParser(rules.site_ids, rules.model_ids), rules
@@ -139,6 +147,11 @@ class Pipeline:
                 messages, self.rater, known_sites=frozenset(rules.site_ids), known_models=frozenset(rules.model_ids),
                 now=now, lookup=lookup, quick=self.quick,
             )
+            result.timestamps = [m.timestamp for m in messages] if self.freshness is not None else []
+        return result, now
+
+    def persist(self, result: BatchResult, now: datetime) -> BatchResult:
+        """Write a rated batch to ClickHouse, in the writer thread; returns once acknowledged."""
         if self.sink:
             started = time.monotonic()
             rows = [letter.row(now) for letter in result.deadletters]
@@ -146,16 +159,33 @@ class Pipeline:
             if self.metrics:
                 self.metrics.flushed(time.monotonic() - started, result.outcome, len(rows))
             if self.freshness is not None:
-                self.freshness.observe(messages)
+                self.freshness.observe(result.timestamps)
         return result
 
+    def handle(self, items: list) -> BatchResult:
+        """Rate a batch and write it, in the calling thread (tests, tools)."""
+        return self.persist(*self.rate(items))
+
+    def writes_done(self) -> None:
+        """Wait until every write handed to the writer thread so far is acknowledged: a
+        ClickHouse look-up while rating must see the batches before it."""
+        self.writer.submit(lambda: None).result()
+
     async def in_sink_thread(self, func, *args):
-        """Run `func` in the sink's thread. If it fails — ClickHouse gave up, or a bug — the
+        """Run `func` in the rating thread (see `in_thread`)."""
+        return await self.in_thread(self.executor, func, *args)
+
+    async def in_writer_thread(self, func, *args):
+        """Run `func` in the writer thread (see `in_thread`)."""
+        return await self.in_thread(self.writer, func, *args)
+
+    async def in_thread(self, executor: ThreadPoolExecutor, func, *args):
+        """Run `func` in `executor`'s thread. If it fails — ClickHouse gave up, or a bug — the
         process exits at once, the batch never marked done and so never committed: a crashed
         agent would otherwise leave a worker that consumes nothing (and a drain that never ends)."""
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self.executor, func, *args)
+            return await loop.run_in_executor(executor, func, *args)
         except DatabaseError:
             log.exception("ClickHouse did not accept a batch; exiting without committing its offsets")
         except Exception:  # noqa: BLE001 - see the docstring
@@ -202,25 +232,30 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
 
     @app.agent(readings_channel, name="rate_readings")
     async def rate_readings(batches):
-        """Validate → dedupe → attribute → rate → ClickHouse, one fed batch at a time."""
+        """Validate → dedupe → attribute → rate → ClickHouse, one fed batch at a time: a
+        batch is rated while the one before it is still being written."""
         async for batch in batches:
-            result = await pipeline.in_sink_thread(pipeline.handle, batch.messages)
-            await _send_deadletters(deadletter_topic, result)
-            batch.finish(result)  # only now may the feeder commit these offsets
-            if pipeline.metrics:
-                pipeline.metrics.batch(result, pipeline.rater)
-            yield result
+            rated = await pipeline.in_sink_thread(pipeline.rate, batch.messages)
+            asyncio.ensure_future(_write_and_finish(batch, *rated))
+            yield rated[0]
+
+    async def _write_and_finish(batch: Batch, result: BatchResult, now: datetime) -> None:
+        await pipeline.in_writer_thread(pipeline.persist, result, now)  # the writer keeps batches in order
+        await _send_deadletters(deadletter_topic, result)
+        batch.finish(result)  # only now may the feeder commit these offsets
+        if pipeline.metrics:
+            pipeline.metrics.batch(result, pipeline.rater)
 
     @app.agent(deadletters_channel, name="store_deadletters")
     async def store_deadletters(batches):
         """Keep every dead letter in ClickHouse (those refused by `replay` arrive only here)."""
         async for batch in batches:
-            now = utcnow()
+            now, messages = utcnow(), expand(batch.messages)
             if pipeline.sink:
-                rows = [deadletter_row_from_record(m, now) for m in batch.messages]
-                await pipeline.in_sink_thread(pipeline.sink.write, Outcome(), rows)
-            batch.finish(len(batch.messages))
-            yield len(batch.messages)
+                rows = [deadletter_row_from_record(m, now) for m in messages]
+                await pipeline.in_writer_thread(pipeline.sink.write, Outcome(), rows)
+            batch.finish(len(messages))
+            yield len(messages)
 
     @app.task
     async def feed() -> None:

@@ -36,12 +36,15 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
+from streams import records
+from streams.records import RecordSet
+
 log = logging.getLogger("gpubill.feeder")
 
 # Per batch: about a whole fetch round (16 partitions × ≤ 512 KiB), so that a batch holds
 # usage and power of roughly the same seconds and ClickHouse gets few large inserts.
 FETCH_MAX_RECORDS = 50_000
-IN_FLIGHT = 2  # batches sent and not yet written: one being written, one being prepared
+IN_FLIGHT = 3  # batches sent and not yet written: one being written, one being rated, one waiting
 COMMIT_EVERY_S = 0.5  # at most two commits a second; always one at a rebalance and at the end
 
 
@@ -49,7 +52,7 @@ COMMIT_EVERY_S = 0.5  # at most two commits a second; always one at a rebalance 
 class Batch:
     """Messages of one fetch for one agent; `done` resolves once they are written."""
 
-    messages: list
+    messages: list  # `Message`s (aiokafka's ConsumerRecords) or `RecordSet`s
     done: asyncio.Future
 
     def finish(self, result: Any = None) -> None:
@@ -60,7 +63,7 @@ class Batch:
         """(topic, partition) → the offset after the last message: what may be committed."""
         last: dict[tuple[str, int], int] = {}
         for m in self.messages:
-            last[(m.topic, m.partition)] = m.offset + 1
+            last[(m.topic, m.partition)] = m.next_offset if isinstance(m, RecordSet) else m.offset + 1
         return last
 
 
@@ -86,6 +89,7 @@ class Feeder:
         """Consume until cancelled (the worker stops). What was written and not yet committed
         is delivered again to whoever consumes next: harmless, the writes are idempotent."""
         self._slots = asyncio.Semaphore(IN_FLIGHT)
+        records.install()
         self.consumer = self.consumer or AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap.split(","), group_id=self.group, enable_auto_commit=False,
             auto_offset_reset="earliest", max_poll_records=FETCH_MAX_RECORDS,
@@ -99,6 +103,8 @@ class Feeder:
             # (same count, same key) goes to the same member, so a card's usage and power
             # meet in one worker whatever the number of workers.
             partition_assignment_strategy=(RangePartitionAssignor,),
+            # Each partition's fetch as one RecordSet, read in place by the native core.
+            value_deserializer=records.RECORD_SETS,
         )
         await self.consumer.start()
         self.consumer.subscribe(topics=list(self.routes), listener=_Listener(self))
@@ -123,8 +129,8 @@ class Feeder:
     async def _send(self, fetched: dict, generation: int) -> None:
         """One batch per agent: the fetched usage and power go to the rater together."""
         by_route: dict[Callable, list] = {}
-        for tp, records in fetched.items():
-            by_route.setdefault(self.routes[tp.topic], []).extend(records)
+        for tp, fetched_items in fetched.items():
+            by_route.setdefault(self.routes[tp.topic], []).extend(fetched_items)
         for route, messages in by_route.items():
             await self._slots.acquire()
             if generation != self.generation:  # a rebalance happened while we waited: refetch

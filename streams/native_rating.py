@@ -29,6 +29,7 @@ from schemas.fast import QuickParser
 from streams.native import epoch_ms, scaled
 from streams.pipeline import BatchResult, Lookup, Message, check_cards, refused, validate_message
 from streams.rating import Rater
+from streams.records import RecordSet, expand, messages_of
 
 try:
     import gpubill_native
@@ -113,16 +114,32 @@ def best_rater(rules: Any) -> "NativeRater | Rater":
     return Rater(rules)
 
 
-def process_batch_native(messages: list[Message], rater: NativeRater, *, now: datetime,
-                         lookup: Lookup | None = None) -> BatchResult:
-    """`streams.pipeline.process_batch` on the Rust core: the same steps, rows and dead letters."""
+def process_batch_native(items: list, rater: NativeRater, *, now: datetime, lookup: Lookup | None = None,
+                         timestamps: bool = False) -> BatchResult:
+    """`streams.pipeline.process_batch` on the Rust core: the same steps, rows and dead letters.
+
+    `items` are `Message`s and `RecordSet`s (streams/records.py): plain sets are read in
+    place by the core; the others are decoded here. With `timestamps` the result carries
+    every record's Kafka timestamp (for the freshness benchmark)."""
     result = BatchResult()
     core, now_s = rater.core, int(now.timestamp())
+    messages = [item for item in items if not isinstance(item, RecordSet)]
+    sets = [item for item in items if isinstance(item, RecordSet)]
+    messages += expand([s for s in sets if not s.plain])
+    sets = [s for s in sets if s.plain]
     # (1) The core takes the plainly valid single readings; the definition judges the rest.
-    others, result.readings_in, result.positions = core.parse(messages, now_s)
+    others, result.readings_in, result.positions, judge, stamps = core.parse(
+        messages, [(s.topic, s.partition, s.data, s.start) for s in sets], now_s, timestamps)
+    for s in sets:
+        at = (s.topic, s.partition)
+        result.positions[at] = max(result.positions.get(at, 0), s.next_offset)
+    if timestamps:
+        result.timestamps = [m.timestamp for m in messages] + stamps
+    found = {index: Message(*fields) for index, *fields in judge}  # set records Python judges
+    found.update((index, messages[index]) for index in others)
     elements: dict[tuple[int, int], bytes] = {}
-    for index in others:
-        message = messages[index]
+    for index in sorted(found):
+        message = found[index]
         for reading, _, value, element in validate_message(
             message, rater.quick, rater.known_sites, rater.known_models, now_s, result.deadletters
         ):
@@ -147,12 +164,26 @@ def process_batch_native(messages: list[Message], rater: NativeRater, *, now: da
             outcome.blocks[table] = (block, rows)
     outcome.conflicts = _with_kept_ids(conflicts, lookup, now)
     for index, element, reason in not_priced:
-        message = messages[index]
+        message = found.get(index) or _record_at(index, messages, sets)
         value = elements[(index, element)] if element else message.value
         result.deadletters.append(refused(message, value, element, reason))
     result.outcome = outcome
     rater.evict()
     return result
+
+
+def _record_at(index: int, messages: list[Message], sets: list[RecordSet]) -> Message:
+    """Message `index` of a batch numbered as the core numbers it: `messages`, then the
+    records of `sets` in order (rare: a fast-path reading the rules could not price)."""
+    if index < len(messages):
+        return messages[index]
+    index -= len(messages)
+    for records in sets:
+        decoded = messages_of(records)
+        if index < len(decoded):
+            return decoded[index]
+        index -= len(decoded)
+    raise IndexError(f"no record {index} in the batch")
 
 
 def _with_kept_ids(conflicts: list[tuple], lookup: Lookup | None, now: datetime) -> list[tuple]:

@@ -86,6 +86,7 @@ class BatchResult:
     deadletters: list[DeadLetter] = field(default_factory=list)
     readings_in: dict[str, int] = field(default_factory=dict)
     positions: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic, partition) → next offset
+    timestamps: list[int] = field(default_factory=list)  # of every record, in ms, when asked (freshness)
 
 
 Lookup = Callable[[set, set], tuple[list[tuple], list[tuple]]]

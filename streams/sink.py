@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from gpubill.errors import DatabaseError
 from schemas import tables
@@ -185,10 +185,12 @@ GROUP BY gpu_uuid
 class StoredLookup:
     """A `streams.pipeline.Lookup` reading the first stored reading per (gpu, second)."""
 
-    def __init__(self, database) -> None:
+    def __init__(self, database, before_read: Callable[[], None] = lambda: None) -> None:
         self.database = database
+        self.before_read = before_read  # e.g. wait for the writes in flight (streams/app.py)
 
     def __call__(self, need_usage: set, need_power: set) -> tuple[list[tuple], list[tuple]]:
+        self.before_read()
         return (_query_keys(self.database, _USAGE_LOOKUP_SQL, need_usage),
                 _query_keys(self.database, _POWER_LOOKUP_SQL, need_power))
 
@@ -198,6 +200,7 @@ class StoredLookup:
         with a reading of an earlier batch, whose id it does not hold."""
         if not keys:
             return {}
+        self.before_read()
         rows = _query_keys(self.database, _KEPT_SQL.replace("{table}", f"readings_{stream}"), keys)
         return {(gpu, int(second)): event_id for gpu, second, event_id in rows}
 
@@ -205,6 +208,7 @@ class StoredLookup:
         """Per stream, the cards of `cards` ({stream: {gpu: since}}) with a stored reading at
         or after their `since` (see Rater.unchecked_cards)."""
         held: dict[str, set[str]] = {}
+        self.before_read()
         for stream, since in cards.items():
             if not since:
                 continue

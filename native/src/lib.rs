@@ -14,6 +14,7 @@
 
 mod block;
 mod reading;
+mod records;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -146,6 +147,9 @@ struct Pending {
 /// kept (it was half the memory of a reading held); a conflict's kept id is read back from
 /// ClickHouse by the caller.
 type EventHash = (u64, u64);
+
+/// A fetched record set as the core reads it: (position in `sets`, its stream, partition, bytes, first offset).
+type RawSet<'a> = (usize, Option<Kind>, u32, &'a [u8], u64);
 
 struct UsageSeen {
     id: EventHash,
@@ -388,30 +392,57 @@ impl Core {
         Ok(())
     }
 
-    /// With the GIL: every price and period rating the pending batch can ask for, cached.
+    /// Every price and period rating the pending batch can ask for, cached: what is missing
+    /// is found without the GIL, then asked of the rules (Python) with it.
     fn prepare(&mut self, py: Python<'_>, pricing: &Bound<'_, PyAny>, priced_error: &Bound<'_, PyAny>) -> PyResult<()> {
-        let pending = std::mem::take(&mut self.pending);
-        let mut result = Ok(());
-        for r in &pending {
-            let k = key(r.gpu, r.second);
-            result = self.ask_period(pricing, r.second);
-            if result.is_ok() {
-                result = match r.kind {
-                    Kind::Usage if r.tenant != NONE => self.ask_rent(py, pricing, priced_error, r.tenant, r.model, r.second),
-                    Kind::Usage => Ok(()),
-                    Kind::Power => self.ask_energy(py, pricing, priced_error, r.site, r.second),
-                };
-            }
-            // A usage reading may join a power reading rated in an earlier batch.
-            if let (Ok(()), Kind::Usage, Some(site)) = (&result, r.kind, self.power.seen.get(&k).map(|p| p.site)) {
-                result = self.ask_energy(py, pricing, priced_error, site, r.second);
-            }
-            if result.is_err() {
-                break;
+        let (periods, rents, energies) = py.detach(|| self.missing_prices());
+        for second in periods {
+            self.ask_period(pricing, second)?;
+        }
+        for (tenant, model, second) in rents {
+            self.ask_rent(py, pricing, priced_error, tenant, model, second)?;
+        }
+        for (site, second) in energies {
+            self.ask_energy(py, pricing, priced_error, site, second)?;
+        }
+        Ok(())
+    }
+
+    /// The periods, rents (tenant, model, second) and energy prices (site, second) the
+    /// pending batch needs and the caches lack, each once, in the batch's order.
+    #[allow(clippy::type_complexity)]
+    fn missing_prices(&self) -> (Vec<i64>, Vec<(u32, u32, i64)>, Vec<(u32, i64)>) {
+        fn once<T: Copy + Eq + Hash>(out: &mut Vec<T>, seen: &mut HashSet<T, BuildHasherDefault<FxHasher>>, item: T) {
+            if seen.insert(item) {
+                out.push(item);
             }
         }
-        self.pending = pending;
-        result
+        let (mut periods, mut rents, mut energies) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut seen_periods, mut seen_rents, mut seen_energies) = (HashSet::default(), HashSet::default(), HashSet::default());
+        for r in &self.pending {
+            if !self.periods.contains_key(&r.second) {
+                once(&mut periods, &mut seen_periods, r.second);
+            }
+            match r.kind {
+                Kind::Usage => {
+                    if r.tenant != NONE && !self.rents.contains_key(&(r.tenant, r.model, r.second)) {
+                        once(&mut rents, &mut seen_rents, (r.tenant, r.model, r.second));
+                    }
+                    // A usage reading may join a power reading rated in an earlier batch.
+                    if let Some(power) = self.power.seen.get(&key(r.gpu, r.second)) {
+                        if !self.energies.contains_key(&(power.site, r.second)) {
+                            once(&mut energies, &mut seen_energies, (power.site, r.second));
+                        }
+                    }
+                }
+                Kind::Power => {
+                    if !self.energies.contains_key(&(r.site, r.second)) {
+                        once(&mut energies, &mut seen_energies, (r.site, r.second));
+                    }
+                }
+            }
+        }
+        (periods, rents, energies)
     }
 
     /// Could another process hold a reading of this stream for (gpu, second) that memory
@@ -441,6 +472,16 @@ impl Core {
             energy: true, gpu: (power_key >> 32) as u32, second: key_second(power_key), period, tenant, instance, model,
             site: power.site, node: power.node, rate, util_e4: 0, energy_mj: i64::from(power.power_mw), version,
             partition: power.partition, offset: power.offset,
+        }
+    }
+
+    fn kind_of(&self, topic: &str) -> Option<Kind> {
+        if topic == self.usage_topic {
+            Some(Kind::Usage)
+        } else if topic == self.power_topic {
+            Some(Kind::Power)
+        } else {
+            None
         }
     }
 
@@ -493,9 +534,16 @@ impl Core {
     }
 
     /// Start a batch: take the plainly valid single readings of `messages` (objects with
-    /// topic, partition, offset and value). Returns (indexes of the messages Python must
-    /// judge itself, {topic: messages}, {(topic, partition): next offset}).
-    fn parse<'py>(&mut self, py: Python<'py>, messages: &Bound<'py, PyList>, now_s: i64) -> PyResult<Bound<'py, PyTuple>> {
+    /// topic, partition, offset and value) and of `sets`, Kafka record sets as fetched
+    /// (topic, partition, bytes, first offset to read; see records.rs). Records of the sets
+    /// are numbered on from `len(messages)`, in order. Returns (indexes of the messages
+    /// Python must judge itself, {topic: messages}, {(topic, partition): next offset} of
+    /// `messages`, the records of `sets` Python must judge as (index, topic, partition,
+    /// offset, key, value, headers, timestamp), and with `timestamps` every set record's
+    /// timestamp in ms).
+    #[pyo3(signature = (messages, sets, now_s, timestamps = false))]
+    fn parse<'py>(&mut self, py: Python<'py>, messages: &Bound<'py, PyList>, sets: Vec<(String, u32, Bound<'py, PyBytes>, u64)>,
+                  now_s: i64, timestamps: bool) -> PyResult<Bound<'py, PyTuple>> {
         if self.texts.texts.len() > INTERNED_LIMIT {
             self.forget();
         }
@@ -530,11 +578,7 @@ impl Core {
                     counts.insert(topic.to_owned(), 1);
                 }
             }
-            let expect = if topic == self.usage_topic {
-                Kind::Usage
-            } else if topic == self.power_topic {
-                Kind::Power
-            } else {
+            let Some(expect) = self.kind_of(topic) else {
                 others.push(index);
                 continue;
             };
@@ -546,7 +590,10 @@ impl Core {
         // Parsing needs no Python objects: it runs without the GIL, beside the event loop.
         let slices: Vec<(u32, Kind, u32, u64, &[u8])> =
             values.iter().map(|(index, kind, partition, offset, bytes)| (*index, *kind, *partition, *offset, bytes.as_bytes())).collect();
-        let fast = py.detach(|| {
+        let raw: Vec<RawSet<'_>> = sets.iter().enumerate()
+            .map(|(n, (topic, partition, bytes, start))| (n, self.kind_of(topic), *partition, bytes.as_bytes(), *start)).collect();
+        let first_index = messages.len() as u32;
+        let (fast, judge, stamps, set_counts) = py.detach(|| -> PyResult<_> {
             let mut fast = vec![false; slices.len()];
             for (taken, (index, expect, partition, offset, raw)) in fast.iter_mut().zip(&slices) {
                 if let Some(parsed) = reading::parse(raw, now_s, *expect, &self.sites, &self.models) {
@@ -554,18 +601,58 @@ impl Core {
                     *taken = true;
                 }
             }
-            fast
-        });
+            let (mut judge, mut stamps, mut set_counts) = (Vec::new(), Vec::new(), vec![0usize; raw.len()]);
+            let mut index = first_index;
+            for (n, expect, partition, data, start) in &raw {
+                records::walk(data, *start, |record| {
+                    set_counts[*n] += 1;
+                    if timestamps {
+                        stamps.push(record.timestamp);
+                    }
+                    let parsed = match (expect, record.value) {
+                        (Some(kind), Some(value)) => reading::parse(value, now_s, *kind, &self.sites, &self.models),
+                        _ => None,
+                    };
+                    match parsed {
+                        Some(parsed) => self.push(&parsed, index, 0, *partition, record.offset),
+                        None => judge.push((index, *n, record)),
+                    }
+                    index += 1;
+                }).map_err(PyValueError::new_err)?;
+            }
+            Ok((fast, judge, stamps, set_counts))
+        })?;
         others.extend(slices.iter().zip(fast).filter(|(_, taken)| !taken).map(|((index, ..), _)| *index as usize));
         others.sort_unstable();
         if let Some((t, p, o)) = last.take() {
             let at = positions.entry((t, p)).or_insert(0);
             *at = (*at).max(o);
         }
+        for ((topic, ..), count) in sets.iter().zip(set_counts) {
+            if count > 0 {
+                *counts.entry(topic.clone()).or_insert(0) += count;
+            }
+        }
+        let mut judged = Vec::with_capacity(judge.len());
+        for (index, n, record) in judge {
+            let (topic, partition, ..) = &sets[n];
+            let headers = record.headers.iter()
+                .map(|(name, value)| (String::from_utf8_lossy(name).into_owned(), value.map(|v| PyBytes::new(py, v))))
+                .collect::<Vec<_>>();
+            let items: Vec<Bound<'py, PyAny>> = vec![
+                index.into_pyobject(py)?.into_any(), topic.into_pyobject(py)?.into_any(), partition.into_pyobject(py)?.into_any(),
+                record.offset.into_pyobject(py)?.into_any(), record.key.map(|k| PyBytes::new(py, k)).into_pyobject(py)?.into_any(),
+                record.value.map(|v| PyBytes::new(py, v)).into_pyobject(py)?.into_any(),
+                PyTuple::new(py, headers)?.into_any(), record.timestamp.into_pyobject(py)?.into_any(),
+            ];
+            judged.push(PyTuple::new(py, items)?);
+        }
         let others = PyList::new(py, others)?;
         let counts = counts.into_pyobject(py)?;
         let positions = positions.into_pyobject(py)?;
-        PyTuple::new(py, [others.into_any(), counts.into_any(), positions.into_any()])
+        let judged = PyList::new(py, judged)?;
+        let stamps = PyList::new(py, stamps)?;
+        PyTuple::new(py, [others.into_any(), counts.into_any(), positions.into_any(), judged.into_any(), stamps.into_any()])
     }
 
     /// A usage reading Python validated: element `elem` (1-based; 0: the whole message) of message `msg`.
@@ -593,17 +680,21 @@ impl Core {
     /// Keys ClickHouse must be asked about before rating this batch: (usage keys, power
     /// keys) as lists of distinct (gpu, second). Same rule as Rater.lookups.
     fn lookups<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let mut need_usage: HashSet<u64> = HashSet::new();
-        let mut need_power: HashSet<u64> = HashSet::new();
-        for reading in &self.pending {
-            let k = key(reading.gpu, reading.second);
-            if !self.usage.seen.contains_key(&k) && Self::unsure(&self.usage, self.horizon_s, self.cutoff, reading.gpu, reading.second) {
-                need_usage.insert(k);
+        // Without the GIL; `unsure` (per card) first: it spares most look-ups in the big maps.
+        let (need_usage, need_power) = py.detach(|| {
+            let mut need_usage: HashSet<u64> = HashSet::new();
+            let mut need_power: HashSet<u64> = HashSet::new();
+            for reading in &self.pending {
+                let k = key(reading.gpu, reading.second);
+                if Self::unsure(&self.usage, self.horizon_s, self.cutoff, reading.gpu, reading.second) && !self.usage.seen.contains_key(&k) {
+                    need_usage.insert(k);
+                }
+                if Self::unsure(&self.power, self.horizon_s, self.cutoff, reading.gpu, reading.second) && !self.power.seen.contains_key(&k) {
+                    need_power.insert(k);
+                }
             }
-            if !self.power.seen.contains_key(&k) && Self::unsure(&self.power, self.horizon_s, self.cutoff, reading.gpu, reading.second) {
-                need_power.insert(k);
-            }
-        }
+            (need_usage, need_power)
+        });
         let as_list = |keys: HashSet<u64>| -> PyResult<Bound<'py, PyList>> {
             let pairs: Vec<(&str, i64)> = keys.into_iter().map(|k| (self.texts.text((k >> 32) as u32), key_second(k))).collect();
             PyList::new(py, pairs)

@@ -1,7 +1,8 @@
 """The Faust agents through `agent.test_context()`: no broker, no ClickHouse (sink=None).
 
 The agents read in-memory channels that the feeder fills with `Batch`es (streams/feeder.py):
-`put(batch)` returns once the agent has yielded that batch's result, and the batch's
+`put(batch)` returns once the agent has yielded that batch's result (rated; it is written
+while the next is rated), and once written the batch's
 `done` future must then be resolved — the feeder commits offsets only behind it.
 `_send_deadletters` is replaced by a recorder: with sink=None nothing reaches ClickHouse,
 and the dead-letter producer must not reach a real broker from a unit test.
@@ -86,6 +87,12 @@ def batch(*messages: tuple[str, int, int, bytes]) -> Batch:
                  done)
 
 
+async def written(*fed: Batch) -> None:
+    """Wait until the batches are written and done: the agent yields a batch's result once
+    it is rated, and writes it (then produces its dead letters) while rating the next."""
+    await asyncio.wait_for(asyncio.gather(*(one.done for one in fed)), timeout=30)
+
+
 def test_rate_readings_rates_a_batch_and_marks_it_done(pipeline, sent) -> None:
     rate_readings, _ = agents(pipeline)
 
@@ -94,6 +101,7 @@ def test_rate_readings_rates_a_batch_and_marks_it_done(pipeline, sent) -> None:
             fed = [batch((TOPIC_POWER, 0, 0, power_bytes("p-1", 300))), batch((TOPIC_USAGE, 0, 0, usage_bytes("u-1")))]
             for one in fed:
                 await agent.put(one)
+            await written(*fed)
             return dict(agent.results), fed
 
     results, fed = asyncio.run(scenario())
@@ -121,12 +129,14 @@ def test_rate_readings_dedupes_and_deadletters_within_a_batch(pipeline, sent) ->
 
     async def scenario() -> BatchResult:
         async with rate_readings.test_context() as agent:
-            await agent.put(batch(
+            fed = batch(
                 (TOPIC_USAGE, 1, 0, usage_bytes("u-1")),
                 (TOPIC_POWER, 1, 0, power_bytes("p-1", 250)),
                 (TOPIC_POWER, 1, 1, power_bytes("p-1", 250)),  # a redelivery
                 (TOPIC_POWER, 1, 2, b"{broken"),
-            ))
+            )
+            await agent.put(fed)
+            await written(fed)
             return agent.results[0]
 
     result = asyncio.run(scenario())
@@ -145,11 +155,13 @@ def test_rate_readings_checks_the_kind_against_the_topic(pipeline, sent) -> None
 
     async def scenario() -> BatchResult:
         async with rate_readings.test_context() as agent:
-            await agent.put(batch(
+            fed = batch(
                 (TOPIC_USAGE, 2, 40, usage_bytes("u-1")),
                 (TOPIC_POWER, 2, 17, usage_bytes("u-2", gpu="G2")),  # wrong topic
                 (TOPIC_POWER, 2, 18, power_bytes("p-1")),
-            ))
+            )
+            await agent.put(fed)
+            await written(fed)
             return agent.results[0]
 
     result = asyncio.run(scenario())

@@ -13,7 +13,7 @@ import asyncio
 from aiokafka import TopicPartition
 
 from gpubill.config import TOPIC_POWER, TOPIC_USAGE
-from streams.feeder import Batch, Feeder
+from streams.feeder import IN_FLIGHT, Batch, Feeder
 from streams.pipeline import Message
 
 U0, P0 = TopicPartition(TOPIC_USAGE, 0), TopicPartition(TOPIC_POWER, 0)
@@ -81,8 +81,10 @@ def test_offsets_are_committed_behind_done_batches_in_order() -> None:
 
 
 def test_a_rebalance_writes_and_commits_what_is_in_flight_then_forgets() -> None:
+    assert IN_FLIGHT == 3  # the scenario below fills every slot
     async def scenario():
-        consumer = FakeConsumer([fetch(U0, 0, 4), fetch(P0, 0, 4), fetch(U0, 4, 4)])
+        # Three batches fetched and handed over (IN_FLIGHT); the fourth waits for a slot.
+        consumer = FakeConsumer([fetch(U0, 0, 4), fetch(P0, 0, 4), fetch(U0, 4, 2), fetch(U0, 6, 2)])
         handed: list[Batch] = []
         forgotten: list[bool] = []
 
@@ -92,12 +94,12 @@ def test_a_rebalance_writes_and_commits_what_is_in_flight_then_forgets() -> None
         feeder = Feeder("unused:9092", "g", {TOPIC_USAGE: route, TOPIC_POWER: route}, consumer=consumer,
                         on_revoked=lambda: forgotten.append(True))
         task = asyncio.ensure_future(feeder.run())
-        await until(lambda: len(handed) == 2)  # two in flight; the third fetch waits for a slot
+        await until(lambda: len(handed) == 3)
         await asyncio.sleep(0.05)
         revoke = asyncio.ensure_future(consumer.listener.on_partitions_revoked([U0, P0]))
         await asyncio.sleep(0.1)
         assert not revoke.done() and not forgotten  # waits for the batches in flight
-        for batch in handed[:2]:
+        for batch in handed:
             batch.finish()
         await until(revoke.done)
         assert forgotten == [True]
@@ -108,5 +110,5 @@ def test_a_rebalance_writes_and_commits_what_is_in_flight_then_forgets() -> None
 
     commits, handed = asyncio.run(scenario())
     merged = {k: v for commit in commits for k, v in commit.items()}
-    assert merged == {(TOPIC_USAGE, 0): 4, (TOPIC_POWER, 0): 4}
-    assert len(handed) == 2  # the third fetch (offsets 4–7) was dropped, not handed over
+    assert merged == {(TOPIC_USAGE, 0): 6, (TOPIC_POWER, 0): 4}
+    assert len(handed) == 3  # the fourth fetch (offsets 6–7) was dropped, not handed over

@@ -15,6 +15,7 @@ import os
 from datetime import UTC, datetime
 
 import pytest
+from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy  # its C twin ignores offsets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,7 @@ from gpubill.config import TOPIC_POWER, TOPIC_USAGE
 from streams.native_rating import NativeRater, process_batch_native
 from streams.pipeline import Message, process_batch
 from streams.rating import Rater
+from streams.records import RecordSet
 from streams.sink import encode_outcome
 
 if not NativeRater.available():
@@ -139,9 +141,36 @@ STORE = {
 }
 
 
+def as_record_sets(messages: list[Message], compression: int, earlier: bool) -> list[RecordSet]:
+    """`messages` as fetched record sets: one v2 batch per run of one partition, in order
+    (so the core numbers the records as it numbers the messages). With `earlier` each set
+    also holds a record before its start offset, as a fetch from inside a batch does."""
+    runs: list[list[Message]] = []
+    for m in messages:
+        if runs and (runs[-1][0].topic, runs[-1][0].partition) == (m.topic, m.partition):
+            runs[-1].append(m)
+        else:
+            runs.append([m])
+    sets = []
+    for run in runs:
+        base = run[0].offset - 1 if earlier and run[0].offset else run[0].offset
+        builder = _DefaultRecordBatchBuilderPy(magic=2, compression_type=compression, is_transactional=0, producer_id=-1,
+                                            producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+        if base < run[0].offset:
+            builder.append(0, timestamp=0, key=None, value=b"before the fetch position", headers=[])
+        for m in run:
+            builder.append(m.offset - base, timestamp=0, key=m.key, value=m.value, headers=[])
+        data = bytearray(builder.build())
+        data[:8] = base.to_bytes(8, "big")  # the broker's part (not under the CRC)
+        sets.append(RecordSet(run[0].topic, run[0].partition, bytes(data), run[0].offset, run[-1].offset + 1,
+                              plain=compression == 0))
+    return sets
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(st.lists(batch(), min_size=1, max_size=4), st.integers(0, 4), st.sampled_from([5, 900]), st.booleans())
-def test_the_rust_core_writes_what_the_python_rater_writes(batches, forget_after, horizon_s, cards):
+@given(st.lists(batch(), min_size=1, max_size=4), st.integers(0, 4), st.sampled_from([5, 900]), st.booleans(),
+       st.sampled_from(["messages", "sets", "sets from inside a batch", "gzip sets"]))
+def test_the_rust_core_writes_what_the_python_rater_writes(batches, forget_after, horizon_s, cards, fetched):
     python, rust = Rater(RULES, horizon_s=horizon_s), NativeRater(RULES, horizon_s=horizon_s)
     lookup = StoredFake(dict(STORE), cards=cards)
     for number, messages in enumerate(batches):
@@ -149,7 +178,9 @@ def test_the_rust_core_writes_what_the_python_rater_writes(batches, forget_after
             python.forget()
             rust.forget()
         expected = process_batch(messages, python, known_sites=SITES, known_models=MODELS, now=NOW, lookup=lookup)
-        got = process_batch_native(messages, rust, now=NOW, lookup=lookup)
+        items = messages if fetched == "messages" else as_record_sets(
+            messages, compression=1 if fetched == "gzip sets" else 0, earlier=fetched == "sets from inside a batch")
+        got = process_batch_native(items, rust, now=NOW, lookup=lookup)
         lookup.wrote(expected.outcome)
         assert {t: b for t, (b, _) in got.outcome.blocks.items()} == python_blocks(expected.outcome)
         assert {t: n for t, (_, n) in got.outcome.blocks.items()} == {
@@ -171,10 +202,16 @@ def test_the_fast_path_takes_a_plain_reading_and_leaves_odd_ones_to_python():
     plain = (b'{"kind": "power", "event_id": "p1", "ts": "2026-03-01T00:00:01Z", "site": "gz-guian", '
              b'"node": "node-01", "gpu_uuid": "GPU-a", "power_w": 412.3455}')
     exponent = plain.replace(b"412.3455", b"4.123455e2")
-    others, counts, positions = rust.core.parse([Message(TOPIC_POWER, 0, 7, None, plain),
-                                                 Message(TOPIC_POWER, 0, 8, None, exponent)], T + 60)
-    assert others == [1]  # the exponent goes to the definition (which accepts it)
+    others, counts, positions, judge, _ = rust.core.parse([Message(TOPIC_POWER, 0, 7, None, plain),
+                                                           Message(TOPIC_POWER, 0, 8, None, exponent)], [], T + 60)
+    assert others == [1] and judge == []  # the exponent goes to the definition (which accepts it)
     assert counts == {TOPIC_POWER: 2} and positions == {(TOPIC_POWER, 0): 9}
+    # The same two records fetched as a record set: numbered on after the messages (none here).
+    (fetched,) = as_record_sets([Message(TOPIC_POWER, 0, 7, b"k", plain), Message(TOPIC_POWER, 0, 8, b"k", exponent)],
+                                compression=0, earlier=False)
+    others, counts, positions, judge, stamps = rust.core.parse([], [(TOPIC_POWER, 0, fetched.data, 7)], T + 60, True)
+    assert others == [] and counts == {TOPIC_POWER: 2} and positions == {} and stamps == [0, 0]
+    assert judge == [(1, TOPIC_POWER, 0, 8, b"k", exponent, (), 0)]
 
 
 def test_a_reading_that_cannot_be_priced_is_dead_lettered_alone():
