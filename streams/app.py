@@ -8,7 +8,8 @@ The feeder (streams/feeder.py) consumes the topics in the worker's consumer grou
 hands each agent whole batches; it commits offsets only after the agent has written them.
 Both reading topics have the same partition count and key (gpu_uuid), and the range
 assignor gives partition p of both to the same worker: a card's usage and power meet in
-one process.
+one process. Two threads do the heavy work: the rating thread validates and rates batch
+n + 1 (mostly in the Rust core, without the GIL) while the writer thread inserts batch n.
 """
 
 from __future__ import annotations

@@ -3,13 +3,14 @@
 Why not let Faust consume the topics itself: Faust hands an agent one event per Kafka
 message, and that machinery alone costs ≈ 165 µs of CPU per message (three event-loop
 turns and two task creations), which capped a worker at ≈ 6,000 readings/s. The feeder
-reads the same topics with aiokafka's `getmany` (≈ 3 µs a message) and hands each agent
-one event per few thousand messages through an in-memory Faust channel.
+reads the same topics with aiokafka's `getmany` — each partition's fetch as one
+`RecordSet` (streams/records.py), not an object per message — and hands each agent one
+event per fetch (tens of thousands of records) through an in-memory Faust channel.
 
 Guarantee, step by step (docs/guarantees.md):
 
-1. `getmany` returns records in partition order; the feeder sends them on as one `Batch`
-   and remembers it in a FIFO.
+1. `getmany` returns record sets in partition order; the feeder sends them on as one
+   `Batch` and remembers it in a FIFO.
 2. The agent validates, rates and writes the batch to ClickHouse (idempotent rows, see
    streams/sink.py), produces its dead letters, then marks the batch done.
 3. The committer takes batches from the FIFO in order, waits until each is done, and only
