@@ -42,8 +42,9 @@ from streams.records import RecordSet
 
 log = logging.getLogger("gpubill.feeder")
 
-# Per batch: about a whole fetch round (16 partitions × ≤ 512 KiB), so that a batch holds
-# usage and power of roughly the same seconds and ClickHouse gets few large inserts.
+# Per batch: a whole fetch round (a record set per partition, ≤ 1 MiB ≈ 4,000 readings each),
+# so that a batch holds usage and power of roughly the same seconds and ClickHouse gets few
+# large inserts: fewer parts to merge. (getmany counts a record set as one record.)
 FETCH_MAX_RECORDS = 50_000
 IN_FLIGHT = 3  # batches sent and not yet written: one being written, one being rated, one waiting
 COMMIT_EVERY_S = 0.5  # at most two commits a second; always one at a rebalance and at the end
@@ -94,9 +95,9 @@ class Feeder:
         self.consumer = self.consumer or AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap.split(","), group_id=self.group, enable_auto_commit=False,
             auto_offset_reset="earliest", max_poll_records=FETCH_MAX_RECORDS,
-            # Modest per-partition fetches: a batch then holds a slice of every partition
+            # Bounded per-partition fetches: a batch then holds a slice of every partition
             # (usage and power together) rather than one partition's whole backlog.
-            fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=512 * 1024,
+            fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=1024 * 1024,
             # A worker that died is noticed after 10 s: its partitions move on without a
             # minute of stalled billing.
             session_timeout_ms=10_000, heartbeat_interval_ms=2_000,
