@@ -236,7 +236,7 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
         """Validate → dedupe → attribute → rate → ClickHouse, one fed batch at a time: a
         batch is rated while the one before it is still being written."""
         async for batch in batches:
-            rated = await pipeline.in_sink_thread(pipeline.rate, batch.messages)
+            rated = await pipeline.in_sink_thread(pipeline.rate, batch.take())
             asyncio.ensure_future(_write_and_finish(batch, *rated))
             yield rated[0]
 
@@ -251,7 +251,7 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
     async def store_deadletters(batches):
         """Keep every dead letter in ClickHouse (those refused by `replay` arrive only here)."""
         async for batch in batches:
-            now, messages = utcnow(), expand(batch.messages)
+            now, messages = utcnow(), expand(batch.take())
             if pipeline.sink:
                 rows = [deadletter_row_from_record(m, now) for m in messages]
                 await pipeline.in_writer_thread(pipeline.sink.write, Outcome(), rows)

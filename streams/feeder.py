@@ -56,17 +56,23 @@ class Batch:
 
     messages: list  # `Message`s (aiokafka's ConsumerRecords) or `RecordSet`s
     done: asyncio.Future
+    # (topic, partition) → the offset after the last message: what may be committed once done.
+    positions: dict[tuple[str, int], int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.positions = {}
+        for m in self.messages:
+            self.positions[(m.topic, m.partition)] = m.next_offset if isinstance(m, RecordSet) else m.offset + 1
+
+    def take(self) -> list:
+        """The messages, once: the batch lets go of them (megabytes of fetched records) as
+        soon as they are rated, while it waits to be written and committed."""
+        messages, self.messages = self.messages, []
+        return messages
 
     def finish(self, result: Any = None) -> None:
         if not self.done.done():
             self.done.set_result(result)
-
-    def positions(self) -> dict[tuple[str, int], int]:
-        """(topic, partition) → the offset after the last message: what may be committed."""
-        last: dict[tuple[str, int], int] = {}
-        for m in self.messages:
-            last[(m.topic, m.partition)] = m.next_offset if isinstance(m, RecordSet) else m.offset + 1
-        return last
 
 
 @dataclass
@@ -160,7 +166,7 @@ class Feeder:
         batch.done.result()  # a failed batch raises here: nothing past it is ever committed
         self._pending.popleft()
         self._slots.release()
-        for (topic, partition), offset in batch.positions().items():
+        for (topic, partition), offset in batch.positions.items():
             self._written[TopicPartition(topic, partition)] = offset
 
     async def commit(self) -> None:

@@ -11,11 +11,13 @@ How: aiokafka's fetcher builds a `PartitionRecords` per fetched partition, from 
 `MemoryRecords` over the fetched bytes. `install()` replaces both names in
 `aiokafka.consumer.fetcher` (a private module: aiokafka is pinned in requirements.txt)
 with subclasses that keep the bytes and, for a consumer whose value deserializer is
-`RECORD_SETS` only, yield one `RecordSet` per fetch. Everything else stays aiokafka's: the
-CRC of every batch is checked, control batches are skipped, the position moves to the
-offset after the last whole batch, as `PartitionRecords` does record by record. Sets with
-a compressed or pre-v2 batch are marked `plain=False` and decoded by aiokafka in Python
-(`messages_of`), slower but the same.
+`RECORD_SETS` only, yield one `RecordSet` per fetch. The rest is as aiokafka does it:
+control batches are skipped, the position moves to the offset after the last whole batch,
+as `PartitionRecords` does record by record, and every batch's CRC is checked by whoever
+decodes it: the native core as it reads a plain set (with the CPU's CRC-32C instruction),
+`messages_of` for the others. Sets with a compressed or
+pre-v2 batch are marked `plain=False` and decoded by aiokafka in Python (`messages_of`),
+slower but the same.
 """
 
 from __future__ import annotations
@@ -48,13 +50,16 @@ class RecordSet:
 
 
 def messages_of(records: RecordSet) -> list[Message]:
-    """The records of a set as `Message`s, decoded by aiokafka (any format, any compression)."""
+    """The records of a set as `Message`s, decoded by aiokafka (any format, any compression),
+    after checking each batch's CRC."""
     out: list[Message] = []
     batches = MemoryRecords(records.data)
     while batches.has_next():
         batch = batches.next_batch()
         if batch is None:
             break
+        if not batch.validate_crc():
+            raise CorruptRecordException(f"Invalid CRC - {records.topic}:{records.partition}")
         if getattr(batch, "is_control_batch", False):
             continue
         for record in batch:
@@ -101,15 +106,14 @@ class _PartitionRecords(_fetcher.PartitionRecords):
         if self._value_deserializer is not RECORD_SETS or self._isolation_level != _fetcher.READ_UNCOMMITTED:
             yield from super()._unpack_records()
             return
-        start, plain, taken = self.next_fetch_offset, True, False
+        start, batches = self.next_fetch_offset, []
         records = self._records
         while records.has_next():
             batch = records.next_batch()
-            if self._check_crcs and not batch.validate_crc():
-                raise CorruptRecordException(f"Invalid CRC - {self._tp}")
-            plain = plain and getattr(batch, "magic", 0) == 2 and batch.compression_type == 0
-            taken = taken or not batch.is_control_batch
+            batches.append(batch)
             self.next_fetch_offset = max(self.next_fetch_offset, batch.next_offset)
+        plain = all(getattr(batch, "magic", 0) == 2 and batch.compression_type == 0 for batch in batches)
+        taken = any(not batch.is_control_batch for batch in batches)
         if taken:
             yield RecordSet(self._tp.topic, self._tp.partition, records.data, start, self.next_fetch_offset, plain)
 

@@ -17,6 +17,7 @@ mod reading;
 mod records;
 
 use std::collections::hash_map::DefaultHasher;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
@@ -151,6 +152,7 @@ type EventHash = (u64, u64);
 /// A fetched record set as the core reads it: (position in `sets`, its stream, partition, bytes, first offset).
 type RawSet<'a> = (usize, Option<Kind>, u32, &'a [u8], u64);
 
+#[derive(Clone, Copy)]
 struct UsageSeen {
     id: EventHash,
     tenant: u32,
@@ -158,6 +160,7 @@ struct UsageSeen {
     model: u32,
 }
 
+#[derive(Clone, Copy)]
 struct PowerSeen {
     id: EventHash,
     site: u32,
@@ -221,22 +224,40 @@ fn id_hash(event_id: &str) -> EventHash {
     (first.finish(), second.finish())
 }
 
+/// What `Stream::admit` found: the same event id again, another reading of a (gpu, second)
+/// already seen, or the first.
+enum Admitted {
+    Duplicate,
+    Conflict,
+    First,
+}
+
 impl<T: EventId> Stream<T> {
-    /// SPEC §4 on one stream: Err(()) for a duplicate (the same event id), Ok(true) for a
-    /// conflict (another reading of an already-seen (gpu, second)), Ok(false) for a first.
-    fn judge(&self, id: EventHash, key: u64) -> Result<bool, ()> {
+    /// SPEC §4 on one stream, and remember `seen` when it is the first reading of its
+    /// (gpu, second): two probes of the big maps for a first reading (three with the id).
+    fn admit(&mut self, key: u64, seen: T) -> Admitted {
+        let id = seen.id();
         if let Some(at) = self.ids.get(&id.0) {
-            if self.seen.get(at).is_some_and(|seen| seen.id() == id) {
-                return Err(());
+            if self.seen.get(at).is_some_and(|held| held.id() == id) {
+                return Admitted::Duplicate;
             }
         }
-        Ok(self.seen.contains_key(&key))
-    }
-
-    fn remember(&mut self, key: u64, seen: T) {
+        match self.seen.entry(key) {
+            Entry::Occupied(_) => return Admitted::Conflict,
+            Entry::Vacant(slot) => {
+                slot.insert(seen);
+            }
+        }
         // If another id shares the first hash (≈ 2^-64), the first keeps the slot: a later
         // copy of the other reading is then caught as a conflict of its (gpu, second),
         // never rated twice.
+        self.ids.entry(id.0).or_insert(key);
+        self.order.push_back(key);
+        Admitted::First
+    }
+
+    /// Remember a reading ClickHouse holds (preloaded): it counts as seen, first or not.
+    fn remember(&mut self, key: u64, seen: T) {
         self.ids.entry(seen.id().0).or_insert(key);
         self.seen.insert(key, seen);
         self.order.push_back(key);
@@ -847,22 +868,24 @@ impl Core {
             };
             self.newest_second = self.newest_second.max(r.second);
             let id = id_hash(&r.event_id);
-            let (judged, kind_name) = match r.kind {
+            let usage = UsageSeen { id, tenant: r.tenant, instance: r.instance, model: r.model };
+            let power = PowerSeen { id, site: r.site, node: r.node, power_mw: r.power_mw as u32, partition: r.partition, offset: r.offset };
+            let (admitted, kind_name) = match r.kind {
                 Kind::Usage => {
                     self.usage.first_sight(r.gpu, r.second);
-                    (self.usage.judge(id, k), "usage")
+                    (self.usage.admit(k, usage), "usage")
                 }
                 Kind::Power => {
                     self.power.first_sight(r.gpu, r.second);
-                    (self.power.judge(id, k), "power")
+                    (self.power.admit(k, power), "power")
                 }
             };
-            match judged {
-                Err(()) => {
+            match admitted {
+                Admitted::Duplicate => {
                     duplicates += 1;
                     continue;
                 }
-                Ok(true) => {
+                Admitted::Conflict => {
                     for i in remembered.drain(..) {
                         kept_here.insert((pending[i].kind == Kind::Power, key(pending[i].gpu, pending[i].second)), i);
                     }
@@ -870,12 +893,11 @@ impl Core {
                     conflicts.push((kind_name, self.texts.text(r.gpu).to_owned(), r.second, kept, r.event_id.to_string(), r.partition, r.offset));
                     continue;
                 }
-                Ok(false) => {}
+                Admitted::First => {}
             }
             remembered.push(index);
             let period = self.periods[&r.second];
             if r.kind == Kind::Usage {
-                self.usage.remember(k, UsageSeen { id, tenant: r.tenant, instance: r.instance, model: r.model });
                 raw_usage.push(index);
                 if let Some(rate) = rate {
                     rated.push(Rated {
@@ -891,14 +913,12 @@ impl Core {
                     // rater would refuse the usage reading instead. It takes a rules reload
                     // that withdraws the price of a second already rated.)
                     if let Some(Ok(rate)) = self.energies.get(&(power.site, r.second)) {
-                        rated.push(self.energy_row(k, power, self.usage.seen.get(&k), period, *rate));
+                        rated.push(self.energy_row(k, power, Some(&usage), period, *rate));
                     }
                 }
             } else {
                 let rate = rate.expect("power readings are priced");
-                let power = PowerSeen { id, site: r.site, node: r.node, power_mw: r.power_mw as u32, partition: r.partition, offset: r.offset };
                 rated.push(self.energy_row(k, &power, self.usage.seen.get(&k), period, rate));
-                self.power.remember(k, power);
                 raw_power.push(index);
             }
         }

@@ -7,8 +7,9 @@
 //! delta (i32), first and max timestamps (i64), producer id (i64), epoch (i16), base
 //! sequence (i32), record count (i32) — then the records, each: length, attributes (i8),
 //! timestamp delta, offset delta, key, value and headers, with zigzag varints for lengths
-//! and deltas. Python checks each batch's CRC and sends here only sets whose batches are
-//! all v2 and uncompressed (streams/records.py); anything else is refused with an error.
+//! and deltas. Every batch's CRC-32C is checked here. Python sends here only sets whose
+//! batches are all v2 and uncompressed (streams/records.py); anything else is refused with
+//! an error, as is a batch whose CRC does not match.
 
 const HEADER: usize = 61;
 const COMPRESSION: i16 = 0x07;
@@ -94,6 +95,11 @@ pub fn walk<'a>(data: &'a [u8], start: u64, mut take: impl FnMut(Record<'a>)) ->
         let attributes = be_i16(data, at + 21);
         if magic != 2 || attributes & COMPRESSION != 0 {
             return Err(format!("record batch v{magic} with compression {} reached the core", attributes & COMPRESSION));
+        }
+        // CRC-32C of everything after the CRC field (the CPU's instruction where it has one).
+        let crc = u32::from_be_bytes(data[at + 17..at + 21].try_into().expect("4 bytes"));
+        if crc32c::crc32c(&data[at + 21..end]) != crc {
+            return Err(format!("invalid CRC in the record batch at offset {}", be_i64(data, at)));
         }
         let base_offset = u64::try_from(be_i64(data, at)).map_err(|_| corrupt())?;
         let first_timestamp = be_i64(data, at + 27);
@@ -182,6 +188,8 @@ mod tests {
         out.extend((-1i32).to_be_bytes());
         out.extend((records.len() as i32).to_be_bytes());
         out.extend(body);
+        let crc = crc32c::crc32c(&out[21..]);
+        out[17..21].copy_from_slice(&crc.to_be_bytes());
         out
     }
 
@@ -205,17 +213,22 @@ mod tests {
     }
 
     #[test]
-    fn stops_at_a_batch_cut_short_and_refuses_what_is_not_plain_v2() {
+    fn stops_at_a_batch_cut_short_and_refuses_what_is_not_plain_v2_or_fails_its_crc() {
         let whole = batch(0, 0, &[(0, Some(b"a"))]);
         let mut data = whole.clone();
         data.extend(&whole[..whole.len() - 3]);
         assert_eq!(offsets(&data, 0).unwrap().len(), 1);
         assert!(offsets(&batch(0, 1, &[(0, Some(b"a"))]), 0).is_err()); // gzip
+        let mut flipped = whole.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        assert!(offsets(&flipped, 0).unwrap_err().contains("invalid CRC"));
         let mut bad = whole.clone();
-        let last = bad.len() - 1;
         bad.truncate(last - 2); // the record ends past its batch
         let length = (bad.len() - 12) as i32;
         bad[8..12].copy_from_slice(&length.to_be_bytes());
-        assert!(offsets(&bad, 0).is_err());
+        let crc = crc32c::crc32c(&bad[21..]);
+        bad[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert_eq!(offsets(&bad, 0).unwrap_err(), corrupt());
     }
 }

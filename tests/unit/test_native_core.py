@@ -15,7 +15,6 @@ import os
 from datetime import UTC, datetime
 
 import pytest
-from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy  # its C twin ignores offsets
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +25,7 @@ from streams.pipeline import Message, process_batch
 from streams.rating import Rater
 from streams.records import RecordSet
 from streams.sink import encode_outcome
+from tests.unit.record_batches import record_batch
 
 if not NativeRater.available():
     if os.environ.get("CI") == "true":
@@ -141,7 +141,7 @@ STORE = {
 }
 
 
-def as_record_sets(messages: list[Message], compression: int, earlier: bool) -> list[RecordSet]:
+def as_record_sets(messages: list[Message], *, gzip: bool = False, earlier: bool = False) -> list[RecordSet]:
     """`messages` as fetched record sets: one v2 batch per run of one partition, in order
     (so the core numbers the records as it numbers the messages). With `earlier` each set
     also holds a record before its start offset, as a fetch from inside a batch does."""
@@ -153,17 +153,10 @@ def as_record_sets(messages: list[Message], compression: int, earlier: bool) -> 
             runs.append([m])
     sets = []
     for run in runs:
-        base = run[0].offset - 1 if earlier and run[0].offset else run[0].offset
-        builder = _DefaultRecordBatchBuilderPy(magic=2, compression_type=compression, is_transactional=0, producer_id=-1,
-                                            producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
-        if base < run[0].offset:
-            builder.append(0, timestamp=0, key=None, value=b"before the fetch position", headers=[])
-        for m in run:
-            builder.append(m.offset - base, timestamp=0, key=m.key, value=m.value, headers=[])
-        data = bytearray(builder.build())
-        data[:8] = base.to_bytes(8, "big")  # the broker's part (not under the CRC)
-        sets.append(RecordSet(run[0].topic, run[0].partition, bytes(data), run[0].offset, run[-1].offset + 1,
-                              plain=compression == 0))
+        before = [(run[0].offset - 1, None, b"before the fetch position", 0, ())] if earlier and run[0].offset else []
+        data = record_batch(before[0][0] if before else run[0].offset,
+                            before + [(m.offset, m.key, m.value, 0, ()) for m in run], gzip=gzip)
+        sets.append(RecordSet(run[0].topic, run[0].partition, data, run[0].offset, run[-1].offset + 1, plain=not gzip))
     return sets
 
 
@@ -179,7 +172,7 @@ def test_the_rust_core_writes_what_the_python_rater_writes(batches, forget_after
             rust.forget()
         expected = process_batch(messages, python, known_sites=SITES, known_models=MODELS, now=NOW, lookup=lookup)
         items = messages if fetched == "messages" else as_record_sets(
-            messages, compression=1 if fetched == "gzip sets" else 0, earlier=fetched == "sets from inside a batch")
+            messages, gzip=fetched == "gzip sets", earlier=fetched == "sets from inside a batch")
         got = process_batch_native(items, rust, now=NOW, lookup=lookup)
         lookup.wrote(expected.outcome)
         assert {t: b for t, (b, _) in got.outcome.blocks.items()} == python_blocks(expected.outcome)
@@ -207,8 +200,7 @@ def test_the_fast_path_takes_a_plain_reading_and_leaves_odd_ones_to_python():
     assert others == [1] and judge == []  # the exponent goes to the definition (which accepts it)
     assert counts == {TOPIC_POWER: 2} and positions == {(TOPIC_POWER, 0): 9}
     # The same two records fetched as a record set: numbered on after the messages (none here).
-    (fetched,) = as_record_sets([Message(TOPIC_POWER, 0, 7, b"k", plain), Message(TOPIC_POWER, 0, 8, b"k", exponent)],
-                                compression=0, earlier=False)
+    (fetched,) = as_record_sets([Message(TOPIC_POWER, 0, 7, b"k", plain), Message(TOPIC_POWER, 0, 8, b"k", exponent)])
     others, counts, positions, judge, stamps = rust.core.parse([], [(TOPIC_POWER, 0, fetched.data, 7)], T + 60, True)
     assert others == [] and counts == {TOPIC_POWER: 2} and positions == {} and stamps == [0, 0]
     assert judge == [(1, TOPIC_POWER, 0, 8, b"k", exponent, (), 0)]
