@@ -174,11 +174,13 @@ _EXACT_KEYS = "AND (gpu_uuid, toUnixTimestamp(second)) IN {keys:Array(Tuple(Stri
 _RANGE_S = 3600
 
 
+# Both streams in one query: one round trip per batch with new cards.
 _STORED_SINCE_SQL = """
-SELECT gpu_uuid, toUnixTimestamp(max(second))
-FROM {table:Identifier}
-WHERE gpu_uuid IN {gpus:Array(String)} AND second >= {lo:UInt32}
-GROUP BY gpu_uuid
+SELECT 'usage', gpu_uuid, toUnixTimestamp(max(second)) FROM readings_usage
+WHERE gpu_uuid IN {usage_gpus:Array(String)} AND second >= {usage_lo:UInt32} GROUP BY gpu_uuid
+UNION ALL
+SELECT 'power', gpu_uuid, toUnixTimestamp(max(second)) FROM readings_power
+WHERE gpu_uuid IN {power_gpus:Array(String)} AND second >= {power_lo:UInt32} GROUP BY gpu_uuid
 """
 
 
@@ -207,14 +209,18 @@ class StoredLookup:
     def stored_since(self, cards: dict[str, dict[str, int]]) -> dict[str, set[str]]:
         """Per stream, the cards of `cards` ({stream: {gpu: since}}) with a stored reading at
         or after their `since` (see Rater.unchecked_cards)."""
-        held: dict[str, set[str]] = {}
+        asked = {stream: since for stream, since in cards.items() if since}
+        if not asked:
+            return {}
+        params: dict[str, object] = {}
+        for stream in ("usage", "power"):
+            since = asked.get(stream, {})
+            params |= {f"{stream}_gpus": sorted(since), f"{stream}_lo": max(min(since.values(), default=0), 0)}
         self.before_read()
-        for stream, since in cards.items():
-            if not since:
-                continue
-            rows = self.database.query(_STORED_SINCE_SQL, {
-                "table": f"readings_{stream}", "gpus": sorted(since), "lo": max(min(since.values()), 0)})
-            held[stream] = {gpu for gpu, newest in rows if int(newest) >= since[gpu]}
+        held: dict[str, set[str]] = {stream: set() for stream in asked}
+        for stream, gpu, newest in self.database.query(_STORED_SINCE_SQL, params):
+            if int(newest) >= asked[stream][gpu]:
+                held[stream].add(gpu)
         return held
 
 

@@ -83,7 +83,7 @@ def test_offsets_are_committed_behind_done_batches_in_order() -> None:
 def test_a_rebalance_writes_and_commits_what_is_in_flight_then_forgets() -> None:
     assert IN_FLIGHT == 3  # the scenario below fills every slot
     async def scenario():
-        # Three batches fetched and handed over (IN_FLIGHT); the fourth waits for a slot.
+        # Three batches fetched and handed over (IN_FLIGHT); the fourth is fetched only once a slot is free.
         consumer = FakeConsumer([fetch(U0, 0, 4), fetch(P0, 0, 4), fetch(U0, 4, 2), fetch(U0, 6, 2)])
         handed: list[Batch] = []
         forgotten: list[bool] = []
@@ -96,19 +96,20 @@ def test_a_rebalance_writes_and_commits_what_is_in_flight_then_forgets() -> None
         task = asyncio.ensure_future(feeder.run())
         await until(lambda: len(handed) == 3)
         await asyncio.sleep(0.05)
+        assert len(consumer.fetches) == 1  # not fetched while every slot is taken
         revoke = asyncio.ensure_future(consumer.listener.on_partitions_revoked([U0, P0]))
         await asyncio.sleep(0.1)
         assert not revoke.done() and not forgotten  # waits for the batches in flight
-        for batch in handed:
+        for batch in list(handed):
             batch.finish()
         await until(revoke.done)
         assert forgotten == [True]
         commits_at_revoke = list(consumer.commits)
-        await asyncio.sleep(0.2)
+        await until(lambda: len(handed) == 4)  # then the next fetch, after the rebalance
         task.cancel()
         return commits_at_revoke, handed
 
     commits, handed = asyncio.run(scenario())
     merged = {k: v for commit in commits for k, v in commit.items()}
-    assert merged == {(TOPIC_USAGE, 0): 6, (TOPIC_POWER, 0): 4}
-    assert len(handed) == 3  # the fourth fetch (offsets 6–7) was dropped, not handed over
+    assert merged == {(TOPIC_USAGE, 0): 6, (TOPIC_POWER, 0): 4}  # the fourth batch is not in it
+    assert [m.offset for m in handed[3].messages] == [6, 7]
