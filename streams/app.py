@@ -172,7 +172,7 @@ class Pipeline:
         ClickHouse look-up while rating must see the batches before it."""
         self.writer.submit(lambda: None).result()
 
-    async def in_sink_thread(self, func, *args):
+    async def in_rating_thread(self, func, *args):
         """Run `func` in the rating thread (see `in_thread`)."""
         return await self.in_thread(self.executor, func, *args)
 
@@ -230,14 +230,17 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
     app.boot_strategy = app.BootStrategy(app, enable_kafka_consumer=False)
     deadletter_topic = app.topic(TOPIC_DEADLETTER, key_serializer="raw", value_serializer="raw")
     readings_channel, deadletters_channel = app.channel(), app.channel()
+    writes: set[asyncio.Future] = set()  # batches rated and being written
 
     @app.agent(readings_channel, name="rate_readings")
     async def rate_readings(batches):
         """Validate → dedupe → attribute → rate → ClickHouse, one fed batch at a time: a
         batch is rated while the one before it is still being written."""
         async for batch in batches:
-            rated = await pipeline.in_sink_thread(pipeline.rate, batch.take())
-            asyncio.ensure_future(_write_and_finish(batch, *rated))
+            rated = await pipeline.in_rating_thread(pipeline.rate, batch.take())
+            writing = asyncio.ensure_future(_write_and_finish(batch, *rated))
+            writes.add(writing)  # the loop keeps only weak references to tasks
+            writing.add_done_callback(writes.discard)
             yield rated[0]
 
     async def _write_and_finish(batch: Batch, result: BatchResult, now: datetime) -> None:
@@ -356,7 +359,7 @@ def run_worker(settings: Settings, pipeline: Pipeline, *,
         @app.timer(RULES_POLL_S)
         async def reload_rules() -> None:
             """Pick up edited rule files; an invalid set is refused whole and the last good one kept."""
-            await pipeline.in_sink_thread(watcher.poll)
+            await pipeline.in_rating_thread(watcher.poll)
 
         watcher = RulesWatcher(rules_dir, pipeline)
 

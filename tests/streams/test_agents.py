@@ -71,6 +71,7 @@ def pipeline() -> Pipeline:
     pipe = Pipeline(rules=RULES, sink=None, rater=Rater(RULES))
     yield pipe
     pipe.executor.shutdown(wait=True)
+    pipe.writer.shutdown(wait=True)
 
 
 def agents(pipe: Pipeline):
