@@ -28,6 +28,7 @@ from streams.app import Pipeline, build_app
 from streams.feeder import Batch
 from streams.pipeline import BatchResult, DeadLetter, Message
 from streams.rating import Rater
+from streams.sink import StoredLookup
 
 RULES = load_rules(DEFAULT_RULES_DIR)
 # Real-clock based: the worker stamps `now` itself. One hour ago is never "future", and
@@ -185,3 +186,20 @@ def test_store_deadletters_counts_and_marks_done(pipeline) -> None:
 
     results, fed = asyncio.run(scenario())
     assert results == {0: 2} and fed.done.result() == 2
+
+
+def test_a_clickhouse_lookup_waits_for_the_writes_handed_over_before_it(pipeline) -> None:
+    """Batch n + 1 is rated while batch n is written: what rating asks ClickHouse must see
+    batch n (Pipeline.writes_done, the look-up's `before_read`)."""
+    events: list[str] = []
+
+    class Database:
+        def query(self, sql: str, parameters: dict) -> list:
+            events.append("query")
+            return []
+
+    pipeline.writer.submit(lambda: (time.sleep(0.2), events.append("batch n written")))
+    lookup = StoredLookup(Database(), before_read=pipeline.writes_done)
+    assert lookup.stored_since({"usage": {"G1": SECOND}}) == {"usage": set()}
+    assert lookup(set(), {("G1", SECOND)}) == ([], [])
+    assert events == ["batch n written", "query", "query"]
