@@ -9,7 +9,7 @@ only what Python must judge itself becomes a `Message`.
 
 How: aiokafka's fetcher builds a `PartitionRecords` per fetched partition, from a
 `MemoryRecords` over the fetched bytes. `install()` replaces both names in
-`aiokafka.consumer.fetcher` (a private module: aiokafka is pinned in requirements.txt)
+`aiokafka.consumer.fetcher` (a private module: aiokafka is pinned in pyproject.toml)
 with subclasses that keep the bytes and, for a consumer whose value deserializer is
 `RECORD_SETS` only, yield one `RecordSet` per fetch. The rest is as aiokafka does it:
 control batches are skipped, the position moves to the offset after the last whole batch,
