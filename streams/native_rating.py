@@ -29,7 +29,7 @@ from schemas.fast import QuickParser
 from streams.native import epoch_ms, scaled
 from streams.pipeline import BatchResult, Lookup, Message, check_cards, refused, validate_message
 from streams.rating import Rater
-from streams.records import RecordSet, expand, messages_of
+from streams.records import RecordSet, messages_of
 
 try:
     import gpubill_native
@@ -123,10 +123,15 @@ def process_batch_native(items: list, rater: NativeRater, *, now: datetime, look
     every record's Kafka timestamp (for the freshness benchmark)."""
     result = BatchResult()
     core, now_s = rater.core, int(now.timestamp())
-    messages = [item for item in items if not isinstance(item, RecordSet)]
-    sets = [item for item in items if isinstance(item, RecordSet)]
-    messages += expand([s for s in sets if not s.plain])
-    sets = [s for s in sets if s.plain]
+    messages: list[Message] = []
+    sets: list[RecordSet] = []
+    for item in items:
+        if not isinstance(item, RecordSet):
+            messages.append(item)
+        elif item.plain:
+            sets.append(item)
+        else:
+            messages += messages_of(item)
     # (1) The core takes the plainly valid single readings; the definition judges the rest.
     others, result.readings_in, result.positions, judge, stamps = core.parse(
         messages, [(s.topic, s.partition, s.data, s.start) for s in sets], now_s, timestamps)

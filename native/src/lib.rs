@@ -248,18 +248,22 @@ impl<T: EventId> Stream<T> {
                 slot.insert(seen);
             }
         }
-        // If another id shares the first hash (≈ 2^-64), the first keeps the slot: a later
-        // copy of the other reading is then caught as a conflict of its (gpu, second),
-        // never rated twice.
-        self.ids.entry(id.0).or_insert(key);
-        self.order.push_back(key);
+        self.held(key, id.0);
         Admitted::First
     }
 
     /// Remember a reading ClickHouse holds (preloaded): it counts as seen, first or not.
     fn remember(&mut self, key: u64, seen: T) {
-        self.ids.entry(seen.id().0).or_insert(key);
+        let id = seen.id().0;
         self.seen.insert(key, seen);
+        self.held(key, id);
+    }
+
+    /// The id index and eviction order of a reading just put in `seen`. If another id
+    /// shares the first hash (≈ 2^-64), the first keeps the slot: a later copy of the other
+    /// reading is then caught as a conflict of its (gpu, second), never rated twice.
+    fn held(&mut self, key: u64, id: u64) {
+        self.ids.entry(id).or_insert(key);
         self.order.push_back(key);
     }
 
@@ -657,16 +661,12 @@ impl Core {
         let mut judged = Vec::with_capacity(judge.len());
         for (index, n, record) in judge {
             let (topic, partition, ..) = &sets[n];
-            let headers = record.headers.iter()
-                .map(|(name, value)| (String::from_utf8_lossy(name).into_owned(), value.map(|v| PyBytes::new(py, v))))
-                .collect::<Vec<_>>();
-            let items: Vec<Bound<'py, PyAny>> = vec![
-                index.into_pyobject(py)?.into_any(), topic.into_pyobject(py)?.into_any(), partition.into_pyobject(py)?.into_any(),
-                record.offset.into_pyobject(py)?.into_any(), record.key.map(|k| PyBytes::new(py, k)).into_pyobject(py)?.into_any(),
-                record.value.map(|v| PyBytes::new(py, v)).into_pyobject(py)?.into_any(),
-                PyTuple::new(py, headers)?.into_any(), record.timestamp.into_pyobject(py)?.into_any(),
-            ];
-            judged.push(PyTuple::new(py, items)?);
+            let headers: Vec<(String, Option<Bound<'py, PyBytes>>)> = records::headers(record.headers).map_err(PyValueError::new_err)?
+                .into_iter().map(|(name, value)| (String::from_utf8_lossy(name).into_owned(), value.map(|v| PyBytes::new(py, v))))
+                .collect();
+            let key = record.key.map(|k| PyBytes::new(py, k));
+            let value = record.value.map(|v| PyBytes::new(py, v));
+            judged.push((index, topic, partition, record.offset, key, value, PyTuple::new(py, headers)?, record.timestamp).into_pyobject(py)?);
         }
         let others = PyList::new(py, others)?;
         let counts = counts.into_pyobject(py)?;

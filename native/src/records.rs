@@ -22,7 +22,24 @@ pub struct Record<'a> {
     pub timestamp: i64,
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
-    pub headers: Vec<(&'a [u8], Option<&'a [u8]>)>,
+    /// The headers as sent (count, then names and values): read only for the records
+    /// Python judges (`headers`), not on the fast path.
+    pub headers: &'a [u8],
+}
+
+/// A record header: name, and value (None when null).
+pub type Header<'a> = (&'a [u8], Option<&'a [u8]>);
+
+/// The headers of a record, from `Record::headers`.
+pub fn headers(raw: &[u8]) -> Result<Vec<Header<'_>>, String> {
+    let mut cursor = Cursor { data: raw, at: 0 };
+    let count = cursor.varlong()?;
+    let mut out = Vec::new();
+    for _ in 0..count.max(0) {
+        let name = cursor.bytes()?.ok_or_else(corrupt)?;
+        out.push((name, cursor.bytes()?));
+    }
+    Ok(out)
 }
 
 struct Cursor<'a> {
@@ -116,12 +133,7 @@ pub fn walk<'a>(data: &'a [u8], start: u64, mut take: impl FnMut(Record<'a>)) ->
                 let offset = base_offset.checked_add_signed(record.varlong()?).ok_or_else(corrupt)?;
                 let key = record.bytes()?;
                 let value = record.bytes()?;
-                let header_count = record.varlong()?;
-                let mut headers = Vec::new();
-                for _ in 0..header_count.max(0) {
-                    let name = record.bytes()?.ok_or_else(corrupt)?;
-                    headers.push((name, record.bytes()?));
-                }
+                let headers = &data[record.at..record_end];
                 cursor.at = record_end;
                 if offset >= start {
                     let timestamp = if attributes & LOG_APPEND_TIME != 0 { max_timestamp } else { first_timestamp + timestamp_delta };
@@ -197,7 +209,7 @@ mod tests {
         let mut seen = Vec::new();
         walk(data, start, |r| {
             assert_eq!(r.key, Some(&b"k1"[..]));
-            assert_eq!(r.headers, vec![(&b"h"[..], None)]);
+            assert_eq!(headers(r.headers).unwrap(), vec![(&b"h"[..], None)]);
             seen.push((r.offset, r.timestamp, r.value.map(<[u8]>::to_vec)));
         })?;
         Ok(seen)
