@@ -101,11 +101,15 @@ class Rater:
         """Drop everything held in memory, as a restart would (after a rebalance another worker
         may have rated these cards meanwhile): what is needed again is read from ClickHouse."""
         self.newest_second = 0
-        # (gpu, second) → first reading; OrderedDicts in arrival order make eviction cheap.
-        self._usage: OrderedDict[tuple[str, int], _UsageSeen] = OrderedDict()
-        self._power: OrderedDict[tuple[str, int], _PowerSeen] = OrderedDict()
+        # (gpu, second) → first reading, per stream; event id → second, per stream.
+        self._usage: dict[tuple[str, int], _UsageSeen] = {}
+        self._power: dict[tuple[str, int], _PowerSeen] = {}
         self._usage_ids: dict[str, int] = {}
         self._power_ids: dict[str, int] = {}
+        # Every (gpu, second) held, in the order its first reading of either stream came:
+        # eviction takes both streams' readings of a (gpu, second) at once, from the front.
+        # (The native core keeps one record per (gpu, second) the same way: native/src/held.rs.)
+        self._arrival: OrderedDict[tuple[str, int], None] = OrderedDict()
         # Per stream: the newest second seen, and per gpu the first second this process saw
         # (since it started or last forgot). Readings near or before that second may have
         # been seen by another process, so they are checked in ClickHouse (see `lookups`).
@@ -164,9 +168,9 @@ class Rater:
     def evict(self) -> int:
         """Forget readings older than the horizon; returns how many entries were dropped.
 
-        Entries sit in arrival order, so this pops from the front until it meets a fresh
-        one: amortized O(dropped). A late reading parked behind a fresh one waits at most
-        one more horizon, which keeps memory bounded all the same.
+        (gpu, second)s sit in arrival order, so this pops from the front until it meets a
+        fresh one: amortized O(dropped). A late reading parked behind a fresh one waits at
+        most one more horizon, which keeps memory bounded all the same.
         """
         # The slower stream's clock decides, so that a topic consumed ahead of the other
         # does not evict entries its counterpart still needs (but never more than four
@@ -175,13 +179,16 @@ class Rater:
         cutoff = max(slower, self.newest_second - 4 * self.horizon_s) - self.horizon_s
         self._cutoff = max(self._cutoff, cutoff)
         dropped = 0
-        for seen, ids in ((self._usage, self._usage_ids), (self._power, self._power_ids)):
-            while seen:
-                key = next(iter(seen))
-                if key[1] >= cutoff:
-                    break
-                ids.pop(seen.popitem(last=False)[1].event_id, None)
-                dropped += 1
+        while self._arrival:
+            key = next(iter(self._arrival))
+            if key[1] >= cutoff:
+                break
+            self._arrival.popitem(last=False)
+            for seen, ids in ((self._usage, self._usage_ids), (self._power, self._power_ids)):
+                held = seen.pop(key, None)
+                if held is not None:
+                    ids.pop(held.event_id, None)
+                    dropped += 1
         return dropped
 
     def lookups(self, readings: list) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
@@ -248,16 +255,21 @@ class Rater:
         for gpu, second, event_id, tenant, instance, gpu_model, offset in rows:
             key = (gpu, int(second))
             if key not in self._usage:
-                self._usage[key] = _UsageSeen(event_id, tenant, instance, gpu_model, int(offset))
-                self._usage_ids[event_id] = int(second)
+                self._hold(self._usage, self._usage_ids, key, _UsageSeen(event_id, tenant, instance, gpu_model, int(offset)))
 
     def preload_power(self, rows: list[tuple]) -> None:
         """Stored power readings: (gpu, second, event_id, site, node, power_mw, partition, offset)."""
         for gpu, second, event_id, site, node, power_mw, partition, offset in rows:
             key = (gpu, int(second))
             if key not in self._power:
-                self._power[key] = _PowerSeen(event_id, gpu, int(second), site, node, int(power_mw), int(partition), int(offset))
-                self._power_ids[event_id] = int(second)
+                power = _PowerSeen(event_id, gpu, int(second), site, node, int(power_mw), int(partition), int(offset))
+                self._hold(self._power, self._power_ids, key, power)
+
+    def _hold(self, seen: dict, ids: dict, key: tuple[str, int], reading: _UsageSeen | _PowerSeen) -> None:
+        """Remember the first reading of one stream for `key`."""
+        seen[key] = reading
+        ids[reading.event_id] = key[1]
+        self._arrival.setdefault(key)
 
     @staticmethod
     def _is_first(seen: dict, ids: dict, reading: Any, key: tuple[str, int], partition: int, offset: int,
@@ -282,8 +294,7 @@ class Rater:
         key = (reading.gpu_uuid, second)
         if not self._is_first(self._usage, self._usage_ids, reading, key, partition, offset, now, out):
             return
-        self._usage[key] = _UsageSeen(reading.event_id, reading.tenant, reading.instance, reading.gpu_model, offset)
-        self._usage_ids[reading.event_id] = second
+        self._hold(self._usage, self._usage_ids, key, _UsageSeen(reading.event_id, reading.tenant, reading.instance, reading.gpu_model, offset))
         out.readings_usage.append(
             (
                 reading.event_id, reading.ts, second, reading.site, reading.node, reading.gpu_uuid,
@@ -313,8 +324,7 @@ class Rater:
         power = _PowerSeen(
             reading.event_id, reading.gpu_uuid, second, reading.site, reading.node, reading.power_mw, partition, offset
         )
-        self._power[key] = power
-        self._power_ids[reading.event_id] = second
+        self._hold(self._power, self._power_ids, key, power)
         out.readings_power.append(
             (
                 reading.event_id, reading.ts, second, reading.site, reading.node, reading.gpu_uuid,

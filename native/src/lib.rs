@@ -13,12 +13,12 @@
 //! → `rate` → `evict`. The core is used by one thread at a time (the sink's).
 
 mod block;
+mod held;
 mod reading;
 mod records;
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use pyo3::exceptions::PyValueError;
@@ -26,6 +26,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use block::Block;
+use held::{Admitted, EventHash, Held, PowerSeen, UsageSeen};
 use reading::Kind;
 
 const NONE: u32 = u32::MAX; // no tenant / instance / model
@@ -41,7 +42,7 @@ const INTERNED_LIMIT: usize = 1 << 20;
 /// short keys here. Not DoS-resistant; the keys are card ids and seconds from the operator's
 /// own node agents, and event ids are hashed with SipHash (`id_hash`) before they get here.
 #[derive(Default, Clone, Copy)]
-struct FxHasher(u64);
+pub(crate) struct FxHasher(u64);
 
 impl Hasher for FxHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -143,39 +144,12 @@ struct Pending {
     offset: u64,
 }
 
-/// An event id as two independent 64-bit hashes: the first finds it in `Stream::ids`, the
-/// second confirms it. Two ids agreeing on both by chance: ≈ 2^-128. The text itself is not
-/// kept (it was half the memory of a reading held); a conflict's kept id is read back from
-/// ClickHouse by the caller.
-type EventHash = (u64, u64);
-
 /// A fetched record set as the core reads it: (position in `sets`, its stream, partition, bytes, first offset).
 type RawSet<'a> = (usize, Option<Kind>, u32, &'a [u8], u64);
 
-#[derive(Clone, Copy)]
-struct UsageSeen {
-    id: EventHash,
-    tenant: u32,
-    instance: u32,
-    model: u32,
-}
-
-#[derive(Clone, Copy)]
-struct PowerSeen {
-    id: EventHash,
-    site: u32,
-    node: u32,
-    power_mw: u32, // ≤ 5,000,000
-    partition: u32,
-    offset: u64,
-}
-
-/// What one stream remembers for the horizon: (gpu, second) → first reading, in arrival
-/// order for eviction, and event id → (gpu, second).
-struct Stream<T> {
-    seen: FxMap<u64, T>,
-    order: VecDeque<u64>,
-    ids: FxMap<u64, u64>,
+/// What the core knows of one stream's cards, beside the readings `Held` keeps.
+#[derive(Default)]
+struct Cards {
     newest: i64,
     first: FxMap<u32, i64>,
     // Per card, once ClickHouse was asked: the second from which it held none of the card's
@@ -183,26 +157,12 @@ struct Stream<T> {
     clean: FxMap<u32, Option<i64>>,
 }
 
-impl<T> Default for Stream<T> {
-    fn default() -> Self {
-        Stream {
-            seen: FxMap::default(), order: VecDeque::new(), ids: FxMap::default(), newest: 0, first: FxMap::default(),
-            clean: FxMap::default(),
+impl Cards {
+    fn first_sight(&mut self, gpu: u32, second: i64) {
+        self.first.entry(gpu).or_insert(second);
+        if second > self.newest {
+            self.newest = second;
         }
-    }
-}
-
-trait EventId {
-    fn id(&self) -> EventHash;
-}
-impl EventId for UsageSeen {
-    fn id(&self) -> EventHash {
-        self.id
-    }
-}
-impl EventId for PowerSeen {
-    fn id(&self) -> EventHash {
-        self.id
     }
 }
 
@@ -221,76 +181,7 @@ fn id_hash(event_id: &str) -> EventHash {
     let mut second = FxHasher(0x9e37_79b9_7f4a_7c15);
     second.write(event_id.as_bytes());
     second.write_usize(event_id.len());
-    (first.finish(), second.finish())
-}
-
-/// What `Stream::admit` found: the same event id again, another reading of a (gpu, second)
-/// already seen, or the first.
-enum Admitted {
-    Duplicate,
-    Conflict,
-    First,
-}
-
-impl<T: EventId> Stream<T> {
-    /// SPEC §4 on one stream, and remember `seen` when it is the first reading of its
-    /// (gpu, second): two probes of the big maps for a first reading (three with the id).
-    fn admit(&mut self, key: u64, seen: T) -> Admitted {
-        let id = seen.id();
-        if let Some(at) = self.ids.get(&id.0) {
-            if self.seen.get(at).is_some_and(|held| held.id() == id) {
-                return Admitted::Duplicate;
-            }
-        }
-        match self.seen.entry(key) {
-            Entry::Occupied(_) => return Admitted::Conflict,
-            Entry::Vacant(slot) => {
-                slot.insert(seen);
-            }
-        }
-        self.held(key, id.0);
-        Admitted::First
-    }
-
-    /// Remember a reading ClickHouse holds (preloaded): it counts as seen, first or not.
-    fn remember(&mut self, key: u64, seen: T) {
-        let id = seen.id().0;
-        self.seen.insert(key, seen);
-        self.held(key, id);
-    }
-
-    /// The id index and eviction order of a reading just put in `seen`. If another id
-    /// shares the first hash (≈ 2^-64), the first keeps the slot: a later copy of the other
-    /// reading is then caught as a conflict of its (gpu, second), never rated twice.
-    fn held(&mut self, key: u64, id: u64) {
-        self.ids.entry(id).or_insert(key);
-        self.order.push_back(key);
-    }
-
-    fn evict(&mut self, cutoff: i64) -> usize {
-        let mut dropped = 0;
-        while let Some(front) = self.order.front() {
-            if key_second(*front) >= cutoff {
-                break;
-            }
-            let key = self.order.pop_front().unwrap_or_default();
-            if let Some(seen) = self.seen.remove(&key) {
-                let hash = seen.id().0;
-                if self.ids.get(&hash) == Some(&key) {
-                    self.ids.remove(&hash);
-                }
-                dropped += 1;
-            }
-        }
-        dropped
-    }
-
-    fn first_sight(&mut self, gpu: u32, second: i64) {
-        self.first.entry(gpu).or_insert(second);
-        if second > self.newest {
-            self.newest = second;
-        }
-    }
+    (first.finish(), second.finish() | 1) // never (0, 0): see held::EventHash
 }
 
 struct RentRate {
@@ -333,8 +224,9 @@ struct Core {
     models: HashSet<String>,
     horizon_s: i64,
     texts: Interner,
-    usage: Stream<UsageSeen>,
-    power: Stream<PowerSeen>,
+    held: Held,
+    usage: Cards,
+    power: Cards,
     newest_second: i64,
     cutoff: i64,
     pending: Vec<Pending>,
@@ -454,7 +346,7 @@ impl Core {
                         once(&mut rents, &mut seen_rents, (r.tenant, r.model, r.second));
                     }
                     // A usage reading may join a power reading rated in an earlier batch.
-                    if let Some(power) = self.power.seen.get(&key(r.gpu, r.second)) {
+                    if let Some(power) = self.held.get::<PowerSeen>(key(r.gpu, r.second)) {
                         if !self.energies.contains_key(&(power.site, r.second)) {
                             once(&mut energies, &mut seen_energies, (power.site, r.second));
                         }
@@ -472,7 +364,7 @@ impl Core {
 
     /// Could another process hold a reading of this stream for (gpu, second) that memory
     /// lacks? (Rater._unsure)
-    fn unsure<T>(stream: &Stream<T>, horizon_s: i64, cutoff: i64, gpu: u32, second: i64) -> bool {
+    fn unsure(stream: &Cards, horizon_s: i64, cutoff: i64, gpu: u32, second: i64) -> bool {
         if let Some(Some(clean)) = stream.clean.get(&gpu) {
             if second >= *clean && second >= cutoff {
                 return false;
@@ -528,7 +420,7 @@ impl Core {
     fn new(usage_topic: String, power_topic: String, horizon_s: i64) -> Self {
         Core {
             usage_topic, power_topic, sites: HashSet::new(), models: HashSet::new(), horizon_s,
-            texts: Interner::default(), usage: Stream::default(), power: Stream::default(), newest_second: 0, cutoff: 0,
+            texts: Interner::default(), held: Held::default(), usage: Cards::default(), power: Cards::default(), newest_second: 0, cutoff: 0,
             pending: Vec::new(), rents: FxMap::default(), rent_rates: Vec::new(), energies: FxMap::default(),
             energy_rates: Vec::new(), periods: FxMap::default(), period_texts: Vec::new(),
         }
@@ -545,8 +437,9 @@ impl Core {
     /// Drop everything held in memory, as a restart would (see Rater.forget).
     fn forget(&mut self) {
         self.texts = Interner::default();
-        self.usage = Stream::default();
-        self.power = Stream::default();
+        self.held = Held::default();
+        self.usage = Cards::default();
+        self.power = Cards::default();
         self.newest_second = 0;
         self.cutoff = 0;
         self.pending.clear();
@@ -555,7 +448,8 @@ impl Core {
 
     #[getter]
     fn state_size(&self) -> usize {
-        self.usage.seen.len() + self.power.seen.len()
+        let (usage, power) = self.held.len();
+        usage + power
     }
 
     /// Start a batch: take the plainly valid single readings of `messages` (objects with
@@ -707,10 +601,10 @@ impl Core {
             let mut need_power: HashSet<u64> = HashSet::new();
             for reading in &self.pending {
                 let k = key(reading.gpu, reading.second);
-                if Self::unsure(&self.usage, self.horizon_s, self.cutoff, reading.gpu, reading.second) && !self.usage.seen.contains_key(&k) {
+                if Self::unsure(&self.usage, self.horizon_s, self.cutoff, reading.gpu, reading.second) && !self.held.contains::<UsageSeen>(k) {
                     need_usage.insert(k);
                 }
-                if Self::unsure(&self.power, self.horizon_s, self.cutoff, reading.gpu, reading.second) && !self.power.seen.contains_key(&k) {
+                if Self::unsure(&self.power, self.horizon_s, self.cutoff, reading.gpu, reading.second) && !self.held.contains::<PowerSeen>(k) {
                     need_power.insert(k);
                 }
             }
@@ -760,12 +654,12 @@ impl Core {
     fn preload_usage(&mut self, rows: Vec<StoredUsage>) {
         for (gpu, second, event_id, tenant, instance, model, _offset) in rows {
             let k = key(self.texts.id(&gpu), second);
-            if !self.usage.seen.contains_key(&k) {
+            if !self.held.contains::<UsageSeen>(k) {
                 let seen = UsageSeen {
                     id: id_hash(&event_id), tenant: self.texts.optional(tenant.as_deref()),
                     instance: self.texts.optional(instance.as_deref()), model: self.texts.id(&model),
                 };
-                self.usage.remember(k, seen);
+                self.held.remember(k, seen);
             }
         }
     }
@@ -774,11 +668,11 @@ impl Core {
     fn preload_power(&mut self, rows: Vec<StoredPower>) {
         for (gpu, second, event_id, site, node, power_mw, partition, offset) in rows {
             let k = key(self.texts.id(&gpu), second);
-            if !self.power.seen.contains_key(&k) {
+            if !self.held.contains::<PowerSeen>(k) {
                 let seen = PowerSeen {
                     id: id_hash(&event_id), site: self.texts.id(&site), node: self.texts.id(&node), power_mw, partition, offset,
                 };
-                self.power.remember(k, seen);
+                self.held.remember(k, seen);
             }
         }
     }
@@ -813,7 +707,7 @@ impl Core {
         };
         let cutoff = slower.max(self.newest_second - 4 * self.horizon_s) - self.horizon_s;
         self.cutoff = self.cutoff.max(cutoff);
-        self.usage.evict(cutoff) + self.power.evict(cutoff)
+        self.held.evict(cutoff, key_second)
     }
 }
 
@@ -873,14 +767,14 @@ impl Core {
             let (admitted, kind_name) = match r.kind {
                 Kind::Usage => {
                     self.usage.first_sight(r.gpu, r.second);
-                    (self.usage.admit(k, usage), "usage")
+                    (self.held.admit(k, usage), "usage")
                 }
                 Kind::Power => {
                     self.power.first_sight(r.gpu, r.second);
-                    (self.power.admit(k, power), "power")
+                    (self.held.admit(k, power), "power")
                 }
             };
-            match admitted {
+            let slot = match admitted {
                 Admitted::Duplicate => {
                     duplicates += 1;
                     continue;
@@ -893,8 +787,8 @@ impl Core {
                     conflicts.push((kind_name, self.texts.text(r.gpu).to_owned(), r.second, kept, r.event_id.to_string(), r.partition, r.offset));
                     continue;
                 }
-                Admitted::First => {}
-            }
+                Admitted::First(slot) => slot,
+            };
             remembered.push(index);
             let period = self.periods[&r.second];
             if r.kind == Kind::Usage {
@@ -906,7 +800,7 @@ impl Core {
                         partition: r.partition, offset: r.offset,
                     });
                 }
-                if let Some(power) = self.power.seen.get(&k) {
+                if let Some(power) = self.held.get_at::<PowerSeen>(slot) {
                     // The power of this second was rated before its usage: join it now. (If
                     // rules swapped in since then cannot price that second at its site, no
                     // joined row is written and the energy stays unallocated; the Python
@@ -918,7 +812,7 @@ impl Core {
                 }
             } else {
                 let rate = rate.expect("power readings are priced");
-                rated.push(self.energy_row(k, &power, self.usage.seen.get(&k), period, rate));
+                rated.push(self.energy_row(k, &power, self.held.get_at::<UsageSeen>(slot), period, rate));
                 raw_power.push(index);
             }
         }

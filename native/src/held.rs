@@ -1,0 +1,324 @@
+//! What the core remembers for the horizon: per (gpu, second), the first usage and the first
+//! power reading, in one record — the join of SPEC §4 then finds both halves in one place.
+//!
+//! Records sit in arrival order in fixed-size chunks (no reallocation, no doubling: memory
+//! follows the readings held), and two kinds of small index point into them by sequence
+//! number: (gpu, second) → record, and per stream event id → record. An index entry is a
+//! 4-byte sequence number plus hashbrown's control byte, so a reading held costs ≈ 40 bytes
+//! of record and ≈ 10 of index, against ≈ 100 with a hash map per stream keyed by value.
+//! Eviction pops records from the front, as `Rater.evict` does, and drops their index
+//! entries.
+
+use std::collections::VecDeque;
+use std::hash::Hasher;
+
+use hashbrown::HashTable;
+
+use crate::FxHasher;
+
+/// An event id as two independent 64-bit hashes: the first finds it in the id index, the
+/// second confirms it. Two ids agreeing on both by chance: ≈ 2^-127. The text itself is not
+/// kept (it was half the memory of a reading held); a conflict's kept id is read back from
+/// ClickHouse by the caller. The second hash is never 0: (0, 0) marks a half not held.
+pub type EventHash = (u64, u64);
+
+const ABSENT: EventHash = (0, 0);
+
+#[derive(Clone, Copy)]
+pub struct UsageSeen {
+    pub id: EventHash,
+    pub tenant: u32,
+    pub instance: u32,
+    pub model: u32,
+}
+
+#[derive(Clone, Copy)]
+pub struct PowerSeen {
+    pub id: EventHash,
+    pub offset: u64,
+    pub site: u32,
+    pub node: u32,
+    pub power_mw: u32, // ≤ 5,000,000
+    pub partition: u32,
+}
+
+/// One (gpu, second): 80 bytes.
+pub struct Pair {
+    key: u64,
+    usage: UsageSeen,
+    power: PowerSeen,
+}
+
+const _: () = assert!(std::mem::size_of::<Pair>() == 80);
+
+/// A stream's half of a `Pair`.
+pub trait Half: Copy {
+    /// Index of the stream's id index in `Held::ids`.
+    const SIDE: usize;
+    const EMPTY: Self;
+    fn id(&self) -> EventHash;
+    fn of(pair: &Pair) -> &Self;
+    fn of_mut(pair: &mut Pair) -> &mut Self;
+}
+
+impl Half for UsageSeen {
+    const SIDE: usize = 0;
+    const EMPTY: Self = UsageSeen { id: ABSENT, tenant: 0, instance: 0, model: 0 };
+    fn id(&self) -> EventHash {
+        self.id
+    }
+    fn of(pair: &Pair) -> &Self {
+        &pair.usage
+    }
+    fn of_mut(pair: &mut Pair) -> &mut Self {
+        &mut pair.usage
+    }
+}
+
+impl Half for PowerSeen {
+    const SIDE: usize = 1;
+    const EMPTY: Self = PowerSeen { id: ABSENT, offset: 0, site: 0, node: 0, power_mw: 0, partition: 0 };
+    fn id(&self) -> EventHash {
+        self.id
+    }
+    fn of(pair: &Pair) -> &Self {
+        &pair.power
+    }
+    fn of_mut(pair: &mut Pair) -> &mut Self {
+        &mut pair.power
+    }
+}
+
+/// What `Held::admit` found: the same event id again, another reading of a (gpu, second)
+/// already seen, or the first (now held in the record `Slot`).
+#[derive(Debug, PartialEq)]
+pub enum Admitted {
+    Duplicate,
+    Conflict,
+    First(Slot),
+}
+
+/// Where a (gpu, second) is held, until the next eviction.
+#[derive(Debug, PartialEq, Clone, Copy)]
+pub struct Slot(u32);
+
+const CHUNK: usize = 4096; // records per chunk: 320 KiB
+
+/// The records, oldest first: record `seq` (counted from the first ever held) is at
+/// position `seq - front + head` of the chunks. Indexes keep the low 32 bits of a `seq`;
+/// fewer than 2^32 records are ever held at once, so they identify it.
+#[derive(Default)]
+struct Records {
+    chunks: VecDeque<Vec<Pair>>,
+    head: usize,
+    front: u64,
+    next: u64,
+}
+
+impl Records {
+    fn at(&self, seq: u32) -> &Pair {
+        let place = self.head + seq.wrapping_sub(self.front as u32) as usize;
+        &self.chunks[place / CHUNK][place % CHUNK]
+    }
+
+    fn at_mut(&mut self, seq: u32) -> &mut Pair {
+        let place = self.head + seq.wrapping_sub(self.front as u32) as usize;
+        &mut self.chunks[place / CHUNK][place % CHUNK]
+    }
+
+    fn push(&mut self, pair: Pair) -> u32 {
+        if self.chunks.back().is_none_or(|last| last.len() == CHUNK) {
+            self.chunks.push_back(Vec::with_capacity(CHUNK));
+        }
+        self.chunks.back_mut().expect("a chunk with room").push(pair);
+        self.next += 1;
+        (self.next - 1) as u32
+    }
+
+    fn first(&self) -> Option<&Pair> {
+        (self.front < self.next).then(|| self.at(self.front as u32))
+    }
+
+    fn pop(&mut self) {
+        self.front += 1;
+        self.head += 1;
+        if self.head == CHUNK {
+            self.chunks.pop_front();
+            self.head = 0;
+        }
+    }
+}
+
+fn key_hash(key: u64) -> u64 {
+    let mut hasher = FxHasher::default();
+    hasher.write_u64(key);
+    hasher.finish()
+}
+
+/// Both streams' readings for the horizon.
+#[derive(Default)]
+pub struct Held {
+    records: Records,
+    by_key: HashTable<u32>,
+    ids: [HashTable<u32>; 2],
+    counts: [usize; 2],
+}
+
+impl Held {
+    /// Readings held: (usage, power).
+    pub fn len(&self) -> (usize, usize) {
+        (self.counts[0], self.counts[1])
+    }
+
+    fn find(&self, key: u64) -> Option<u32> {
+        self.by_key.find(key_hash(key), |seq| self.records.at(*seq).key == key).copied()
+    }
+
+    /// The reading of stream `T` held for `key`.
+    pub fn get<T: Half>(&self, key: u64) -> Option<&T> {
+        self.get_at(Slot(self.find(key)?))
+    }
+
+    /// The reading of stream `T` held in `slot`.
+    pub fn get_at<T: Half>(&self, slot: Slot) -> Option<&T> {
+        Some(T::of(self.records.at(slot.0))).filter(|half| half.id() != ABSENT)
+    }
+
+    pub fn contains<T: Half>(&self, key: u64) -> bool {
+        self.get::<T>(key).is_some()
+    }
+
+    /// SPEC §4 on one stream, and remember `seen` when it is the first reading of its
+    /// (gpu, second).
+    pub fn admit<T: Half>(&mut self, key: u64, seen: T) -> Admitted {
+        let id = seen.id();
+        if self.ids[T::SIDE].find(id.0, |seq| T::of(self.records.at(*seq)).id() == id).is_some() {
+            return Admitted::Duplicate;
+        }
+        let found = self.find(key);
+        if found.is_some_and(|seq| T::of(self.records.at(seq)).id() != ABSENT) {
+            return Admitted::Conflict;
+        }
+        Admitted::First(self.hold(key, found, seen))
+    }
+
+    /// Remember a reading ClickHouse holds (preloaded) unless one is held for its (gpu, second).
+    pub fn remember<T: Half>(&mut self, key: u64, seen: T) {
+        let found = self.find(key);
+        if found.is_none_or(|seq| T::of(self.records.at(seq)).id() == ABSENT) {
+            self.hold(key, found, seen);
+        }
+    }
+
+    /// Put `seen` in the record of `key` (`found`, or a new one), whose half for T is empty.
+    fn hold<T: Half>(&mut self, key: u64, found: Option<u32>, seen: T) -> Slot {
+        let Held { records, by_key, ids, counts } = self;
+        let seq = found.unwrap_or_else(|| {
+            let seq = records.push(Pair { key, usage: UsageSeen::EMPTY, power: PowerSeen::EMPTY });
+            by_key.insert_unique(key_hash(key), seq, |seq| key_hash(records.at(*seq).key));
+            seq
+        });
+        *T::of_mut(records.at_mut(seq)) = seen;
+        ids[T::SIDE].insert_unique(seen.id().0, seq, |seq| T::of(records.at(*seq)).id().0);
+        counts[T::SIDE] += 1;
+        Slot(seq)
+    }
+
+    /// Forget records from the oldest while their second is before `cutoff` (arrival
+    /// order: a late record behind a fresh one waits for it). Returns the readings dropped.
+    pub fn evict(&mut self, cutoff: i64, second_of: impl Fn(u64) -> i64) -> usize {
+        let mut dropped = 0;
+        while let Some(pair) = self.records.first() {
+            if second_of(pair.key) >= cutoff {
+                break;
+            }
+            let seq = self.records.front as u32;
+            let (key, usage, power) = (pair.key, pair.usage.id, pair.power.id);
+            let Held { by_key, ids, counts, .. } = self;
+            Self::unindex(by_key, key_hash(key), seq);
+            for (side, id) in [usage, power].into_iter().enumerate() {
+                if id != ABSENT {
+                    Self::unindex(&mut ids[side], id.0, seq);
+                    counts[side] -= 1;
+                    dropped += 1;
+                }
+            }
+            self.records.pop();
+        }
+        dropped
+    }
+
+    fn unindex(index: &mut HashTable<u32>, hash: u64, seq: u32) {
+        if let Ok(entry) = index.find_entry(hash, |held| *held == seq) {
+            entry.remove();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(id: u64, tenant: u32) -> UsageSeen {
+        UsageSeen { id: (id, id | 1), tenant, instance: 0, model: 0 }
+    }
+
+    fn power(id: u64, mw: u32) -> PowerSeen {
+        PowerSeen { id: (id, id | 1), offset: 0, site: 0, node: 0, power_mw: mw, partition: 0 }
+    }
+
+    fn second(key: u64) -> i64 {
+        key as i64
+    }
+
+    #[test]
+    fn first_duplicate_conflict_per_stream() {
+        let mut held = Held::default();
+        assert!(matches!(held.admit(7, usage(1, 10)), Admitted::First(_)));
+        assert!(matches!(held.admit(7, usage(1, 10)), Admitted::Duplicate));
+        assert!(matches!(held.admit(8, usage(1, 10)), Admitted::Duplicate)); // same id, other second
+        assert!(matches!(held.admit(7, usage(2, 11)), Admitted::Conflict));
+        // The other stream's id space and half are its own.
+        assert!(matches!(held.admit(7, power(1, 500)), Admitted::First(_)));
+        assert_eq!(held.get::<UsageSeen>(7).map(|u| u.tenant), Some(10));
+        assert_eq!(held.get::<PowerSeen>(7).map(|p| p.power_mw), Some(500));
+        assert!(held.get::<PowerSeen>(8).is_none());
+        assert_eq!(held.len(), (1, 1));
+    }
+
+    #[test]
+    fn eviction_drops_records_and_their_ids_across_chunks() {
+        let mut held = Held::default();
+        let n = 3 * CHUNK as u64 + 5;
+        for s in 0..n {
+            assert!(matches!(held.admit(s, usage(100 + s, 1)), Admitted::First(_)));
+            if s % 2 == 0 {
+                assert!(matches!(held.admit(s, power(100 + s, 2)), Admitted::First(_)));
+            }
+        }
+        assert_eq!(held.len(), (n as usize, n.div_ceil(2) as usize));
+        let cutoff = 2 * CHUNK as i64 + 1;
+        let dropped = held.evict(cutoff, second);
+        assert_eq!(dropped, cutoff as usize + (cutoff as usize).div_ceil(2));
+        assert!(held.get::<UsageSeen>(cutoff as u64 - 1).is_none());
+        assert!(held.get::<UsageSeen>(cutoff as u64).is_some());
+        // An evicted id is new again; one still held is a duplicate.
+        assert!(matches!(held.admit(0, usage(100, 1)), Admitted::First(_)));
+        assert!(matches!(held.admit(n + 1, usage(100 + cutoff as u64, 1)), Admitted::Duplicate));
+        // The late record waits behind fresher ones.
+        assert_eq!(held.evict(cutoff, second), 0);
+        let (usage_held, power_held) = held.len();
+        assert_eq!(held.evict(i64::MAX, second), usage_held + power_held);
+        assert_eq!(held.len(), (0, 0));
+        assert!(matches!(held.admit(5, usage(105, 1)), Admitted::First(_)));
+    }
+
+    #[test]
+    fn remember_keeps_what_is_held() {
+        let mut held = Held::default();
+        held.remember(3, power(9, 100));
+        held.remember(3, power(10, 200));
+        assert_eq!(held.get::<PowerSeen>(3).map(|p| p.power_mw), Some(100));
+        assert!(matches!(held.admit(4, power(9, 100)), Admitted::Duplicate));
+    }
+}
