@@ -27,6 +27,10 @@ class Metrics:
             ["topic", "partition"], registry=registry,
         )
         self.state_entries = Gauge("gpubill_dedupe_state_entries", "Readings held in the dedupe horizon", registry=registry)
+        self.state_bytes = Gauge(
+            "gpubill_dedupe_state_bytes", "Memory the readings held in the dedupe horizon take (native core)",
+            registry=registry,
+        )
 
     def batch(self, result, rater) -> None:
         for topic, count in result.readings_in.items():
@@ -36,6 +40,8 @@ class Metrics:
         self.conflicts.inc(len(result.outcome.conflicts))
         self.unallocated.inc(result.outcome.unallocated)
         self.state_entries.set(rater.state_size)
+        if rater.state_bytes is not None:
+            self.state_bytes.set(rater.state_bytes)
 
     def flushed(self, seconds: float, outcome, deadletters: int) -> None:
         self.flush_seconds.observe(seconds)

@@ -81,6 +81,7 @@ class NativeRater:
         self.horizon_s = horizon_s
         self.core = gpubill_native.Core(TOPIC_USAGE, TOPIC_POWER, horizon_s)
         self.state_size = 0  # readings held in the horizon, as of the last batch
+        self.state_bytes = 0  # and the memory they take
         self.use_rules(rules)
 
     @staticmethod
@@ -95,13 +96,13 @@ class NativeRater:
 
     def forget(self) -> None:
         self.core.forget()  # called between batches (the feeder drains them first)
-        self.state_size = 0
+        self.state_size = self.state_bytes = 0
 
     def evict(self) -> int:
         dropped = self.core.evict()
         # Kept here for the metrics, read from the event loop while the sink thread may be
         # inside the core with the next batch (the core is borrowed then).
-        self.state_size = self.core.state_size
+        self.state_size, self.state_bytes = self.core.state_size, self.core.state_bytes
         return dropped
 
 

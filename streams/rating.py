@@ -135,6 +135,8 @@ class Rater:
             period = self._periods[second] = self.rules.period_of(second)
         return period
 
+    state_bytes = None  # not measured for Python objects (the native core reports its own)
+
     @property
     def state_size(self) -> int:
         return len(self._usage) + len(self._power)

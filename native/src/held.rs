@@ -170,6 +170,12 @@ impl Held {
         (self.counts[0], self.counts[1])
     }
 
+    /// Bytes allocated for what is held: the record chunks and the indexes.
+    pub fn bytes(&self) -> usize {
+        let chunks = self.records.chunks.iter().map(|chunk| chunk.capacity()).sum::<usize>() * size_of::<Pair>();
+        chunks + self.by_key.allocation_size() + self.ids.iter().map(HashTable::allocation_size).sum::<usize>()
+    }
+
     fn find(&self, key: u64) -> Option<u32> {
         self.by_key.find(key_hash(key), |seq| self.records.at(*seq).key == key).copied()
     }
@@ -307,6 +313,7 @@ mod tests {
         assert!(matches!(held.admit(n + 1, usage(100 + cutoff as u64, 1)), Admitted::Duplicate));
         // The late record waits behind fresher ones.
         assert_eq!(held.evict(cutoff, second), 0);
+        assert!(held.bytes() >= (n as usize - cutoff as usize) * 80);
         let (usage_held, power_held) = held.len();
         assert_eq!(held.evict(i64::MAX, second), usage_held + power_held);
         assert_eq!(held.len(), (0, 0));

@@ -452,6 +452,12 @@ impl Core {
         usage + power
     }
 
+    /// Bytes of memory the readings held take (records and indexes).
+    #[getter]
+    fn state_bytes(&self) -> usize {
+        self.held.bytes()
+    }
+
     /// Start a batch: take the plainly valid single readings of `messages` (objects with
     /// topic, partition, offset and value) and of `sets`, Kafka record sets as fetched
     /// (topic, partition, bytes, first offset to read; see records.rs). Records of the sets
