@@ -76,7 +76,10 @@ impl Hasher for FxHasher {
     }
 
     fn finish(&self) -> u64 {
-        self.0
+        // The product's low bits depend only on the word's low bits, and hashbrown picks the
+        // bucket with the low bits: a (gpu, second) key would place every card of a second
+        // at the same bucket (long probe runs). Rotating brings the well-mixed high bits down.
+        self.0.rotate_left(26)
     }
 }
 
