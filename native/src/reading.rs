@@ -282,13 +282,37 @@ fn string<'a>(raw: &'a [u8], at: &mut usize) -> Option<&'a str> {
         return None;
     }
     let start = *at + 1;
-    let length = raw[start..].iter().position(|b| *b == b'"' || *b == b'\\' || *b < 0x20)?;
-    let end = start + length;
-    if raw[end] != b'"' {
-        return None;
+    let mut end = start;
+    // Eight bytes at a time while none is a quote, a backslash, a control character or
+    // non-ASCII (the strings here are ids and timestamps: ASCII, 10–40 bytes); then bytewise.
+    while let Some(word) = raw.get(end..end + 8) {
+        if plain_ascii(u64::from_le_bytes(word.try_into().expect("8 bytes"))) {
+            end += 8;
+        } else {
+            break;
+        }
+    }
+    loop {
+        match *raw.get(end)? {
+            b'"' => break,
+            b'\\' | 0..=0x1f => return None,
+            _ => end += 1,
+        }
     }
     *at = end + 1;
     std::str::from_utf8(&raw[start..end]).ok()
+}
+
+/// Whether none of the eight bytes of `word` is `"`, `\`, below 0x20 or above 0x7f (SWAR:
+/// a byte b < n sets its high bit in (word − n per byte) & !word, borrows aside, and a
+/// borrow only runs past a byte that already matched).
+fn plain_ascii(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = |word: u64, n: u8| word.wrapping_sub(ONES * u64::from(n)) & !word & HIGH;
+    let quote = below(word ^ (ONES * u64::from(b'"')), 1);
+    let backslash = below(word ^ (ONES * u64::from(b'\\')), 1);
+    (quote | backslash | below(word, 0x20) | (word & HIGH)) == 0
 }
 
 #[cfg(test)]
@@ -305,6 +329,26 @@ mod tests {
         assert_eq!(scaled(b"101", 4, 100), None);
         assert_eq!(scaled(b"412.3456", 3, 5000), Some(412_346));
         assert_eq!(scaled(b"1.", 3, 5000), None);
+    }
+
+    #[test]
+    fn reads_strings_up_to_their_quote() {
+        let text = |raw: &[u8]| string(raw, &mut 0).map(str::to_owned);
+        assert_eq!(text(br#""GPU-5f1c2b9e-0d7a-4c11-9b7e-2f6d3a8c9e01","#).as_deref(), Some("GPU-5f1c2b9e-0d7a-4c11-9b7e-2f6d3a8c9e01"));
+        assert_eq!(text(br#""""#).as_deref(), Some(""));
+        assert_eq!(text("\"nœud-01 ünïcode\"".as_bytes()).as_deref(), Some("nœud-01 ünïcode"));
+        for bad in [&br#""abcdefgh\"ijk""#[..], b"\"abcdefghij\tk\"", b"\"abcdefgh", b"\"abc", b"\"abcdefgh\xffij\""] {
+            assert_eq!(text(bad), None, "{bad:?}");
+        }
+        // Every byte value at every place of a word, against the bytewise definition.
+        for place in 0..8 {
+            for byte in 0..=255u8 {
+                let mut word = *b"abcdefgh";
+                word[place] = byte;
+                let plain = byte >= 0x20 && byte < 0x80 && byte != b'"' && byte != b'\\';
+                assert_eq!(plain_ascii(u64::from_le_bytes(word)), plain, "{byte:#x} at {place}");
+            }
+        }
     }
 
     #[test]
