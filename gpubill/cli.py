@@ -532,6 +532,26 @@ def bench_pipeline_command(
         out.print(f"{name:>20}  {value}")
 
 
+@bench_app.command("rating")
+def bench_rating_command(
+    gpus: int = typer.Option(1280, min=1, help="GPUs in the simulated fleet."),
+    seconds: int = typer.Option(1200, min=1, help="Seconds of readings per GPU; beyond 900 the horizon is full."),
+    batch_s: int = typer.Option(12, min=1, help="Seconds of the fleet per batch (a fetch round of the worker)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
+) -> None:
+    """The native core alone, no broker or database: readings/s of core time, state memory at a full horizon."""
+    import orjson
+
+    from streams.bench_core import bench_rating
+
+    result = bench_rating(gpus, seconds, batch_s=batch_s, say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
+    if as_json:
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        return
+    for name, value in result.items():
+        out.print(f"{name:>20}  {value}")
+
+
 # -------------------------------------------------------------------------------- clickhouse
 
 clickhouse_app = typer.Typer(help="Share the embedded ClickHouse (chDB) between gpubill processes.",

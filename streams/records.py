@@ -24,8 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiokafka.codec import gzip_encode
 from aiokafka.consumer import fetcher as _fetcher
 from aiokafka.errors import CorruptRecordException
+from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy  # its C twin ignores offsets
 from aiokafka.record.memory_records import MemoryRecords
 
 from streams.pipeline import Message
@@ -122,3 +124,31 @@ def install() -> None:
     """Let `RECORD_SETS` consumers of this process receive record sets (idempotent)."""
     _fetcher.MemoryRecords = _KeptMemoryRecords
     _fetcher.PartitionRecords = _PartitionRecords
+
+
+# -- writing batches (for tests and `gpubill bench rating`) ------------------------------
+
+_GZIP = 1
+
+
+class _Builder(_DefaultRecordBatchBuilderPy):
+    def _maybe_compress(self) -> bool:
+        """Compress even when it does not pay: aiokafka sends a small batch uncompressed."""
+        if self._compression_type != _GZIP:
+            return False
+        header = self.HEADER_STRUCT.size
+        self._buffer[header:] = gzip_encode(bytes(self._buffer[header:]))
+        return True
+
+
+def record_batch(base: int, records: list[tuple], *, gzip: bool = False) -> bytes:
+    """One v2 record batch of `records` — (offset, key, value, timestamp, headers) — at base
+    offset `base` (offsets ≥ base), as a broker sends it in a fetch (the broker writes the
+    base offset, outside the CRC)."""
+    builder = _Builder(magic=2, compression_type=_GZIP if gzip else 0, is_transactional=0, producer_id=-1,
+                       producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for offset, key, value, timestamp, headers in records:
+        builder.append(offset - base, timestamp=timestamp, key=key, value=value, headers=list(headers))
+    data = bytearray(builder.build())
+    data[:8] = base.to_bytes(8, "big")
+    return bytes(data)

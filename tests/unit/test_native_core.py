@@ -23,9 +23,8 @@ from gpubill.config import TOPIC_POWER, TOPIC_USAGE
 from streams.native_rating import NativeRater, process_batch_native
 from streams.pipeline import Message, process_batch
 from streams.rating import Rater
-from streams.records import RecordSet
+from streams.records import RecordSet, record_batch
 from streams.sink import encode_outcome
-from tests.unit.record_batches import record_batch
 
 if not NativeRater.available():
     if os.environ.get("CI") == "true":

@@ -1,0 +1,93 @@
+"""`gpubill bench rating`: the native core alone, past a full horizon.
+
+G × S usage and power readings of a simulated fleet (as `gpubill bench pipeline` produces
+them) are encoded as the broker would fetch them — one v2 record batch per partition, 8
+partitions by card — in rounds of `batch_s` seconds of the fleet, and go through
+`process_batch_native` and eviction as the worker's rating thread does, against an empty
+ClickHouse (nothing stored, so nothing is read back). Only those calls are timed; making
+the readings is not. With S beyond the 15-minute horizon the state reaches its steady
+size, which `gpubill bench pipeline` (ten minutes of data) does not show:
+
+- `core_per_s`: readings per second of time spent in the core;
+- `state_entries`, `state_mb`: readings held at the end and the memory they take;
+- `peak_rss_mb`: the process's peak resident memory (the core, Python and the rules).
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+import zlib
+from datetime import UTC, datetime
+from itertools import islice
+from typing import Callable, Iterator
+
+import orjson
+
+from billing_rules import DEFAULT_RULES_DIR, load_rules
+from gpubill.config import READING_TOPICS
+from streams.native_rating import NativeRater, process_batch_native
+from streams.records import RecordSet, record_batch
+from streams.simulator import simulate_fleet
+
+PARTITIONS = 8
+
+
+class _EmptyStore:
+    """A ClickHouse that holds nothing yet (the look-ups of `process_batch_native`)."""
+
+    def __call__(self, need_usage: set, need_power: set) -> tuple[list, list]:
+        return [], []
+
+    def stored_since(self, cards: dict) -> dict:
+        return {stream: set() for stream in cards}
+
+    def kept_event_ids(self, stream: str, keys: set) -> dict:
+        return {}
+
+
+def _rounds(readings: Iterator[dict], size: int) -> Iterator[list[RecordSet]]:
+    """The readings as fetch rounds of `size` readings: one record set per partition."""
+    offsets: dict[tuple[str, int], int] = {}
+    while chunk := list(islice(readings, size)):
+        parts: dict[tuple[str, int], list[tuple]] = {}
+        for reading in chunk:
+            key = reading["gpu_uuid"].encode()
+            parts.setdefault((READING_TOPICS[reading["kind"]], zlib.crc32(key) % PARTITIONS), []).append(
+                (key, orjson.dumps(reading)))
+        sets = []
+        for (topic, partition), records in sorted(parts.items()):
+            base = offsets.get((topic, partition), 0)
+            data = record_batch(base, [(base + i, key, value, 0, ()) for i, (key, value) in enumerate(records)])
+            offsets[(topic, partition)] = base + len(records)
+            sets.append(RecordSet(topic, partition, data, base, base + len(records), plain=True))
+        yield sets
+
+
+def bench_rating(gpus: int, seconds: int, *, batch_s: int = 12, say: Callable[[str], None] = lambda _: None) -> dict:
+    """Run the benchmark; returns the fields `gpubill bench rating --json` prints."""
+    if not NativeRater.available():
+        raise RuntimeError("gpubill_native is not built: run scripts/bootstrap")
+    rater, store = NativeRater(load_rules(DEFAULT_RULES_DIR)), _EmptyStore()
+    total = gpus * seconds * 2
+    start = int(time.time()) - seconds - 120
+    readings = islice(simulate_fleet(gpus=gpus, gpu_model="A800-80G", minutes=-(-seconds // 60), start=start,
+                                     tenants=max(1, gpus // 16)), total)
+    say(f"rating {total:,} readings ({gpus} GPUs × {seconds} s × 2 streams) in rounds of {batch_s} s")
+    busy, done, refused, now = 0.0, 0, 0, datetime.now(UTC)
+    for sets in _rounds(readings, gpus * 2 * batch_s):
+        began = time.perf_counter()
+        result = process_batch_native(sets, rater, now=now, lookup=store)
+        rater.evict()
+        busy += time.perf_counter() - began
+        done += sum(result.readings_in.values())
+        refused += len(result.deadletters)
+    if done != total or refused:
+        raise RuntimeError(f"rated {done:,} of {total:,} readings ({refused} dead letters)")
+    return {
+        "readings": done,
+        "core_per_s": round(done / busy),
+        "state_entries": rater.state_size,
+        "state_mb": round(rater.state_bytes / 2**20, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }

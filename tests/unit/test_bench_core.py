@@ -1,0 +1,26 @@
+"""`gpubill bench rating` (streams/bench_core.py) on a small fleet: it rates every reading."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.bench_core import bench_rating
+from streams.native_rating import NativeRater
+
+pytestmark = pytest.mark.skipif(not NativeRater.available(), reason="gpubill_native is not built")
+
+
+def test_every_reading_is_rated_and_held_within_the_horizon() -> None:
+    result = bench_rating(4, 30, batch_s=7)
+    # 4 cards × 30 s × 2 streams = 240 readings, all within 15 minutes: all held
+    assert result["readings"] == 240
+    assert result["state_entries"] == 240
+    assert result["core_per_s"] > 0 and result["state_mb"] > 0 and result["peak_rss_mb"] > 0
+
+
+def test_the_state_stops_growing_past_the_horizon() -> None:
+    # 2 cards × 1,000 s: the slower stream's newest second is start + 999, the cutoff
+    # 900 s before it, so seconds start + 99 … start + 999 stay: 901 per card and stream
+    # (eviction is by whole (card, second) records in arrival order: none waits here).
+    result = bench_rating(2, 1000, batch_s=50)
+    assert result["state_entries"] == 2 * 2 * 901
