@@ -41,6 +41,10 @@ app.add_typer(rules_app, name="rules")
 out = Console()
 err = Console(stderr=True)
 
+# numpy comes in with chDB's client (through pyarrow), and its OpenBLAS starts a thread per
+# core that spins beside the worker's (1 % of a drain's CPU). gpubill does no linear algebra.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 
 _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 

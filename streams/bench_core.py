@@ -9,13 +9,12 @@ the readings is not. With S beyond the 15-minute horizon the state reaches its s
 size, which `gpubill bench pipeline` (ten minutes of data) does not show:
 
 - `core_per_s`: readings per second of time spent in the core;
-- `state_entries`, `state_mb`: readings held at the end and the memory they take;
-- `peak_rss_mb`: the process's peak resident memory (the core, Python and the rules).
+- `state_entries`, `state_mb`: readings held at the end and the memory they take (the
+  process's own peak is not reported: the fleet simulator's arrays would dominate it).
 """
 
 from __future__ import annotations
 
-import resource
 import time
 import zlib
 from datetime import UTC, datetime
@@ -89,5 +88,4 @@ def bench_rating(gpus: int, seconds: int, *, batch_s: int = 12, say: Callable[[s
         "core_per_s": round(done / busy),
         "state_entries": rater.state_size,
         "state_mb": round(rater.state_bytes / 2**20, 1),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }

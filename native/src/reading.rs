@@ -49,18 +49,18 @@ pub fn parse<'a>(raw: &'a [u8], now_s: i64, expect: Kind, sites: &HashSet<String
     let mut slots: [Option<Value<'a>>; 11] = [None; 11];
     for (key, value) in fields.iter() {
         let slot = match *key {
-            "kind" => 0,
-            "event_id" => 1,
-            "ts" => 2,
-            "site" => 3,
-            "node" => 4,
-            "gpu_uuid" => 5,
-            "gpu_model" => 6,
-            "tenant" => 7,
-            "instance" => 8,
-            "util_pct" => 9,
-            "mem_used_mib" => 10,
-            "power_w" => 9, // shares the number's slot; the key count tells the kinds apart
+            b"kind" => 0,
+            b"event_id" => 1,
+            b"ts" => 2,
+            b"site" => 3,
+            b"node" => 4,
+            b"gpu_uuid" => 5,
+            b"gpu_model" => 6,
+            b"tenant" => 7,
+            b"instance" => 8,
+            b"util_pct" => 9,
+            b"mem_used_mib" => 10,
+            b"power_w" => 9, // shares the number's slot; the key count tells the kinds apart
             _ => return None,
         };
         if slots[slot].is_some() {
@@ -69,8 +69,8 @@ pub fn parse<'a>(raw: &'a [u8], now_s: i64, expect: Kind, sites: &HashSet<String
         slots[slot] = Some(*value);
     }
     let kind = match text(slots[0]?)? {
-        "usage" if fields.len() == 11 && fields.iter().all(|(k, _)| *k != "power_w") => Kind::Usage,
-        "power" if fields.len() == 7 && fields.iter().any(|(k, _)| *k == "power_w") => Kind::Power,
+        "usage" if fields.len() == 11 && fields.iter().all(|(k, _)| *k != b"power_w") => Kind::Usage,
+        "power" if fields.len() == 7 && fields.iter().any(|(k, _)| *k == b"power_w") => Kind::Power,
         _ => return None,
     };
     if kind != expect {
@@ -218,7 +218,7 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 
 /// The members of a flat JSON object of strings without escapes, plain numbers and null;
 /// None for anything else (nesting, escapes, booleans, bad JSON: the definition decides).
-fn object(raw: &[u8]) -> Option<Vec<(&str, Value<'_>)>> {
+fn object(raw: &[u8]) -> Option<Vec<(&[u8], Value<'_>)>> {
     let mut at = 0;
     let skip = |at: &mut usize| {
         while *at < raw.len() && matches!(raw[*at], b' ' | b'\t' | b'\n' | b'\r') {
@@ -236,7 +236,7 @@ fn object(raw: &[u8]) -> Option<Vec<(&str, Value<'_>)>> {
     }
     loop {
         skip(&mut at);
-        let key = string(raw, &mut at)?;
+        let key = span(raw, &mut at)?; // matched against the ASCII names as bytes
         skip(&mut at);
         if raw.get(at) != Some(&b':') {
             return None;
@@ -278,6 +278,11 @@ fn object(raw: &[u8]) -> Option<Vec<(&str, Value<'_>)>> {
 
 /// A JSON string without escapes or control characters, as UTF-8; `at` is on its quote.
 fn string<'a>(raw: &'a [u8], at: &mut usize) -> Option<&'a str> {
+    std::str::from_utf8(span(raw, at)?).ok()
+}
+
+/// The bytes of a JSON string without escapes or control characters; `at` is on its quote.
+fn span<'a>(raw: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
     if raw.get(*at) != Some(&b'"') {
         return None;
     }
@@ -300,7 +305,7 @@ fn string<'a>(raw: &'a [u8], at: &mut usize) -> Option<&'a str> {
         }
     }
     *at = end + 1;
-    std::str::from_utf8(&raw[start..end]).ok()
+    Some(&raw[start..end])
 }
 
 /// Whether none of the eight bytes of `word` is `"`, `\`, below 0x20 or above 0x7f (SWAR:

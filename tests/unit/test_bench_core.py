@@ -15,7 +15,7 @@ def test_every_reading_is_rated_and_held_within_the_horizon() -> None:
     # 4 cards × 30 s × 2 streams = 240 readings, all within 15 minutes: all held
     assert result["readings"] == 240
     assert result["state_entries"] == 240
-    assert result["core_per_s"] > 0 and result["state_mb"] > 0 and result["peak_rss_mb"] > 0
+    assert result["core_per_s"] > 0 and result["state_mb"] > 0
 
 
 def test_the_state_stops_growing_past_the_horizon() -> None:
