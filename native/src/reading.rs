@@ -350,7 +350,7 @@ mod tests {
             for byte in 0..=255u8 {
                 let mut word = *b"abcdefgh";
                 word[place] = byte;
-                let plain = byte >= 0x20 && byte < 0x80 && byte != b'"' && byte != b'\\';
+                let plain = (0x20..0x80).contains(&byte) && byte != b'"' && byte != b'\\';
                 assert_eq!(plain_ascii(u64::from_le_bytes(word)), plain, "{byte:#x} at {place}");
             }
         }

@@ -205,7 +205,10 @@ mod tests {
         out
     }
 
-    fn offsets(data: &[u8], start: u64) -> Result<Vec<(u64, i64, Option<Vec<u8>>)>, String> {
+    /// (offset, timestamp, value) of each record read.
+    type Read = (u64, i64, Option<Vec<u8>>);
+
+    fn offsets(data: &[u8], start: u64) -> Result<Vec<Read>, String> {
         let mut seen = Vec::new();
         walk(data, start, |r| {
             assert_eq!(r.key, Some(&b"k1"[..]));
