@@ -45,10 +45,6 @@ def test_up_consumes_and_the_scheduler_invoices_closed_periods(gpubill):
         for name in ("gpubill_readings_in_total", "gpubill_deadletters_total", "gpubill_flush_seconds",
                      "gpubill_consumer_lag", "gpubill_dedupe_state_entries", "gpubill_dedupe_state_bytes"):
             assert name in metrics, name
-        # the drained readings are held for the horizon, and their memory is reported
-        held = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
-                if line.startswith("gpubill_dedupe_state_")}
-        assert held["gpubill_dedupe_state_entries"] > 0 and held["gpubill_dedupe_state_bytes"] > 0, held
         lags = [line for line in metrics.splitlines() if line.startswith("gpubill_consumer_lag{")]
         assert lags and all(line.endswith(" 0.0") for line in lags), lags
         # while `up` holds the embedded database, other commands are told so
