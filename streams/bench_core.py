@@ -8,7 +8,8 @@ ClickHouse (nothing stored, so nothing is read back). Only those calls are timed
 the readings is not. With S beyond the 15-minute horizon the state reaches its steady
 size, which `gpubill bench pipeline` (ten minutes of data) does not show:
 
-- `core_per_s`: readings per second of time spent in the core;
+- `core_per_s`: readings per second of the time spent rating (`process_batch_native` and
+  eviction: the native core and the Python around it);
 - `state_entries`, `state_mb`: readings held at the end and the memory they take (the
   process's own peak is not reported: the fleet simulator's arrays would dominate it).
 """
