@@ -663,13 +663,11 @@ impl Core {
     fn preload_usage(&mut self, rows: Vec<StoredUsage>) {
         for (gpu, second, event_id, tenant, instance, model, _offset) in rows {
             let k = key(self.texts.id(&gpu), second);
-            if !self.held.contains::<UsageSeen>(k) {
-                let seen = UsageSeen {
-                    id: id_hash(&event_id), tenant: self.texts.optional(tenant.as_deref()),
-                    instance: self.texts.optional(instance.as_deref()), model: self.texts.id(&model),
-                };
-                self.held.remember(k, seen);
-            }
+            let seen = UsageSeen {
+                id: id_hash(&event_id), tenant: self.texts.optional(tenant.as_deref()),
+                instance: self.texts.optional(instance.as_deref()), model: self.texts.id(&model),
+            };
+            self.held.remember(k, seen); // unless a reading of (gpu, second) is held
         }
     }
 
@@ -677,12 +675,10 @@ impl Core {
     fn preload_power(&mut self, rows: Vec<StoredPower>) {
         for (gpu, second, event_id, site, node, power_mw, partition, offset) in rows {
             let k = key(self.texts.id(&gpu), second);
-            if !self.held.contains::<PowerSeen>(k) {
-                let seen = PowerSeen {
-                    id: id_hash(&event_id), site: self.texts.id(&site), node: self.texts.id(&node), power_mw, partition, offset,
-                };
-                self.held.remember(k, seen);
-            }
+            let seen = PowerSeen {
+                id: id_hash(&event_id), site: self.texts.id(&site), node: self.texts.id(&node), power_mw, partition, offset,
+            };
+            self.held.remember(k, seen); // unless a reading of (gpu, second) is held
         }
     }
 
