@@ -338,18 +338,25 @@ def run_worker(settings: Settings, pipeline: Pipeline, *,
 
     if drain_targets is not None:
 
-        total = sum(end - start for start, end in drain_targets.values())
+        async def reach(targets: dict[tuple[str, int], tuple[int, int]],
+                        progress: Callable[[int, int], None] | None = None) -> None:
+            goal = sum(end - start for start, end in targets.values())
+            while True:
+                done = sum(min(max(pipeline.positions.get(tp, start), start), end) - start
+                           for tp, (start, end) in targets.items())
+                if progress:
+                    progress(done, goal)
+                if done >= goal:
+                    return
+                await asyncio.sleep(0.1)
 
         @app.task
         async def stop_when_drained() -> None:
-            while True:
-                done = sum(min(max(pipeline.positions.get(tp, start), start), end) - start
-                           for tp, (start, end) in drain_targets.items())
-                if on_progress:
-                    on_progress(done, total)
-                if done >= total:
-                    break
-                await asyncio.sleep(0.1)
+            await reach(drain_targets, on_progress)
+            # The drain's own dead letters went to gpu.deadletter.v1 after the targets were
+            # taken; consume them too (they are stored already: the rows only replace
+            # themselves), so that a drain leaves the group at the end of every partition.
+            await reach(await feeder.behind(TOPIC_DEADLETTER, pipeline.positions))
             # Positions move only when the feeder has committed: everything is written.
             log.info("drained to the end offsets; committed")
             os.kill(os.getpid(), signal.SIGTERM)

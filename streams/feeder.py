@@ -205,6 +205,21 @@ class Feeder:
             await asyncio.sleep(0.01)
         await self.commit()
 
+    async def behind(self, topic: str, positions: dict[tuple[str, int], int]
+                     ) -> dict[tuple[str, int], tuple[int, int]]:
+        """(topic, partition) → (committed, end) for this topic's assigned partitions where the
+        group is behind; `positions` are the offsets committed by this worker so far."""
+        behind = {}
+        for tp, end in (await self.lag()).items():
+            if tp[0] != topic:
+                continue
+            committed = positions.get(tp)
+            if committed is None:
+                committed = await self.consumer.committed(TopicPartition(*tp)) or 0
+            if end > committed:
+                behind[tp] = (committed, end)
+        return behind
+
     async def lag(self) -> dict[tuple[str, int], int]:
         """(topic, partition) → end offset, for the partitions assigned now (consumer lag gauge)."""
         assigned = list(self.consumer.assignment()) if self.consumer else []
