@@ -208,7 +208,7 @@ def _start_from_committed(settings: Settings, pipeline) -> None:
 
 @app.command()
 def worker(
-    drain: bool = typer.Option(False, "--drain", help="Process everything up to the end offsets at start, flush, exit 0."),
+    drain: bool = typer.Option(False, "--drain", help="Process everything up to the end offsets at start (and the dead letters this produces), flush, exit 0."),
 ) -> None:
     """Run the pipeline: validate, dedupe, attribute and price readings into ClickHouse."""
     from streams.app import run_worker
