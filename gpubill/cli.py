@@ -510,6 +510,17 @@ def bench_pricing_command(
     )
 
 
+def _print_figures(result: dict, as_json: bool) -> None:
+    """A benchmark's figures: one JSON object, or a name and value a line."""
+    if as_json:
+        import orjson
+
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        return
+    for name, value in result.items():
+        out.print(f"{name:>20}  {value}")
+
+
 @bench_app.command("pipeline")
 def bench_pipeline_command(
     gpus: int = typer.Option(1280, min=1, help="GPUs whose readings are pre-produced."),
@@ -523,17 +534,11 @@ def bench_pipeline_command(
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
     """Pipeline vs plain consumer on a private broker and chDB: throughput, freshness, worker memory."""
-    import orjson
-
     from streams.bench import bench_pipeline
 
     result = bench_pipeline(gpus, seconds, freshness_rate=freshness_rate, freshness_s=freshness_s, port=port,
                             gateway=gateway, say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
-    if as_json:
-        sys.stdout.write(orjson.dumps(result).decode() + "\n")
-        return
-    for name, value in result.items():
-        out.print(f"{name:>20}  {value}")
+    _print_figures(result, as_json)
 
 
 @bench_app.command("rating")
@@ -544,16 +549,10 @@ def bench_rating_command(
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
     """The native core alone, no broker or database: readings/s of core time, state memory at a full horizon."""
-    import orjson
-
     from streams.bench_core import bench_rating
 
     result = bench_rating(gpus, seconds, batch_s=batch_s, say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
-    if as_json:
-        sys.stdout.write(orjson.dumps(result).decode() + "\n")
-        return
-    for name, value in result.items():
-        out.print(f"{name:>20}  {value}")
+    _print_figures(result, as_json)
 
 
 # -------------------------------------------------------------------------------- clickhouse
