@@ -17,11 +17,6 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from gpubill.errors import ConfigError
 
-TOPIC_USAGE = "gpu.usage.v1"
-TOPIC_POWER = "gpu.power.v1"
-TOPIC_DEADLETTER = "gpu.deadletter.v1"
-READING_TOPICS = {"usage": TOPIC_USAGE, "power": TOPIC_POWER}
-
 
 def _default_clickhouse() -> str:
     return f"chdb://{Path('var/clickhouse').resolve()}"

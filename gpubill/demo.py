@@ -19,7 +19,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
-from gpubill.clickhouse import open_database
+from warehouse.connection import open_database
 from gpubill.config import Settings
 from gpubill.errors import GpubillError
 
@@ -29,14 +29,14 @@ WHAT_IF_SITE = "sh-east"
 
 def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: Console) -> None:
     from billing_rules import load_rules
-    from gpubill.kafka_local import LocalBroker
+    from gpubill.devenv.kafka_broker import LocalBroker
     from reports.cost_share import cost_share, store_cost_share, what_if
     from reports.invoicing import list_invoices, run_period, write_invoice_files
     from reports.render import render_cost_share, render_usage
     from reports.usage_report import usage_report
-    from streams.kafka_io import ensure_pipeline_topics
-    from streams.producers import produce_readings
-    from streams.simulator import simulate_fleet
+    from streams.kafka.admin import ensure_pipeline_topics
+    from streams.kafka.producers import produce_readings
+    from gpubill.devenv.simulator import simulate_fleet
 
     started = time.monotonic()
     rules = load_rules(Path(settings.rules))

@@ -1,36 +1,37 @@
-"""Errors shown to users: one line each, saying what to do.
+"""Errors of the shell (command line, settings, development environment), and the map of
+every package's error base that the command line reports as one line with exit status 1.
 
-    GpubillError                    base; the CLI prints str(exc) and exits 1
-    ├── ConfigError                 a setting is malformed (GPUBILL_* variables, settings file)
-    ├── DatabaseError               ClickHouse refused or could not be reached
-    │   └── DatabaseBusy            the embedded chDB directory is held by another process
-    ├── InputFileError              a file named on the command line is missing or unreadable
-    └── NotFound                    the thing asked for does not exist (invoice, tenant, period)
+    GpubillError              base of the shell's own errors
+    ├── ConfigError           a setting is malformed (GPUBILL_* variables, settings file, options)
+    └── (gpubill.devenv)      JavaMissing, MavenMissing, BrokerStartFailed, GatewayStartError
 
-Kafka errors live with the local broker (`gpubill.kafka_local`) and rule errors with the
-rules (`billing_rules.errors`); both are translated at the CLI boundary.
+Each lower package has its own base, translated here at the boundary:
+
+    schemas.errors.InvalidReading       bad input (readings are dead-lettered, never raised to users)
+    billing_rules.errors.BillingRulesError
+    warehouse.errors.WarehouseError     ClickHouse: DSN, unreachable, refused, busy
+    streams.errors.StreamsError         Kafka: unreachable, topics; files to replay; metrics port
+    reports.errors.ReportsError         invoices and reports: not found
 """
+
+from __future__ import annotations
+
+from billing_rules.errors import BillingRulesError
+from reports.errors import ReportsError
+from schemas.errors import InvalidReading
+from streams.errors import StreamsError
+from warehouse.errors import WarehouseError
 
 
 class GpubillError(Exception):
-    """Base of every error the CLI reports as one line with a non-zero exit."""
+    """Base of every error the shell itself raises."""
 
 
 class ConfigError(GpubillError):
     """A setting is malformed: raised while reading GPUBILL_* variables or the settings file."""
 
 
-class DatabaseError(GpubillError):
-    """ClickHouse could not be opened or refused a statement (the DSN is named, never its password)."""
-
-
-class DatabaseBusy(DatabaseError):
-    """The embedded chDB database is locked by another process (one process per directory)."""
-
-
-class InputFileError(GpubillError):
-    """A file named on the command line cannot be read."""
-
-
-class NotFound(GpubillError):
-    """A period, tenant or invoice that was asked for does not exist."""
+# What the command line prints as one line (str(exc)) with exit status 1.
+USER_ERRORS: tuple[type[Exception], ...] = (
+    GpubillError, BillingRulesError, WarehouseError, StreamsError, ReportsError, InvalidReading,
+)

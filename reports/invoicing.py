@@ -30,8 +30,8 @@ from billing_rules import (
     build_invoice,
     credit_balances,
 )
-from gpubill.errors import NotFound
-from reports.usage_queries import energy_usage_sql, rent_usage_sql, tenants_with_charges_sql
+from reports.errors import NotFound
+from reports.queries import energy_usage_sql, rent_usage_sql, tenants_with_charges_sql
 
 CURRENCY = "CNY"
 CHARGE_KINDS = ("rent", "discount", "electricity")

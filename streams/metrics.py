@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from streams.errors import MetricsPortUnavailable
+
 
 class Metrics:
     """The worker's counters; one instance per process."""
@@ -27,6 +29,11 @@ class Metrics:
             ["topic", "partition"], registry=registry,
         )
         self.state_entries = Gauge("gpubill_dedupe_state_entries", "Readings held in the dedupe horizon", registry=registry)
+        self.fast_record_sets = Gauge(
+            "gpubill_fast_record_sets",
+            "1 while fetches are handed on as whole record sets (streams/kafka/record_sets.py); 0: record by record",
+            registry=registry,
+        )
         self.state_bytes = Gauge(
             "gpubill_dedupe_state_bytes", "Memory the readings held in the dedupe horizon take (native core)",
             registry=registry,
@@ -55,13 +62,11 @@ class Metrics:
     @staticmethod
     def serve(port: int) -> None:
         """Serve /metrics on `port` (0: not at all); a taken port is a one-line error."""
-        from gpubill.errors import ConfigError
-
         if port:
             try:
                 start_http_server(port)
             except OSError as exc:
-                raise ConfigError(
+                raise MetricsPortUnavailable(
                     f"GPUBILL_METRICS_PORT: cannot serve metrics on port {port} ({exc.strerror}); "
                     "choose another port or 0 to turn metrics off"
                 ) from None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpubill.kafka_local import LocalBroker
+from gpubill.devenv.kafka_broker import LocalBroker
 
 E2E_DIR = Path(__file__).parent
 FIXTURES = E2E_DIR / "fixtures"

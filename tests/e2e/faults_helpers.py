@@ -195,7 +195,7 @@ def invoice_figures(invoice: dict) -> dict:
 
 def stored_figures(dsn: str, period: str = PERIOD) -> dict[str, tuple[int, int]]:
     """(rented seconds, energy mJ) per tenant from the v_usage_by_tenant view (no CLI may hold chDB)."""
-    from gpubill.clickhouse import open_database
+    from warehouse.connection import open_database
 
     with open_database(dsn) as database:
         rows = database.query(
@@ -266,7 +266,7 @@ def produce_raw(bootstrap: str, messages: list[tuple[str, bytes | None, bytes | 
 
 
 def count_rows(dsn: str, sql: str) -> int:
-    from gpubill.clickhouse import open_database
+    from warehouse.connection import open_database
 
     with open_database(dsn) as database:
         return int(database.query(sql)[0][0])

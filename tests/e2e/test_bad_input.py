@@ -82,7 +82,7 @@ def test_invalid_rules_name_file_place_and_reason(tmp_path):
 def test_embedded_database_held_by_another_process(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from gpubill.clickhouse import open_database; "
+         "import sys, time; from warehouse.connection import open_database; "
          f"db = open_database('chdb://{tmp_path}/db'); print('open', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True,
     )

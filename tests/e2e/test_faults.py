@@ -344,15 +344,15 @@ def test_replay_dead_letters_lines_it_cannot_send(faults, tmp_path):
 def in_process_pipeline(tmp_path):
     """The worker's Pipeline on its own chDB, without Kafka: `handle` is what a batch runs."""
     from billing_rules import load_rules
-    from gpubill.clickhouse import open_database
-    from streams.app import Pipeline
-    from streams.rating import Rater
+    from warehouse.connection import open_database
+    from streams.pipeline import Pipeline
+    from streams.rating.reference_batch import PythonRater
     from streams.sink import ClickHouseSink
     from tests.e2e.conftest import TEST_RULES
 
     rules = load_rules(TEST_RULES)
     database = open_database(f"chdb://{tmp_path / 'clickhouse'}")
-    pipeline = Pipeline(rules=rules, sink=ClickHouseSink(database, max_wait_s=0), rater=Rater(rules))
+    pipeline = Pipeline(rules=rules, sink=ClickHouseSink(database, max_wait_s=0), rater=PythonRater(rules))
     yield pipeline, database
     pipeline.executor.shutdown()
     database.close()
@@ -362,7 +362,7 @@ def in_process_pipeline(tmp_path):
 def test_a_poison_is_dead_lettered_alone(in_process_pipeline, name):
     """One poison in a batch with a good power reading: the poison is dead-lettered (and
     stored), the good reading is rated."""
-    from streams.pipeline import Message
+    from streams.kafka.message import Message
 
     pipeline, database = in_process_pipeline
     good = dumps(make_readings(1)[1]).encode()  # A1's power at 2026-05-12T01:00:00Z

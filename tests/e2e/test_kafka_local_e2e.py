@@ -11,7 +11,9 @@ import time
 
 import pytest
 
-from gpubill.kafka_local import KafkaUnreachable, LocalBroker, ensure_topics
+from gpubill.devenv.kafka_broker import LocalBroker
+from streams.errors import KafkaUnreachable
+from streams.kafka.admin import ensure_topics
 
 pytestmark = pytest.mark.e2e
 

@@ -176,7 +176,7 @@ def test_readings_to_invoices_to_the_fen(gpubill):
         assert "clean" in gpubill.run("audit", "--period", period).stdout
 
     # -- 9. finance reads the same figures from ClickHouse views (the CLI has exited: no lock)
-    from gpubill.clickhouse import open_database
+    from warehouse.connection import open_database
 
     with open_database(gpubill.env["GPUBILL_CLICKHOUSE"]) as database:
         rows = database.query(

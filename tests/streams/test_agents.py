@@ -20,15 +20,19 @@ from typing import Any
 
 import pytest
 
-import streams.app as app_module
+import streams.worker as app_module
 from billing_rules import DEFAULT_RULES_DIR, load_rules
-from gpubill.config import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, Settings
+from schemas.topics import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE
+from gpubill.config import Settings
 from schemas.tables import RATED_SECONDS
-from streams.app import Pipeline, build_app
-from streams.feeder import Batch
-from streams.pipeline import BatchResult, DeadLetter, Message
-from streams.rating import Rater
-from streams.sink import StoredLookup
+from streams.pipeline import Pipeline
+from streams.worker import build_app
+from streams.kafka.feeder import Batch
+from streams.deadletters import DeadLetter
+from streams.kafka.message import Message
+from streams.rating.protocol import BatchResult
+from streams.rating.reference_batch import PythonRater
+from streams.lookup import StoredLookup
 
 RULES = load_rules(DEFAULT_RULES_DIR)
 # Real-clock based: the worker stamps `now` itself. One hour ago is never "future", and
@@ -69,7 +73,7 @@ def sent(monkeypatch) -> list[DeadLetter]:
 
 @pytest.fixture
 def pipeline() -> Pipeline:
-    pipe = Pipeline(rules=RULES, sink=None, rater=Rater(RULES))
+    pipe = Pipeline(rules=RULES, sink=None, rater=PythonRater(RULES))
     yield pipe
     pipe.executor.shutdown(wait=True)
     pipe.writer.shutdown(wait=True)

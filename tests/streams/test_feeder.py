@@ -12,9 +12,9 @@ import asyncio
 
 from aiokafka import TopicPartition
 
-from gpubill.config import TOPIC_POWER, TOPIC_USAGE
-from streams.feeder import IN_FLIGHT, Batch, Feeder
-from streams.pipeline import Message
+from schemas.topics import TOPIC_POWER, TOPIC_USAGE
+from streams.kafka.feeder import IN_FLIGHT, Batch, Feeder
+from streams.kafka.message import Message
 
 U0, P0 = TopicPartition(TOPIC_USAGE, 0), TopicPartition(TOPIC_POWER, 0)
 

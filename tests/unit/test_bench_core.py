@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streams.bench_core import bench_rating
-from streams.native_rating import NativeRater
+from gpubill.bench.rating import bench_rating
+from streams.rating.native import NativeRater
 
 pytestmark = pytest.mark.skipif(not NativeRater.available(), reason="gpubill_native is not built")
 

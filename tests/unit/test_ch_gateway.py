@@ -23,8 +23,9 @@ import lz4.frame
 import pytest
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from gpubill.ch_gateway import GatewayError, decode_body, parse_listen, read_statement, spawn, split_inline_data
-from gpubill.clickhouse import migrations, open_database
+from gpubill.devenv.ch_gateway import GatewayError, decode_body, parse_listen, read_statement, spawn, split_inline_data
+from warehouse.connection import open_database
+from warehouse.migrations import migrations
 from gpubill.errors import ConfigError
 
 # --------------------------------------------------------------------- the request parser

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from billing_rules import DEFAULT_RULES_DIR, load_rules
 from schemas.errors import InvalidReading
 from schemas.events import parse_reading
-from schemas.fast import QuickParser
+from schemas.quick_parser import QuickParser
 
 RULES = load_rules(DEFAULT_RULES_DIR)
 SITES = frozenset(RULES.site_ids)

@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from gpubill.errors import GpubillError
-from gpubill.kafka_local import (
+from gpubill.errors import USER_ERRORS
+from streams.errors import KafkaUnreachable
+from gpubill.devenv.kafka_broker import (
     BrokerStartFailed,
     JavaMissing,
-    KafkaUnreachable,
     LocalBroker,
     MavenMissing,
     jars_fingerprint,
@@ -95,10 +95,10 @@ def test_jar_cache_can_be_moved_by_environment(tmp_path, monkeypatch):
     assert LocalBroker(tmp_path).libs_dir == tmp_path / "cache" / "libs"
 
 
-def test_errors_are_one_line_gpubill_errors():
+def test_errors_are_one_line_errors_the_cli_reports():
     for error in (JavaMissing(), JavaMissing('java version "1.8.0"'), MavenMissing(), MavenMissing("exit 1"),
                   KafkaUnreachable("localhost:9092"), BrokerStartFailed("x")):  # fmt: skip
-        assert isinstance(error, GpubillError)
+        assert isinstance(error, USER_ERRORS)
         assert "\n" not in str(error)
     assert "Java 17 or newer" in str(JavaMissing()) and "GPUBILL_KAFKA" in str(JavaMissing())
 
@@ -196,7 +196,7 @@ def test_cluster_ids_never_start_with_a_dash(monkeypatch):
     # uuid bytes whose base64 starts with "-" (0xfb → "-w"), then ordinary ones
     import uuid as uuid_module
 
-    from gpubill import kafka_local
+    from gpubill.devenv import kafka_broker as kafka_local
 
     draws = iter([uuid_module.UUID(bytes=b"\xfb" + b"\x00" * 15), uuid_module.UUID(bytes=b"\x01" * 16)])
     monkeypatch.setattr(kafka_local.uuid, "uuid4", lambda: next(draws))

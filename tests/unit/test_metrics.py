@@ -9,11 +9,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from billing_rules import DEFAULT_RULES_DIR, load_rules
-from gpubill.config import TOPIC_POWER, TOPIC_USAGE
-from gpubill.errors import ConfigError
+from schemas.topics import TOPIC_POWER, TOPIC_USAGE
+from streams.errors import MetricsPortUnavailable
 from streams.metrics import Metrics
-from streams.native_rating import NativeRater, process_batch_native
-from streams.pipeline import Message
+from streams.rating.native import NativeRater, process_batch_native
+from streams.kafka.message import Message
 
 
 def test_a_taken_metrics_port_is_a_clear_error():
@@ -21,7 +21,7 @@ def test_a_taken_metrics_port_is_a_clear_error():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with pytest.raises(ConfigError, match=f"GPUBILL_METRICS_PORT: cannot serve metrics on port {port}"):
+        with pytest.raises(MetricsPortUnavailable, match=f"GPUBILL_METRICS_PORT: cannot serve metrics on port {port}"):
             Metrics.serve(port)
 
 

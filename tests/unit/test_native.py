@@ -1,6 +1,6 @@
 """Hand-encoded Native blocks store exactly what the client's generic insert stores.
 
-Each hot table gets the same rows twice — once through `streams.native` (what the sink
+Each hot table gets the same rows twice — once through `warehouse.native_format` (what the sink
 does) and once through clickhouse-connect's own `insert()` into a twin table — and the
 two must read back identical, for every column type the worker writes: long and
 non-ASCII strings, NULLs, decimals of both scales, DateTime and DateTime64.
@@ -13,10 +13,10 @@ from decimal import Decimal
 
 import pytest
 
-from gpubill.clickhouse import open_database
+from warehouse.connection import open_database
 from schemas import tables
-from streams.native import leb128
-from streams.sink import NATIVE_TABLES
+from warehouse.native_format import leb128
+from warehouse.blocks import NATIVE_TABLES
 
 NOW = datetime(2026, 3, 1, 0, 0, 7, 123000, tzinfo=timezone.utc)
 LONG = "g" * 300  # a length that needs two LEB128 bytes
@@ -82,7 +82,7 @@ def test_leb128_lengths() -> None:
 
 
 def test_stored_readings_are_found_by_key_in_narrow_and_wide_ranges(database) -> None:
-    from streams.sink import StoredLookup
+    from streams.lookup import StoredLookup
 
     far = T0 + 86_400  # a day later: the keys then span more than an hour (asked for pair by pair)
     rows = [

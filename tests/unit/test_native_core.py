@@ -19,12 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from billing_rules import DEFAULT_RULES_DIR, load_rules
-from gpubill.config import TOPIC_POWER, TOPIC_USAGE
-from streams.native_rating import NativeRater, process_batch_native
-from streams.pipeline import Message, process_batch
-from streams.rating import Rater
-from streams.records import RecordSet, record_batch
-from streams.sink import encode_outcome
+from schemas.topics import TOPIC_POWER, TOPIC_USAGE
+from streams.rating.native import NativeRater, process_batch_native
+from streams.kafka.message import Message
+from streams.rating.reference_batch import process_batch
+from streams.rating.reference import Rater
+from streams.kafka.record_sets import RecordSet, record_batch
+from streams.rating.reference import encode_outcome
 
 if not NativeRater.available():
     if os.environ.get("CI") == "true":
@@ -110,7 +111,7 @@ class StoredFake:
 
     def __init__(self, store: dict, *, cards: bool) -> None:
         self.store = store
-        if not cards:  # the per-card check is optional (see streams.pipeline.check_cards)
+        if not cards:  # the per-card check is optional (see streams.rating.validate.check_cards)
             self.stored_since = None
 
     def __call__(self, need_usage: set, need_power: set):

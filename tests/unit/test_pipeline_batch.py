@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 from billing_rules import DEFAULT_RULES_DIR, load_rules
-from gpubill.config import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE
+from schemas.topics import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE
 from schemas.tables import RATED_SECONDS
-from streams.pipeline import (
-    H_OFFSET, H_PARTITION, H_REASON, H_TOPIC, DeadLetter, Message, deadletter_row_from_record, process_batch,
-)
-from streams.rating import Rater
+from schemas.topics import H_OFFSET, H_PARTITION, H_REASON, H_TOPIC
+from streams.deadletters import DeadLetter, deadletter_row_from_record
+from streams.kafka.message import Message
+from streams.rating.reference_batch import process_batch
+from streams.rating.reference import Rater
 
 RULES = load_rules(DEFAULT_RULES_DIR)
 SITES, MODELS = frozenset(RULES.site_ids), frozenset(RULES.model_ids)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from billing_rules import DEFAULT_RULES_DIR, load_rules
 from schemas.events import PowerReading, UsageReading
 from schemas.tables import CONFLICTS, RATED_SECONDS, READINGS_POWER, READINGS_USAGE
-from streams.rating import Outcome, Rater
+from streams.rating.reference import Outcome, Rater
 
 RULES = load_rules(DEFAULT_RULES_DIR)
 MAR_1_UTC = 1_772_323_200

@@ -1,6 +1,6 @@
 """Record sets (streams/records.py): what the worker's consumer hands on instead of records.
 
-Batches are built with aiokafka's own (pure-Python) builder (`streams.records.record_batch`);
+Batches are built with aiokafka's own (pure-Python) builder (`streams.kafka.record_sets.record_batch`);
 `_PartitionRecords` is driven as aiokafka's fetcher drives it.
 """
 
@@ -11,7 +11,7 @@ from aiokafka.consumer.fetcher import READ_UNCOMMITTED
 from aiokafka.errors import CorruptRecordException
 from aiokafka.structs import TopicPartition
 
-from streams.records import RECORD_SETS, RecordSet, _KeptMemoryRecords, _PartitionRecords, messages_of, record_batch
+from streams.kafka.record_sets import RECORD_SETS, RecordSet, _KeptMemoryRecords, _PartitionRecords, messages_of, record_batch
 
 TP = TopicPartition("gpu.power.v1", 3)
 

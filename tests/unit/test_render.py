@@ -26,7 +26,7 @@ from reports.render import (
     render_invoice,
     render_usage,
 )
-from reports.render_format import money_str, quantity_str, rate_str, unit_price_str
+from reports.render.format import money_str, quantity_str, rate_str, unit_price_str
 
 # --- helpers -----------------------------------------------------------------------------
 

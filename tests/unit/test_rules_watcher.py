@@ -6,8 +6,9 @@ import shutil
 from decimal import Decimal
 
 from billing_rules import DEFAULT_RULES_DIR, load_rules
-from streams.app import Pipeline, RulesWatcher
-from streams.rating import Rater
+from streams.pipeline import Pipeline
+from streams.rules_watcher import RulesWatcher
+from streams.rating.reference_batch import PythonRater
 
 MARCH_1 = 1772323200  # 2026-03-01T00:00:00Z
 
@@ -16,7 +17,7 @@ def test_valid_edit_is_used_and_invalid_edit_is_refused_whole(tmp_path):
     rules_dir = tmp_path / "rules"
     shutil.copytree(DEFAULT_RULES_DIR, rules_dir)
     first = load_rules(rules_dir)
-    pipeline = Pipeline(rules=first, sink=None, rater=Rater(first))
+    pipeline = Pipeline(rules=first, sink=None, rater=PythonRater(first))
     watcher = RulesWatcher(rules_dir, pipeline)
     assert watcher.poll() is False  # nothing changed
 

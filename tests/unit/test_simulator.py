@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from streams.simulator import PROFILES, TYPICAL_UTIL, node_name, simulate_fleet
+from gpubill.devenv.simulator import PROFILES, TYPICAL_UTIL, node_name, simulate_fleet
 
 START = 1772323200  # 2026-03-01T00:00:00Z
 USAGE_FIELDS = {"kind", "event_id", "ts", "site", "node", "gpu_uuid", "gpu_model", "tenant", "instance", "util_pct", "mem_used_mib"}

@@ -17,9 +17,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from billing_rules import BillingRulesError, load_rules
-from gpubill.config import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, Settings, load_settings
-from gpubill.errors import GpubillError, InputFileError
+from billing_rules import load_rules
+from schemas.topics import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE
+from gpubill.config import Settings, load_settings
+from gpubill.errors import USER_ERRORS, GpubillError
+from streams.errors import InputFileError
 
 app = typer.Typer(
     help="gpubill: meter and bill GPU usage — Kafka readings, Faust pricing, ClickHouse invoices and reports.",
@@ -87,7 +89,7 @@ def _rules(settings: Settings, directory: Optional[Path] = None):
 
 
 def _database(settings: Settings):
-    from gpubill.clickhouse import open_database
+    from warehouse.connection import open_database
 
     return open_database(settings.clickhouse)
 
@@ -96,7 +98,7 @@ def _database(settings: Settings):
 
 
 def _local_broker(settings: Settings):
-    from gpubill.kafka_local import LocalBroker
+    from gpubill.devenv.kafka_broker import LocalBroker
 
     return LocalBroker(settings.home_path / "kafka", bootstrap=settings.kafka)
 
@@ -133,8 +135,8 @@ def simulate(
 ) -> None:
     """Produce realistic readings of a simulated fleet to Kafka."""
     from schemas.events import parse_ts
-    from streams.kafka_io import ensure_pipeline_topics
-    from streams.simulator import simulate_fleet
+    from streams.kafka.admin import ensure_pipeline_topics
+    from gpubill.devenv.simulator import simulate_fleet
 
     settings = load_settings()
     rules = _rules(settings)
@@ -156,7 +158,7 @@ def simulate(
 def _produce_with_progress(settings: Settings, readings, total: int, label: str):
     from rich.progress import Progress
 
-    from streams.producers import produce_readings
+    from streams.kafka.producers import produce_readings
 
     with Progress(console=err, transient=True) as progress:
         task = progress.add_task(label, total=total)
@@ -168,8 +170,8 @@ def replay(file: Path = typer.Argument(..., help="NDJSON file: one JSON reading 
     """Produce the readings of an NDJSON file to Kafka exactly as they are."""
     from rich.progress import Progress
 
-    from streams.kafka_io import ensure_pipeline_topics
-    from streams.producers import replay_file
+    from streams.kafka.admin import ensure_pipeline_topics
+    from streams.kafka.producers import replay_file
 
     if not file.is_file():
         raise InputFileError(f"cannot read {file}: no such file")
@@ -189,9 +191,9 @@ def replay(file: Path = typer.Argument(..., help="NDJSON file: one JSON reading 
 
 
 def _pipeline(settings: Settings, rules, database, *, metrics: bool):
-    from streams.app import Pipeline
+    from streams.pipeline import Pipeline
     from streams.metrics import Metrics
-    from streams.native_rating import best_rater
+    from streams.rating.native import best_rater
     from streams.sink import ClickHouseSink
 
     sink = ClickHouseSink(database, max_wait_s=60.0 if not metrics else 3600.0)
@@ -200,7 +202,7 @@ def _pipeline(settings: Settings, rules, database, *, metrics: bool):
 
 def _start_from_committed(settings: Settings, pipeline) -> None:
     """Seed the pipeline's positions with the group's committed offsets (for the lag gauge)."""
-    from streams.kafka_io import group_offsets
+    from streams.kafka.admin import group_offsets
 
     pipeline.record({tp: committed for tp, (committed, _) in
                      group_offsets(settings, [TOPIC_USAGE, TOPIC_POWER, TOPIC_DEADLETTER]).items()})
@@ -211,8 +213,8 @@ def worker(
     drain: bool = typer.Option(False, "--drain", help="Process everything up to the end offsets at start (and the dead letters this produces), flush, exit 0."),
 ) -> None:
     """Run the pipeline: validate, dedupe, attribute and price readings into ClickHouse."""
-    from streams.app import run_worker
-    from streams.kafka_io import drain_targets, ensure_pipeline_topics
+    from streams.worker import run_worker
+    from streams.kafka.admin import drain_targets, ensure_pipeline_topics
     from streams.metrics import Metrics
 
     settings = load_settings()
@@ -231,7 +233,7 @@ def worker(
     if not drain:
         _start_from_committed(settings, pipeline)
     if os.environ.get("GPUBILL_BENCH_FRESHNESS"):  # set by `gpubill bench pipeline`
-        from streams.app import Freshness
+        from streams.freshness import Freshness
 
         pipeline.freshness = Freshness(Path(os.environ["GPUBILL_BENCH_FRESHNESS"]))
     if drain:
@@ -259,8 +261,8 @@ def up() -> None:
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
     from reports.scheduler import add_billing_job, run_due
-    from streams.app import run_worker
-    from streams.kafka_io import ensure_pipeline_topics
+    from streams.worker import run_worker
+    from streams.kafka.admin import ensure_pipeline_topics
     from streams.metrics import Metrics
 
     settings = load_settings()
@@ -534,7 +536,7 @@ def bench_pipeline_command(
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
     """Pipeline vs plain consumer on a private broker and chDB: throughput, freshness, worker memory."""
-    from streams.bench import bench_pipeline
+    from gpubill.bench.pipeline import bench_pipeline
 
     result = bench_pipeline(gpus, seconds, freshness_rate=freshness_rate, freshness_s=freshness_s, port=port,
                             gateway=gateway, say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
@@ -549,7 +551,7 @@ def bench_rating_command(
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
     """The native core alone, no broker or database: readings/s of core time, state memory at a full horizon."""
-    from streams.bench_core import bench_rating
+    from gpubill.bench.rating import bench_rating
 
     result = bench_rating(gpus, seconds, batch_s=batch_s, say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
     _print_figures(result, as_json)
@@ -573,7 +575,7 @@ def clickhouse_serve(
     A development and small-site tool: no authentication, no TLS, one statement at a
     time. Stops on SIGTERM or Ctrl-C after the statement in flight.
     """
-    from gpubill.ch_gateway import serve
+    from gpubill.devenv.ch_gateway import serve
 
     settings = load_settings()
     _setup_logging("INFO")
@@ -612,7 +614,7 @@ def main() -> None:
     _quiet_libraries()
     try:
         app()
-    except (GpubillError, BillingRulesError) as exc:
+    except USER_ERRORS as exc:
         # One line: details (a broker's log tail, say) are in the files the message names.
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         err.print(f"[red]error:[/red] {escape(first)}", highlight=False, soft_wrap=True)

@@ -4,7 +4,7 @@ Why not let Faust consume the topics itself: Faust hands an agent one event per 
 message, and that machinery alone costs ≈ 165 µs of CPU per message (three event-loop
 turns and two task creations), which capped a worker at ≈ 6,000 readings/s. The feeder
 reads the same topics with aiokafka's `getmany` — each partition's fetch as one
-`RecordSet` (streams/records.py), not an object per message — and hands each agent one
+`RecordSet` (streams/kafka/record_sets.py), not an object per message — and hands each agent one
 event per fetch (tens of thousands of records) through an in-memory Faust channel.
 
 Guarantee, step by step (docs/guarantees.md):
@@ -37,8 +37,8 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
-from streams import records
-from streams.records import RecordSet
+from streams.kafka import record_sets as records
+from streams.kafka.record_sets import RecordSet
 
 log = logging.getLogger("gpubill.feeder")
 

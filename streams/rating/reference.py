@@ -27,7 +27,8 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from schemas.events import PowerReading, UsageReading
-from schemas.fast import Power, Usage
+from schemas.quick_parser import Power, Usage
+from warehouse.blocks import encode_rows
 
 # ReplacingMergeTree keeps the row with the highest version. Offsets stay below 2**48.
 _OFFSET_SPAN = 1 << 48
@@ -77,6 +78,12 @@ class Outcome:
         return len(self.readings_usage) + len(self.readings_power) + len(self.rated)
 
     @property
+    def blocks(self) -> dict[str, tuple[bytes, int]]:
+        """The hot tables' rows as Native blocks (the batch protocol's `blocks`), encoded when
+        asked: in the writer thread, as the sink writes them."""
+        return encode_outcome(self)
+
+    @property
     def unallocated(self) -> int:
         """Energy rows without a tenant (yet)."""
         return sum(1 for row in self.rated if row[0] == "energy" and row[4] == "")
@@ -87,6 +94,13 @@ class Outcome:
         self.rated += other.rated
         self.conflicts += other.conflicts
         self.duplicates += other.duplicates
+
+
+def encode_outcome(outcome: Outcome) -> dict[str, tuple[bytes, int]]:
+    """The Native blocks of an `Outcome`'s hot tables, {table: (block, rows)}."""
+    return {table: encode_rows(table, rows) for table, rows in (
+        ("rated_seconds", outcome.rated), ("readings_usage", outcome.readings_usage),
+        ("readings_power", outcome.readings_power)) if rows}
 
 
 class Rater:

@@ -90,21 +90,6 @@ class BrokerStartFailed(GpubillError):
     """Raised by `LocalBroker.up` when the broker exits early or does not answer in time."""
 
 
-class TopicsNotCreated(GpubillError):
-    """Raised by `ensure_topics` when the broker refuses a topic or it does not appear in time."""
-
-
-class KafkaUnreachable(GpubillError):
-    """Raised when no Kafka broker answers on the bootstrap servers."""
-
-    def __init__(self, bootstrap: str, detail: str | None = None) -> None:
-        why = f" ({detail})" if detail else ""
-        super().__init__(
-            f"no Kafka broker answers at {bootstrap}{why}: start one with `gpubill kafka up` "
-            f"or point GPUBILL_KAFKA at a running broker"
-        )
-
-
 # --------------------------------------------------------------------------- pure helpers
 
 
@@ -603,59 +588,3 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-# --------------------------------------------------------------------------- topics
-
-
-def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.0) -> None:
-    """Create the topics that do not exist yet ({name: partitions}, replication 1).
-
-    Existing topics are left as they are, whatever their partition count. Returns once
-    every topic is visible in the cluster metadata; raises KafkaUnreachable when no broker
-    answers within `timeout_s`.
-    """
-    from kafka import KafkaAdminClient
-    from kafka.errors import KafkaError, TopicAlreadyExistsError
-
-    deadline = time.monotonic() + timeout_s
-    timeout_ms = int(timeout_s * 1000)
-    try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap,
-            client_id="gpubill-admin",
-            request_timeout_ms=timeout_ms,
-            bootstrap_timeout_ms=timeout_ms,
-        )
-    except KafkaError as exc:
-        raise KafkaUnreachable(bootstrap, type(exc).__name__) from exc
-    try:
-        existing = set(admin.list_topics())
-        missing = {
-            name: {"num_partitions": partitions, "replication_factor": 1}
-            for name, partitions in topics.items()
-            if name not in existing
-        }
-        if missing:
-            result = admin.create_topics(missing, timeout_ms=timeout_ms, raise_errors=False)
-            refused = [
-                f"{topic['name']}: {topic.get('error_message') or topic['error_code']}"
-                for topic in result.get("topics", [])
-                if topic["error_code"] not in (0, TopicAlreadyExistsError.errno)  # a racing creator is fine
-            ]
-            if refused:
-                raise TopicsNotCreated(f"Kafka at {bootstrap} refused to create topics ({'; '.join(refused)})")
-        while True:
-            absent = sorted(set(topics) - set(admin.list_topics()))
-            if not absent:
-                return
-            if time.monotonic() >= deadline:
-                raise TopicsNotCreated(
-                    f"topics {', '.join(absent)} did not appear at {bootstrap} within {timeout_s:.0f} s"
-                )
-            time.sleep(0.2)
-    except KafkaError as exc:
-        raise KafkaUnreachable(bootstrap, f"{type(exc).__name__}: {exc}") from exc
-    finally:
-        with contextlib.suppress(Exception):
-            admin.close()

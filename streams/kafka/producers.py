@@ -12,14 +12,43 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import orjson
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
 
-from gpubill.config import READING_TOPICS, TOPIC_DEADLETTER, Settings
-from gpubill.errors import InputFileError
-from streams.kafka_io import flush_producer, make_producer
-from streams.pipeline import DeadLetter, Message
+from schemas.topics import READING_TOPICS, TOPIC_DEADLETTER
+from streams.deadletters import DeadLetter
+from streams.errors import InputFileError, KafkaUnreachable
+from streams.kafka.message import Message
+from streams.kafka.settings import KafkaSettings
+
+TIMEOUT_MS = 10_000
 
 Progress = Callable[[int], None]
 MAX_MESSAGE_BYTES = 1_000_000  # the producer's and broker's default limit, less headroom for headers
+
+
+def make_producer(settings: KafkaSettings) -> KafkaProducer:
+    """A producer that waits for all replicas and batches for throughput."""
+    try:
+        return KafkaProducer(
+            bootstrap_servers=settings.kafka.split(","),
+            acks="all",
+            linger_ms=20,
+            batch_size=256 * 1024,
+            compression_type=None,
+            max_block_ms=TIMEOUT_MS,
+            request_timeout_ms=TIMEOUT_MS,
+            bootstrap_timeout_ms=TIMEOUT_MS,
+        )
+    except KafkaError as exc:
+        raise KafkaUnreachable(settings.kafka, str(exc)) from exc
+
+
+def flush_producer(producer: KafkaProducer, settings: KafkaSettings, timeout_s: float = 60.0) -> None:
+    try:
+        producer.flush(timeout=timeout_s)
+    except KafkaError as exc:
+        raise KafkaUnreachable(settings.kafka, f"messages not acknowledged: {exc}") from exc
 
 
 @dataclass
@@ -61,7 +90,7 @@ def classify_line(line: bytes) -> tuple[str | None, bytes | None, str]:
     return topic, key.encode() if isinstance(key, str) else None, ""
 
 
-def replay_file(settings: Settings, path: Path, progress: Progress | None = None) -> ProduceReport:
+def replay_file(settings: KafkaSettings, path: Path, progress: Progress | None = None) -> ProduceReport:
     """Produce every line of `path` to Kafka; lines whose kind is unreadable are dead-lettered here."""
     try:
         handle = path.open("rb")
@@ -94,8 +123,8 @@ def replay_file(settings: Settings, path: Path, progress: Progress | None = None
     return report
 
 
-def produce_readings(settings: Settings, readings: Iterable[dict], progress: Progress | None = None) -> ProduceReport:
-    """Produce reading dicts (e.g. from `streams.simulator`) as JSON, keyed by gpu_uuid."""
+def produce_readings(settings: KafkaSettings, readings: Iterable[dict], progress: Progress | None = None) -> ProduceReport:
+    """Produce reading dicts (e.g. from `gpubill.devenv.simulator`) as JSON, keyed by gpu_uuid."""
     report = ProduceReport(produced={})
     producer = make_producer(settings)
     for count, reading in enumerate(readings, start=1):

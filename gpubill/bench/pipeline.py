@@ -26,11 +26,13 @@ from typing import Callable
 
 import orjson
 
-from gpubill.ch_gateway import spawn as spawn_gateway
-from gpubill.config import READING_TOPICS, TOPIC_POWER, TOPIC_USAGE, Settings
-from gpubill.kafka_local import LocalBroker
-from streams.kafka_io import ensure_pipeline_topics, group_offsets, make_producer
-from streams.simulator import simulate_fleet
+from gpubill.devenv.ch_gateway import spawn as spawn_gateway
+from gpubill.config import Settings
+from schemas.topics import READING_TOPICS, TOPIC_POWER, TOPIC_USAGE
+from gpubill.devenv.kafka_broker import LocalBroker
+from streams.kafka.admin import ensure_pipeline_topics, group_offsets
+from streams.kafka.producers import make_producer
+from gpubill.devenv.simulator import simulate_fleet
 
 Say = Callable[[str], None]
 

@@ -1,4 +1,5 @@
-"""Fetched Kafka records as whole record sets, not one Python object per record.
+"""The adapter to aiokafka's internals: fetched Kafka records as whole record sets, not one
+Python object per record. No other module touches aiokafka's private names.
 
 A plain aiokafka consumer turns every record into a `ConsumerRecord` (≈ 2.5 µs of CPU in
 the event-loop thread, holding the GIL, and as much again to free it): at 100,000 readings
@@ -18,10 +19,18 @@ decodes it: the native core as it reads a plain set (with the CPU's CRC-32C inst
 `messages_of` for the others. Sets with a compressed or
 pre-v2 batch are marked `plain=False` and decoded by aiokafka in Python (`messages_of`),
 slower but the same.
+
+Start-up self-check: `install()` first drives the subclasses once as aiokafka's fetcher
+drives them, over a batch built here (`self_check`). If an aiokafka upgrade no longer
+fits, nothing is patched: the consumer then hands on ordinary records (the slow path,
+same results), the worker logs why at ERROR and exports gpubill_fast_record_sets 0, and
+tests/unit/test_records.py fails.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 from dataclasses import dataclass
 
 from aiokafka.codec import gzip_encode
@@ -30,7 +39,9 @@ from aiokafka.errors import CorruptRecordException
 from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy  # its C twin ignores offsets
 from aiokafka.record.memory_records import MemoryRecords
 
-from streams.pipeline import Message
+from streams.kafka.message import Message
+
+log = logging.getLogger("gpubill.feeder")
 
 
 def RECORD_SETS(value: bytes) -> bytes:  # noqa: N802 - a marker, named like a constant
@@ -120,10 +131,70 @@ class _PartitionRecords(_fetcher.PartitionRecords):
             yield RecordSet(self._tp.topic, self._tp.partition, records.data, start, self.next_fetch_offset, plain)
 
 
-def install() -> None:
-    """Let `RECORD_SETS` consumers of this process receive record sets (idempotent)."""
-    _fetcher.MemoryRecords = _KeptMemoryRecords
-    _fetcher.PartitionRecords = _PartitionRecords
+@dataclass(frozen=True)
+class FastPath:
+    """Whether the record-set path is in use, and if not, why."""
+
+    active: bool
+    reason: str = ""
+
+
+# The fetcher's names the subclasses stand in for, and PartitionRecords' constructor as
+# aiokafka's fetcher calls it.
+_EXPECTED_PARAMETERS = ("tp", "records", "aborted_transactions", "fetch_offset", "key_deserializer",
+                        "value_deserializer", "check_crcs", "isolation_level")
+_status: FastPath | None = None
+
+
+def self_check() -> FastPath:
+    """Drive `_PartitionRecords` once as aiokafka's fetcher does, over two known batches, and
+    check what a `RECORD_SETS` consumer and an ordinary one receive."""
+    try:
+        for name in ("PartitionRecords", "MemoryRecords", "READ_UNCOMMITTED"):
+            if not hasattr(_fetcher, name):
+                return FastPath(False, f"aiokafka.consumer.fetcher has no {name}")
+        parameters = tuple(inspect.signature(_fetcher.PartitionRecords.__init__).parameters)[1:]
+        if parameters != _EXPECTED_PARAMETERS:
+            return FastPath(False, f"PartitionRecords takes {parameters}, expected {_EXPECTED_PARAMETERS}")
+        data = record_batch(7, [(7, b"k", b"a", 1, []), (8, b"k", b"b", 2, [])]) + record_batch(9, [(9, b"k", b"c", 3, [])])
+
+        def unpack(deserializer):
+            records = _PartitionRecords(_SelfCheckPartition, _KeptMemoryRecords(data), [], 8, None, deserializer,
+                                        True, _fetcher.READ_UNCOMMITTED)
+            return list(records), records.next_fetch_offset
+
+        (whole,), position = unpack(RECORD_SETS)
+        expected = RecordSet("self-check", 0, data, 8, 10, True)
+        if whole != expected or position != 10:
+            return FastPath(False, f"a fetch gave {whole!r} at position {position}, expected {expected!r} at 10")
+        if [(m.offset, m.value) for m in messages_of(whole)] != [(8, b"b"), (9, b"c")]:
+            return FastPath(False, "the records of a set decode to other offsets or values")
+        plain, position = unpack(lambda value: value)
+        if [(r.offset, r.value) for r in plain] != [(8, b"b"), (9, b"c")] or position != 10:
+            return FastPath(False, "an ordinary consumer no longer gets one record per message")
+    except Exception as exc:  # noqa: BLE001 - whatever broke, the answer is "does not fit"
+        return FastPath(False, f"{type(exc).__name__}: {exc}")
+    return FastPath(True)
+
+
+class _SelfCheckPartition:
+    topic, partition = "self-check", 0
+
+
+def install() -> FastPath:
+    """Let `RECORD_SETS` consumers of this process receive record sets, if the installed
+    aiokafka still fits (see the module docstring); idempotent. Returns the outcome."""
+    global _status
+    if _status is None:
+        _status = self_check()
+        if _status.active:
+            _fetcher.MemoryRecords = _KeptMemoryRecords
+            _fetcher.PartitionRecords = _PartitionRecords
+            log.info("record-set fetch path active (aiokafka fits the adapter)")
+        else:
+            log.error("record-set fetch path OFF, consuming record by record (slower, same results): "
+                      "the installed aiokafka no longer fits streams/kafka/record_sets.py: %s", _status.reason)
+    return _status
 
 
 # -- writing batches (for tests and `gpubill bench rating`) ------------------------------

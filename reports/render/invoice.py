@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from reports.render_format import (
+from reports.render.format import (
     as_decimal,
     latin1,
     money_str,
@@ -28,7 +28,7 @@ from reports.render_format import (
     rate_str,
     unit_price_str,
 )
-from reports.render_pdf import ACCENT, MUTED, RULE, ReportPDF, draw_table, fit_text
+from reports.render.pdf import ACCENT, MUTED, RULE, ReportPDF, draw_table, fit_text
 
 __all__ = ["GROUPING_FIELDS", "INVOICE_CSV_COLUMNS", "invoice_to_dict", "render_invoice"]
 

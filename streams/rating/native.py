@@ -1,7 +1,7 @@
 """The worker's hot path in Rust (native/, module `gpubill_native`), behind the same
 interface as `Rater` and `process_batch`.
 
-`streams.rating.Rater` with `schemas.fast.QuickParser` is the reference implementation:
+`streams.rating.Rater` with `schemas.quick_parser.QuickParser` is the reference implementation:
 readable, and ≈ 20 µs of CPU a reading. The Rust `Core` does the same work — validate the
 plainly valid reading, deduplicate, attribute, price, encode the Native blocks — in ≈ 3.5
 µs, mostly without the GIL, which is what lets one worker take 100,000 readings a second.
@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from billing_rules import BillingRulesError
-from gpubill.config import TOPIC_POWER, TOPIC_USAGE
-from schemas.fast import QuickParser
-from streams.native import epoch_ms, scaled
-from streams.pipeline import BatchResult, Lookup, Message, check_cards, refused, validate_message
-from streams.rating import Rater
-from streams.records import RecordSet, messages_of
+from schemas.quick_parser import QuickParser
+from schemas.topics import TOPIC_POWER, TOPIC_USAGE
+from streams.deadletters import refused
+from streams.kafka.message import Message
+from streams.kafka.record_sets import RecordSet, messages_of
+from streams.rating.protocol import BatchRater, BatchResult, EncodedOutcome, Lookup
+from streams.rating.reference_batch import PythonRater
+from streams.rating.validate import check_cards, validate_message
+from warehouse.native_format import epoch_ms, scaled
 
 try:
     import gpubill_native
@@ -39,23 +41,9 @@ except ImportError:  # not built: see NativeRater.available
 log = logging.getLogger("gpubill.native")
 
 
-@dataclass
-class EncodedOutcome:
-    """What a batch writes, already encoded as Native blocks: {table: (block, rows)}."""
-
-    blocks: dict[str, tuple[bytes, int]] = field(default_factory=dict)
-    conflicts: list[tuple] = field(default_factory=list)
-    duplicates: int = 0
-    unallocated: int = 0
-
-    @property
-    def row_count(self) -> int:
-        return sum(rows for _, rows in self.blocks.values())
-
-
 class NativePricing:
     """Prices for the Rust core from the billing rules, as the integers of the rated_seconds
-    columns (Decimal(18, 6) and Decimal(9, 4) scaled; see streams/sink.py)."""
+    columns (Decimal(18, 6) and Decimal(9, 4) scaled; see schemas/tables.py)."""
 
     def __init__(self, rules: Any) -> None:
         self.rules = rules
@@ -73,7 +61,9 @@ class NativePricing:
 
 
 class NativeRater:
-    """The Rust core with its rules: forget / use_rules / state_size / evict as `Rater`."""
+    """The batch protocol on the Rust core."""
+
+    kind = "native"
 
     def __init__(self, rules: Any, *, horizon_s: int = 900) -> None:
         if gpubill_native is None:
@@ -98,6 +88,10 @@ class NativeRater:
         self.core.forget()  # called between batches (the feeder drains them first)
         self.state_size = self.state_bytes = 0
 
+    def rate_batch(self, items: list, *, now: datetime, lookup: Lookup | None = None,
+                   timestamps: bool = False) -> BatchResult:
+        return process_batch_native(items, self, now=now, lookup=lookup, timestamps=timestamps)
+
     def evict(self) -> int:
         dropped = self.core.evict()
         # Kept here for the metrics, read from the event loop while the sink thread may be
@@ -106,18 +100,18 @@ class NativeRater:
         return dropped
 
 
-def best_rater(rules: Any) -> "NativeRater | Rater":
+def best_rater(rules: Any) -> BatchRater:
     """The Rust core when it is built and not turned off (GPUBILL_NATIVE=0), else the Python rater."""
     if os.environ.get("GPUBILL_NATIVE", "1") != "0" and NativeRater.available():
         return NativeRater(rules)
     log.warning("rating with the pure-Python path (%s)",
                 "GPUBILL_NATIVE=0" if NativeRater.available() else "gpubill_native is not built: run scripts/bootstrap")
-    return Rater(rules)
+    return PythonRater(rules)
 
 
 def process_batch_native(items: list, rater: NativeRater, *, now: datetime, lookup: Lookup | None = None,
                          timestamps: bool = False) -> BatchResult:
-    """`streams.pipeline.process_batch` on the Rust core: the same steps, rows and dead letters.
+    """`process_batch` (streams/rating/reference_batch.py) on the Rust core: the same steps, rows and dead letters.
 
     `items` are `Message`s and `RecordSet`s (streams/records.py): plain sets are read in
     place by the core; the others are decoded here. With `timestamps` the result carries

@@ -14,9 +14,9 @@ An unknown ``fmt`` raises ``ValueError("unknown format ...")``. The pieces live 
 ``render_format`` and PDF drawing in ``render_pdf``.
 """
 
-from reports.render_cost_share import render_cost_share, render_cost_share_table
-from reports.render_invoice import invoice_to_dict, render_invoice
-from reports.render_usage import UsageReport, UsageRow, UsageTotals, render_usage
+from reports.render.cost_share import render_cost_share, render_cost_share_table
+from reports.render.invoice import invoice_to_dict, render_invoice
+from reports.render.usage import UsageReport, UsageRow, UsageTotals, render_usage
 
 __all__ = [
     "UsageReport",

@@ -24,7 +24,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from reports.render_format import fraction_str, grouped, money_str, percent_str, plain, quantity_str
+from reports.render.format import fraction_str, grouped, money_str, percent_str, plain, quantity_str
 
 __all__ = ["COST_SHARE_COLUMNS", "WHAT_IF_COLUMNS", "render_cost_share", "render_cost_share_table"]
 

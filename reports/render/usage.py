@@ -5,7 +5,7 @@ it to one tenant); rendering is pure and deterministic: the same report gives th
 bytes, the PDF included (its creation date is the report's ``generated_at``).
 
 Written precision: money (CNY) two decimals, GPU-hours and kWh six decimals, average
-utilisation one decimal, all rounded half up by :mod:`reports.render_format`.
+utilisation one decimal, all rounded half up by :mod:`reports.render.format`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from reports.render_format import grouped, latin1, money_str, round_half_up
-from reports.render_pdf import MUTED, RULE, ReportPDF, draw_bar_chart, draw_table
+from reports.render.format import grouped, latin1, money_str, round_half_up
+from reports.render.pdf import MUTED, RULE, ReportPDF, draw_bar_chart, draw_table
 
 __all__ = ["USAGE_COLUMNS", "UsageReport", "UsageRow", "UsageTotals", "render_usage"]
 

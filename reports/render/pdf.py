@@ -1,7 +1,7 @@
 """Shared PDF pieces for the reports: an A4 page with a footer, a paginated table, a bar chart.
 
 Everything is drawn with fpdf2 primitives and the Helvetica core font, so all text passes
-through :func:`reports.render_format.latin1`. The creation date is taken from the report
+through :func:`reports.render.format.latin1`. The creation date is taken from the report
 (never from the clock), which keeps a re-rendered PDF byte-identical.
 """
 
@@ -16,7 +16,7 @@ from fpdf import FPDF
 from fpdf.enums import TableBordersLayout, XPos, YPos
 from fpdf.fonts import FontFace
 
-from reports.render_format import latin1
+from reports.render.format import latin1
 
 __all__ = ["ReportPDF", "draw_bar_chart", "draw_table", "fit_text", "nice_step", "parse_timestamp"]
 

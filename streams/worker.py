@@ -4,24 +4,24 @@
     gpu.power.v1 ┼─► Feeder ──┤                              │   conflicts, deadletters
     gpu.dead…v1  ┘ (getmany)  └─ channel ─► store_deadletters └─► gpu.deadletter.v1 (bad input)
 
-The feeder (streams/feeder.py) consumes the topics in the worker's consumer group and
+The feeder (streams/kafka/feeder.py) consumes the topics in the worker's consumer group and
 hands each agent whole batches; it commits offsets only after the agent has written them.
 Both reading topics have the same partition count and key (gpu_uuid), and the range
 assignor gives partition p of both to the same worker: a card's usage and power meet in
-one process. Two threads do the heavy work: the rating thread validates and rates batch
-n + 1 (mostly in the Rust core, without the GIL) while the writer thread inserts batch n.
+one process. Two threads do the heavy work (streams/pipeline.py): the rating thread rates
+batch n + 1 while the writer thread inserts batch n.
+
+This is the one module that knows Faust: the rest of streams/ is plain Python and asyncio.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import logging
 import os
 import signal
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -29,171 +29,20 @@ from typing import Any, Callable
 import faust
 from aiokafka.errors import KafkaError
 
-from gpubill.config import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, Settings
-from gpubill.errors import DatabaseError
-from schemas.fast import QuickParser
-from streams.feeder import Batch, Feeder
-from streams.metrics import Metrics
-from streams.pipeline import BatchResult, deadletter_row_from_record, process_batch, utcnow
-from streams.native_rating import NativeRater, process_batch_native
-from streams.rating import Outcome, Rater
-from streams.records import expand
-from streams.sink import ClickHouseSink, StoredLookup
+from schemas.topics import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE
+from streams.deadletters import deadletter_row_from_record
+from streams.errors import StreamsError
+from streams.kafka import record_sets
+from streams.kafka.feeder import Batch, Feeder
+from streams.kafka.record_sets import expand
+from streams.kafka.settings import KafkaSettings
+from streams.pipeline import Pipeline
+from streams.rating.protocol import BatchResult, EncodedOutcome, utcnow
+from streams.rules_watcher import RULES_POLL_S, RulesWatcher
 
 log = logging.getLogger("gpubill.worker")
 
-RULES_POLL_S = 10.0
 LAG_POLL_S = 5.0
-PIPELINE_TOPICS = (TOPIC_USAGE, TOPIC_POWER, TOPIC_DEADLETTER)
-
-
-class RulesWatcher:
-    """Reloads the rule set when its files change; keeps the last good set when they are invalid."""
-
-    def __init__(self, directory: Path, pipeline: "Pipeline") -> None:
-        self.directory = directory
-        self.pipeline = pipeline
-        self.seen = self._stamp()
-
-    def _stamp(self) -> tuple:
-        try:
-            return tuple(sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in self.directory.glob("*.toml")))
-        except OSError:
-            return ()
-
-    def poll(self) -> bool:
-        """Reload if the files changed; True when a new rule set is in use."""
-        from billing_rules import BillingRulesError, load_rules
-
-        stamp = self._stamp()
-        if stamp == self.seen:
-            return False
-        self.seen = stamp
-        try:
-            rules = load_rules(self.directory)
-        except BillingRulesError as exc:
-            log.error("rule files changed but are invalid, still pricing with the last good set: %s", exc)
-            if self.pipeline.metrics:
-                self.pipeline.metrics.rules_invalid.set(1)
-            return False
-        self.pipeline.use_rules(rules)
-        if self.pipeline.metrics:
-            self.pipeline.metrics.rules_invalid.set(0)
-        log.warning("rule files changed: now pricing with rule set %s", rules.digest[:12])
-        return True
-
-
-class Freshness:
-    """Produce-to-ClickHouse latency of every message, sampled once its batch is inserted.
-
-    For `gpubill bench pipeline`: the worker writes the percentiles to `path` when it stops.
-    """
-
-    def __init__(self, path: Path, limit: int = 1_000_000) -> None:
-        self.path, self.limit, self.latencies_s = path, limit, []
-
-    def observe(self, timestamps: list[int]) -> None:
-        """Record the latency of every record of a batch just inserted (Kafka timestamps, ms)."""
-        now = time.time()
-        if len(self.latencies_s) < self.limit:
-            self.latencies_s += [now - stamp / 1000 for stamp in timestamps if stamp]
-
-    def write(self) -> None:
-        import orjson
-
-        ordered = sorted(self.latencies_s)
-        pick = (lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]) if ordered else (lambda q: None)
-        self.path.write_bytes(orjson.dumps({"count": len(ordered), "p50_s": pick(0.50), "p99_s": pick(0.99)}))
-
-
-@dataclass
-class Pipeline:
-    """What the agents share: rules, state, the sink, progress towards a drain target."""
-
-    rules: Any
-    sink: ClickHouseSink | None
-    rater: Rater | NativeRater
-    metrics: Metrics | None = None
-    positions: dict[tuple[str, int], int] = field(default_factory=dict)
-    freshness: "Freshness | None" = None
-    # Two threads: one rates batch n + 1 while the other writes batch n to ClickHouse.
-    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="rating"))
-    writer: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="writer"))
-    quick: QuickParser | None = None  # the fast validation path for `quick_rules`' sites and models
-    quick_rules: Any = None
-
-    def record(self, positions: dict[tuple[str, int], int]) -> None:
-        for position, next_offset in positions.items():
-            if next_offset > self.positions.get(position, 0):
-                self.positions[position] = next_offset
-
-    def use_rules(self, rules: Any) -> None:
-        """Price from now on with `rules` (already validated as a whole by load_rules)."""
-        self.rules = rules
-        self.rater.use_rules(rules)
-
-    def rate(self, items: list) -> tuple[BatchResult, datetime]:
-        """Validate, deduplicate, attribute and price a batch — `Message`s and `RecordSet`s —
-        in the rating thread (the only user of the rater). Returns the result and its time."""
-        now = utcnow()
-        lookup = StoredLookup(self.sink.database, before_read=self.writes_done) if self.sink else None
-        if isinstance(self.rater, NativeRater):  # it keeps its own snapshot of the rules
-            result = process_batch_native(items, self.rater, now=now, lookup=lookup,
-                                          timestamps=self.freshness is not None)
-        else:
-            messages = expand(items)
-            rules = self.rules  # one snapshot for the whole batch
-            if self.quick is None or self.quick_rules is not rules:
-                self.quick, self.quick_rules = QuickParser(rules.site_ids, rules.model_ids), rules
-            result = process_batch(
-                messages, self.rater, known_sites=frozenset(rules.site_ids), known_models=frozenset(rules.model_ids),
-                now=now, lookup=lookup, quick=self.quick,
-            )
-            result.timestamps = [m.timestamp for m in messages] if self.freshness is not None else []
-        return result, now
-
-    def persist(self, result: BatchResult, now: datetime) -> BatchResult:
-        """Write a rated batch to ClickHouse, in the writer thread; returns once acknowledged."""
-        if self.sink:
-            started = time.monotonic()
-            rows = [letter.row(now) for letter in result.deadletters]
-            self.sink.write(result.outcome, rows)
-            if self.metrics:
-                self.metrics.flushed(time.monotonic() - started, result.outcome, len(rows))
-            if self.freshness is not None:
-                self.freshness.observe(result.timestamps)
-        return result
-
-    def handle(self, items: list) -> BatchResult:
-        """Rate a batch and write it, in the calling thread (tests, tools)."""
-        return self.persist(*self.rate(items))
-
-    def writes_done(self) -> None:
-        """Wait until every write handed to the writer thread so far is acknowledged: a
-        ClickHouse look-up while rating must see the batches before it."""
-        self.writer.submit(lambda: None).result()
-
-    async def in_rating_thread(self, func, *args):
-        """Run `func` in the rating thread (see `in_thread`)."""
-        return await self.in_thread(self.executor, func, *args)
-
-    async def in_writer_thread(self, func, *args):
-        """Run `func` in the writer thread (see `in_thread`)."""
-        return await self.in_thread(self.writer, func, *args)
-
-    async def in_thread(self, executor: ThreadPoolExecutor, func, *args):
-        """Run `func` in `executor`'s thread. If it fails — ClickHouse gave up, or a bug — the
-        process exits at once, the batch never marked done and so never committed: a crashed
-        agent would otherwise leave a worker that consumes nothing (and a drain that never ends)."""
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(executor, func, *args)
-        except DatabaseError:
-            log.exception("ClickHouse did not accept a batch; exiting without committing its offsets")
-        except Exception:  # noqa: BLE001 - see the docstring
-            log.exception("a batch could not be processed; exiting without committing its offsets")
-        logging.shutdown()
-        os._exit(3)
 
 
 def _tune_garbage_collector() -> None:
@@ -208,14 +57,40 @@ def _tune_garbage_collector() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
+def faust_self_check() -> list[str]:
+    """What of Faust this module relies on beyond its public API, missing from the installed
+    version (empty when it fits): the hooks overridden below and the consumer switch."""
+    problems = []
+    for owner, name in ((faust.App, "_wait_for_table_recovery_completed"), (faust.App, "BootStrategy"),
+                        (faust.App, "flow_control"), (faust.Worker, "_sentinel_task")):
+        if not hasattr(owner, name):
+            problems.append(f"faust.{owner.__name__} has no {name}")
+    boot = getattr(faust.App, "BootStrategy", None)
+    if boot is not None and "enable_kafka_consumer" not in inspect.signature(boot.__init__).parameters:
+        problems.append("faust.App.BootStrategy takes no enable_kafka_consumer")
+    return problems
+
+
 class _App(faust.App):
     async def _wait_for_table_recovery_completed(self) -> bool:
         """This app has no tables and no consumer of Faust's own to recover them with."""
         return False
 
 
-def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
-    """Create the Faust app with its two agents, each reading batches from its own channel."""
+def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
+    """Create the Faust app with its two agents, each reading batches from its own channel.
+
+    Checks first that the installed Faust and aiokafka fit what this worker relies on:
+    Faust must (the worker cannot run otherwise); aiokafka's record-set path is logged and
+    exported as a metric either way (streams/kafka/record_sets.py)."""
+    problems = faust_self_check()
+    if problems:
+        raise StreamsError(f"the installed faust-streaming does not fit streams/worker.py: {'; '.join(problems)}")
+    fast = record_sets.install()
+    if pipeline.metrics:
+        pipeline.metrics.fast_record_sets.set(int(fast.active))
+    log.info("rating with the %s rater; record-set fetch path %s", pipeline.rater.kind,
+             "active" if fast.active else f"OFF ({fast.reason})")
     app = _App(
         # The app id names Faust's producer (dead letters); the agents read in-memory channels.
         f"{settings.group}.agents",
@@ -258,7 +133,7 @@ def build_app(settings: Settings, pipeline: Pipeline) -> faust.App:
             now, messages = utcnow(), expand(batch.take())
             if pipeline.sink:
                 rows = [deadletter_row_from_record(m, now) for m in messages]
-                await pipeline.in_writer_thread(pipeline.sink.write, Outcome(), rows)
+                await pipeline.in_writer_thread(pipeline.sink.write, EncodedOutcome(), rows)
             batch.finish(len(messages))
             yield len(messages)
 
@@ -322,7 +197,7 @@ class _Worker(faust.Worker):
         await asyncio.sleep(0.05)
 
 
-def run_worker(settings: Settings, pipeline: Pipeline, *,
+def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
                drain_targets: dict[tuple[str, int], tuple[int, int]] | None = None,
                loglevel: str = "WARN", extra_tasks: list | None = None,
                on_progress: Callable[[int, int], None] | None = None, rules_dir: Path | None = None) -> int:

@@ -15,7 +15,6 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import urlsplit
@@ -23,9 +22,8 @@ from urllib.parse import urlsplit
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from gpubill.errors import ConfigError, DatabaseBusy, DatabaseError
-
-MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+from warehouse import migrations
+from warehouse.errors import DatabaseBusy, DatabaseError, DsnInvalid
 
 
 def normalize_dsn(dsn: str) -> str:
@@ -35,14 +33,14 @@ def normalize_dsn(dsn: str) -> str:
         rest = dsn[len("chdb:") :]
         rest = rest[2:] if rest.startswith("//") else rest
         if not rest:
-            raise ConfigError("GPUBILL_CLICKHOUSE: a chDB DSN needs a directory, e.g. chdb:///srv/gpubill/clickhouse")
+            raise DsnInvalid("GPUBILL_CLICKHOUSE: a chDB DSN needs a directory, e.g. chdb:///srv/gpubill/clickhouse")
         return f"chdb://{Path(rest).expanduser().resolve()}"
     if scheme in ("http", "https", "clickhouse", "clickhouses"):
         parts = urlsplit(dsn)
         if not parts.hostname:
-            raise ConfigError(f"GPUBILL_CLICKHOUSE: {redact(dsn)} names no host")
+            raise DsnInvalid(f"GPUBILL_CLICKHOUSE: {redact(dsn)} names no host")
         return dsn
-    raise ConfigError(
+    raise DsnInvalid(
         f"GPUBILL_CLICKHOUSE: unsupported DSN {redact(dsn)!r}; use chdb:///path/to/dir or http://user:pass@host:8123/db"
     )
 
@@ -50,22 +48,6 @@ def normalize_dsn(dsn: str) -> str:
 def redact(dsn: str) -> str:
     """The DSN with its password replaced by ***, for messages and logs."""
     return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", dsn)
-
-
-def migrations() -> list[tuple[int, str, str]]:
-    """(version, file name, SQL) of every shipped migration, in order."""
-    found = []
-    for entry in resources.files("schemas").joinpath("migrations").iterdir():
-        match = MIGRATION_NAME.match(entry.name)
-        if match:
-            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
-    return sorted(found)
-
-
-def split_statements(sql: str) -> list[str]:
-    """Split a migration file into statements (no semicolons inside our DDL strings)."""
-    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
-    return [stmt.strip() for stmt in "\n".join(lines).split(";") if stmt.strip()]
 
 
 @dataclass
@@ -111,7 +93,7 @@ class Database:
             raise DatabaseError(f"ClickHouse refused an insert into {table}: {_first_line(exc)}") from exc
 
     def insert_native(self, table: str, columns: Sequence[str], block: bytes) -> None:
-        """Insert one ready-made block in ClickHouse's Native format (see streams/native.py)."""
+        """Insert one ready-made block in ClickHouse's Native format (see warehouse/native_format.py)."""
         _failpoint("clickhouse-down", "ClickHouse unavailable (failpoint clickhouse-down)")
         _slowpoint("clickhouse-slow")
         try:
@@ -124,22 +106,7 @@ class Database:
 
     def migrate(self) -> list[str]:
         """Apply the shipped migrations not yet recorded; idempotent. Returns the names applied."""
-        self.command(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, "
-            "applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = ReplacingMergeTree ORDER BY version"
-        )
-        done = {row[0] for row in self.query("SELECT version FROM schema_migrations")}
-        applied = []
-        for version, name, sql in migrations():
-            if version in done:
-                continue
-            for statement in split_statements(sql):
-                self.command(statement)
-            # A statement, not the client's insert(): that would import pandas (≈ 0.3 s) first.
-            self.command("INSERT INTO schema_migrations (version, name) SELECT {version:UInt32}, {name:String}",
-                         {"version": version, "name": name})
-            applied.append(name)
-        return applied
+        return migrations.apply(self)
 
     def close(self) -> None:
         try:
@@ -161,7 +128,7 @@ def open_database(dsn: str, *, migrate: bool = True) -> Database:
     """Open ClickHouse at `dsn` and bring its schema up to date.
 
     Raises DatabaseBusy when another process holds the embedded database, DatabaseError
-    when the server cannot be reached or refuses us, ConfigError for a malformed DSN.
+    when the server cannot be reached or refuses us, DsnInvalid for a malformed DSN.
     """
     dsn = normalize_dsn(dsn)
     lock_fd = None

@@ -25,10 +25,10 @@ from typing import Callable, Iterator
 import orjson
 
 from billing_rules import DEFAULT_RULES_DIR, load_rules
-from gpubill.config import READING_TOPICS
-from streams.native_rating import NativeRater, process_batch_native
-from streams.records import RecordSet, record_batch
-from streams.simulator import simulate_fleet
+from schemas.topics import READING_TOPICS
+from streams.rating.native import NativeRater, process_batch_native
+from streams.kafka.record_sets import RecordSet, record_batch
+from gpubill.devenv.simulator import simulate_fleet
 
 PARTITIONS = 8
 

@@ -1,0 +1,29 @@
+"""The Kafka topics of the pipeline and the headers a dead letter carries. Names only.
+
+Topic names are versioned (`.v1`): a change to an event's shape gets a new topic, so that
+old and new producers never share one. Both reading topics are keyed by `gpu_uuid` and
+have the same partition count (a card's usage and power meet in one worker).
+
+A dead letter on `gpu.deadletter.v1` is the refused message byte for byte (cut to
+`MAX_DEADLETTER_VALUE` bytes if larger, the cut named in `H_TRUNCATED`), with headers that
+say why and where it came from.
+"""
+
+from __future__ import annotations
+
+TOPIC_USAGE = "gpu.usage.v1"
+TOPIC_POWER = "gpu.power.v1"
+TOPIC_DEADLETTER = "gpu.deadletter.v1"
+READING_TOPICS = {"usage": TOPIC_USAGE, "power": TOPIC_POWER}  # event kind → its topic
+KIND_OF_TOPIC = {TOPIC_USAGE: "usage", TOPIC_POWER: "power"}  # topic → the event kind it carries
+PIPELINE_TOPICS = (TOPIC_USAGE, TOPIC_POWER, TOPIC_DEADLETTER)  # what a worker consumes
+
+# Kafka headers on a dead letter.
+H_REASON = "gpubill-reason"
+H_TOPIC = "gpubill-source-topic"
+H_PARTITION = "gpubill-source-partition"
+H_OFFSET = "gpubill-source-offset"
+H_LINE = "gpubill-source-line"
+H_INDEX = "gpubill-source-index"
+H_TRUNCATED = "gpubill-truncated-from"  # the original was larger than a Kafka record may be
+MAX_DEADLETTER_VALUE = 512 * 1024  # bytes of the original kept in the Kafka record (ClickHouse keeps all)

@@ -1,0 +1,108 @@
+"""Kafka administration: the pipeline's topics, the group's offsets, the end offsets of a drain.
+
+kafka-python errors are translated here into `KafkaUnreachable` with what to do; every
+call is bounded in time so that an unreachable broker is a clear error, never a hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Iterable
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+
+from schemas.topics import PIPELINE_TOPICS
+from streams.errors import KafkaUnreachable, TopicsNotCreated
+from streams.kafka.settings import KafkaSettings
+
+TIMEOUT_MS = 10_000
+
+
+def ensure_pipeline_topics(settings: KafkaSettings) -> None:
+    """Create the readings and dead-letter topics when missing (replication 1 locally)."""
+    ensure_topics(settings.kafka, {topic: settings.partitions for topic in PIPELINE_TOPICS})
+
+
+def group_offsets(settings: KafkaSettings, topics: Iterable[str]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) → (the group's committed offset, end offset) for every partition."""
+    try:
+        consumer = KafkaConsumer(
+            bootstrap_servers=settings.kafka.split(","),
+            group_id=settings.group,
+            enable_auto_commit=False,
+            request_timeout_ms=TIMEOUT_MS + 1000,
+            bootstrap_timeout_ms=TIMEOUT_MS,
+        )
+    except KafkaError as exc:
+        raise KafkaUnreachable(settings.kafka, str(exc)) from exc
+    try:
+        partitions = []
+        for topic in topics:
+            ids = consumer.partitions_for_topic(topic) or set()
+            partitions += [TopicPartition(topic, p) for p in sorted(ids)]
+        ends = consumer.end_offsets(partitions) if partitions else {}
+        return {(tp.topic, tp.partition): (consumer.committed(tp) or 0, ends[tp]) for tp in partitions}
+    except KafkaError as exc:
+        raise KafkaUnreachable(settings.kafka, str(exc)) from exc
+    finally:
+        consumer.close()
+
+
+def drain_targets(settings: KafkaSettings, topics: Iterable[str]) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) → (committed offset, end offset), for partitions where the group is behind."""
+    return {tp: (committed, end) for tp, (committed, end) in group_offsets(settings, topics).items() if end > committed}
+
+
+def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.0) -> None:
+    """Create the topics that do not exist yet ({name: partitions}, replication 1).
+
+    Existing topics are left as they are, whatever their partition count. Returns once
+    every topic is visible in the cluster metadata; raises KafkaUnreachable when no broker
+    answers within `timeout_s`.
+    """
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+    deadline = time.monotonic() + timeout_s
+    timeout_ms = int(timeout_s * 1000)
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            client_id="gpubill-admin",
+            request_timeout_ms=timeout_ms,
+            bootstrap_timeout_ms=timeout_ms,
+        )
+    except KafkaError as exc:
+        raise KafkaUnreachable(bootstrap, type(exc).__name__) from exc
+    try:
+        existing = set(admin.list_topics())
+        missing = {
+            name: {"num_partitions": partitions, "replication_factor": 1}
+            for name, partitions in topics.items()
+            if name not in existing
+        }
+        if missing:
+            result = admin.create_topics(missing, timeout_ms=timeout_ms, raise_errors=False)
+            refused = [
+                f"{topic['name']}: {topic.get('error_message') or topic['error_code']}"
+                for topic in result.get("topics", [])
+                if topic["error_code"] not in (0, TopicAlreadyExistsError.errno)  # a racing creator is fine
+            ]
+            if refused:
+                raise TopicsNotCreated(f"Kafka at {bootstrap} refused to create topics ({'; '.join(refused)})")
+        while True:
+            absent = sorted(set(topics) - set(admin.list_topics()))
+            if not absent:
+                return
+            if time.monotonic() >= deadline:
+                raise TopicsNotCreated(
+                    f"topics {', '.join(absent)} did not appear at {bootstrap} within {timeout_s:.0f} s"
+                )
+            time.sleep(0.2)
+    except KafkaError as exc:
+        raise KafkaUnreachable(bootstrap, f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        with contextlib.suppress(Exception):
+            admin.close()
