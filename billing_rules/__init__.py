@@ -12,7 +12,6 @@ from billing_rules.aggregate import (
     PricedAggregates,
     RentTotal,
     aggregation_buckets,
-    bench_pricing,
     price_aggregates,
     segment_edges,
 )
@@ -47,7 +46,6 @@ __all__ = [
     "PricedAggregates",
     "RentTotal",
     "aggregation_buckets",
-    "bench_pricing",
     "price_aggregates",
     "segment_edges",
     "DEFAULT_RULES_DIR",

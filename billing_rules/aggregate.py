@@ -30,24 +30,19 @@ Errors (both ValueError and BillingRulesError):
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
 from itertools import compress, groupby, islice
 from operator import ge, lt
-from pathlib import Path
 from typing import Any
 
 from billing_rules.errors import BillingRulesError
 from billing_rules.invoice import EnergyUsage, RentUsage
 from billing_rules.money import MJ_PER_KWH
 from billing_rules.ruleset import EnergyRate, RentRate, RuleSet
-
-EXAMPLE_TOU_DIR: Path = Path(__file__).resolve().parent / "examples" / "tou"
-
 
 class InvalidAggregate(BillingRulesError, ValueError):
     """Raised for aggregates that cannot be priced as given (lengths, negative counts, empty interval)."""
@@ -423,82 +418,3 @@ def _straddles(rules: RuleSet, columns: AggregateColumns, row: int, edge: int) -
 
 def _utc(second: int) -> str:
     return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# benchmark ----------------------------------------------------------------------------
-
-
-def bench_pricing(
-    rules: RuleSet | None = None,
-    cards: int = 1280,
-    *,
-    period: str = "2026-04",
-    tenants: int = 40,
-    repeat: int = 1,
-) -> dict[str, float | int]:
-    """Price a month of per-card, per-hour aggregates of a `cards`-card fleet; time it.
-
-    The fleet: models mixed RTX4090 / A800-80G / H800-80G (2:2:1), `tenants` tenants
-    renting every card all month, at the time-of-use site `gz-tou` of the example rules
-    (`billing_rules/examples/tou/`, used when `rules` is None: weekday, weekend and
-    holiday bands, a tariff change at 12:00 on the 15th, a price change mid-month).
-    Buckets come from `aggregation_buckets`, so no aggregate straddles a price.
-
-    Only `price_aggregates` is timed (time.perf_counter, best of `repeat`); building the
-    rows is not. Returns {"gpu_seconds": N, "seconds": T, "gpu_seconds_per_s": N / T}.
-    """
-    if rules is None:
-        from billing_rules.loader import load_rules  # the loader imports RuleSet; keep this module light
-
-        rules = load_rules(EXAMPLE_TOU_DIR)
-    columns = fleet_month(rules, cards, period=period, tenants=tenants)
-    best = float("inf")
-    priced = None
-    for _ in range(max(repeat, 1)):
-        began = time.perf_counter()
-        priced = price_aggregates(rules, columns)
-        best = min(best, time.perf_counter() - began)
-    assert priced is not None
-    return {"gpu_seconds": priced.gpu_seconds, "seconds": best, "gpu_seconds_per_s": priced.gpu_seconds / best}
-
-
-_FLEET_MODELS = (("RTX4090", 203_000), ("A800-80G", 857_000), ("RTX4090", 203_000), ("A800-80G", 857_000), ("H800-80G", 947_000))
-
-
-def fleet_month(rules: RuleSet, cards: int, *, period: str = "2026-04", tenants: int = 40, site: str = "gz-tou") -> AggregateColumns:
-    """Synthetic per-card, per-bucket aggregates for `period`, grouped per card in time order.
-
-    Cards come 8 to an instance of one model (RTX4090, A800-80G, RTX4090, A800-80G,
-    H800-80G in turn), 4 instances to a tenant ("tenant-0", …, wrapping at `tenants`).
-    Every card is rented every second and draws its model's average power (SPEC §1)
-    ± up to 10 W, varying by card and bucket.
-    """
-    start, end = rules.period_bounds(period)
-    edges = set(rules.price_boundaries(start, end, site=site))
-    for tenant, model in {(_fleet_tenant(c, tenants), _fleet_model(c)[0]) for c in range(cards)}:
-        edges.update(rules.price_boundaries(start, end, tenant=tenant, gpu_model=model))
-    grid = sorted({*range(start, end, 3600), *edges, end})
-    bucket_starts, bucket_ends = grid[:-1], grid[1:]
-    lengths = [b - a for a, b in zip(bucket_starts, bucket_ends)]
-    n = len(bucket_starts)
-    columns: dict[str, list[Any]] = {f.name: [] for f in fields(AggregateColumns)}
-    for c in range(cards):
-        model, power_mw = _fleet_model(c)
-        columns["tenant"] += [_fleet_tenant(c, tenants)] * n
-        columns["instance"] += [f"inst-{c // 8}"] * n
-        columns["gpu"] += [f"GPU-{c:05d}"] * n
-        columns["gpu_model"] += [model] * n
-        columns["site"] += [site] * n
-        columns["start_s"] += bucket_starts
-        columns["end_s"] += bucket_ends
-        columns["seconds"] += lengths
-        columns["energy_mj"] += [(power_mw + (c * 7919 + h * 104_729) % 20_000 - 10_000) * length for h, length in enumerate(lengths)]
-    return AggregateColumns(**columns)
-
-
-def _fleet_model(card: int) -> tuple[str, int]:
-    return _FLEET_MODELS[(card // 8) % len(_FLEET_MODELS)]
-
-
-def _fleet_tenant(card: int, tenants: int) -> str:
-    return f"tenant-{(card // 32) % tenants}"

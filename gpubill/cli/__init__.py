@@ -500,7 +500,7 @@ def bench_pricing_command(
     """Price a month of per-card-per-hour aggregates (time-of-use site, mid-month rule change)."""
     import orjson
 
-    from billing_rules import bench_pricing
+    from gpubill.bench.pricing import bench_pricing
 
     result = bench_pricing(cards=cards, repeat=repeat)
     if as_json:

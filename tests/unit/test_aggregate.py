@@ -19,16 +19,14 @@ from hypothesis import strategies as st
 
 from billing_rules import RuleSet, load_rules
 from billing_rules.aggregate import (
-    EXAMPLE_TOU_DIR,
     AggregateColumns,
     AggregateStraddlesPrice,
     InvalidAggregate,
     aggregation_buckets,
-    bench_pricing,
-    fleet_month,
     price_aggregates,
     segment_edges,
 )
+from gpubill.bench.pricing import EXAMPLE_TOU_DIR, bench_pricing, fleet_month
 
 RULES = load_rules(EXAMPLE_TOU_DIR)
 H = 3600
