@@ -7,7 +7,7 @@ every package's error base that the command line reports as one line with exit s
 
 Each lower package has its own base, translated here at the boundary:
 
-    schemas.errors.InvalidReading       bad input (readings are dead-lettered, never raised to users)
+    schemas.errors.SchemaError          bad input (readings are dead-lettered, never raised to users)
     billing_rules.errors.BillingRulesError
     warehouse.errors.WarehouseError     ClickHouse: DSN, unreachable, refused, busy
     streams.errors.StreamsError         Kafka: unreachable, topics; files to replay; metrics port
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from billing_rules.errors import BillingRulesError
 from reports.errors import ReportsError
-from schemas.errors import InvalidReading
+from schemas.errors import SchemaError
 from streams.errors import StreamsError
 from warehouse.errors import WarehouseError
 
@@ -33,5 +33,5 @@ class ConfigError(GpubillError):
 
 # What the command line prints as one line (str(exc)) with exit status 1.
 USER_ERRORS: tuple[type[Exception], ...] = (
-    GpubillError, BillingRulesError, WarehouseError, StreamsError, ReportsError, InvalidReading,
+    GpubillError, BillingRulesError, WarehouseError, StreamsError, ReportsError, SchemaError,
 )

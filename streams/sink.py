@@ -7,7 +7,7 @@ Flush, in steps (after OpenMeter's sink):
    that only grows with information), so inserting the same batch twice leaves the same
    rows: a crash between step 1 and step 2 costs a re-insert, never a double count.
 2. Return. The agent marks the batch done and the feeder commits its offsets after it
-   (streams/feeder.py): at-least-once delivery plus idempotent writes = effectively once.
+   (streams/kafka/feeder.py): at-least-once delivery plus idempotent writes = effectively once.
 
 If ClickHouse does not acknowledge, the sink retries with backoff and the batch is not
 done; when it gives up (drain mode), the process exits at once without committing, which

@@ -1,258 +1,73 @@
 """A real single-node Apache Kafka broker (KRaft mode) that gpubill brings up by itself.
 
 There is no embedded Kafka, so where no broker is configured the project runs the real
-one: the jars of `org.apache.kafka:kafka_2.13` and their dependencies are resolved from
-Maven Central once (with `mvn`) into a cache, and the broker runs on the machine's Java 17+
-as a detached process whose pid, configuration, data and log live under one home
-directory (e.g. `./var/kafka`):
+one on the machine's Java 17+, from jars resolved once from Maven Central (see
+`kafka_install`), as a detached process whose pid, configuration, data and log live under
+one home directory (e.g. `./var/kafka`):
 
-    <home>/server.properties   rendered on every start (ports may change)
+    <home>/server.properties   rendered on every start (ports may change; see `kafka_config`)
     <home>/log4j2.properties   broker logging at WARN
     <home>/data/               the log directory (formatted once, see `.formatted`)
     <home>/broker.log          the broker's stdout and stderr
     <home>/broker.pid          pid of the running broker
 
-Errors, all one line for users (see `gpubill.errors`):
+This module is the process's lifecycle (`LocalBroker.up` / `down`); whether a broker
+answers is asked of `kafka_probe`.
+
+Errors `LocalBroker` raises, all one line for users (see `gpubill.errors`), all importable
+from here:
 
     GpubillError
-    ├── JavaMissing          `java` is absent or older than 17
-    ├── MavenMissing         `mvn` is absent, or it could not resolve the broker's jars
-    ├── BrokerStartFailed    the broker exited or did not answer in time (last log lines attached)
-    ├── TopicsNotCreated     the broker refused to create a topic, or it did not appear in time
-    └── KafkaUnreachable     no broker answers on the bootstrap servers
+    ├── JavaMissing          `java` is absent or older than 17 (defined in `kafka_install`)
+    ├── MavenMissing         `mvn` is absent, or it could not resolve the broker's jars (`kafka_install`)
+    └── BrokerStartFailed    the broker exited or did not answer in time (last log lines attached)
+
+Creating topics, and saying that no broker answers, are the streams layer's job
+(`streams.kafka.admin.ensure_topics`; `TopicsNotCreated` and `KafkaUnreachable` in
+`streams.errors`).
 
 Every wait here is bounded: nothing hangs on a broker that never comes.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import fcntl
-import hashlib
 import os
-import re
-import shutil
 import signal
 import socket
-import struct
 import subprocess
-import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
+from gpubill.devenv.kafka_config import (
+    LOG4J2_PROPERTIES,
+    new_cluster_id,
+    render_server_properties,
+)
+from gpubill.devenv.kafka_install import (
+    KAFKA_VERSION,
+    JavaMissing,
+    MavenMissing,
+    default_cache_dir,
+    find_java,
+    jars_dir,
+    resolve_jars,
+)
+from gpubill.devenv.kafka_probe import probe_kafka, split_bootstrap
 from gpubill.errors import GpubillError
 
-KAFKA_VERSION = "4.1.1"
-SCALA_VERSION = "2.13"
-# The binding that routes the broker's SLF4J 1.7 logging to the log4j-core it ships with;
-# the Kafka tarball bundles it, the Maven artifact does not (without it the broker logs
-# nothing at all, not even why it failed to start).
-LOG4J_VERSION = "2.24.3"
-MIN_JAVA_MAJOR = 17
+__all__ = ["BROKER_HEAP", "DEFAULT_BOOTSTRAP", "BrokerStartFailed", "JavaMissing", "LocalBroker", "MavenMissing"]
+
 BROKER_HEAP = "-Xmx512m"
-MAVEN_TIMEOUT_S = 900.0
 DEFAULT_BOOTSTRAP = "localhost:9092"
-
-_HOW_TO_AVOID = "or set GPUBILL_KAFKA to an existing broker"
-
-
-class JavaMissing(GpubillError):
-    """Raised by `LocalBroker.up` when `java` is not on PATH or is older than Java 17."""
-
-    def __init__(self, found: str | None = None) -> None:
-        seen = f" (found {found})" if found else ""
-        super().__init__(
-            f"Java {MIN_JAVA_MAJOR} or newer is needed to run the local Kafka broker{seen}: "
-            f"install a JDK {MIN_JAVA_MAJOR}+ (e.g. apt-get install openjdk-17-jre-headless) {_HOW_TO_AVOID}"
-        )
-
-
-class MavenMissing(GpubillError):
-    """Raised by `LocalBroker.ensure_jars` when `mvn` is absent or fails to fetch the jars."""
-
-    def __init__(self, detail: str | None = None) -> None:
-        if detail:
-            super().__init__(
-                f"Maven could not fetch the Kafka {KAFKA_VERSION} jars ({detail}): check access to "
-                f"Maven Central (repo.maven.apache.org) {_HOW_TO_AVOID}"
-            )
-        else:
-            super().__init__(
-                f"Maven is needed once to fetch the Kafka {KAFKA_VERSION} jars for the local broker: "
-                f"install Maven 3 (e.g. apt-get install maven) {_HOW_TO_AVOID}"
-            )
 
 
 class BrokerStartFailed(GpubillError):
     """Raised by `LocalBroker.up` when the broker exits early or does not answer in time."""
 
 
-# --------------------------------------------------------------------------- pure helpers
-
-
-def parse_java_major(version_output: str) -> int | None:
-    """The major version from `java -version` output, or None when it cannot be read.
-
-    Handles both schemes: `1.8.0_392` is Java 8, `17.0.15` / `21` / `25-ea` are themselves.
-    """
-    match = re.search(r'version "([^"]+)"', version_output)
-    if match is None:
-        # Some builds print `openjdk 21.0.2 2024-01-16` on the first line instead.
-        match = re.search(r"^\S+ (\d+[\w.+-]*)", version_output.strip(), re.MULTILINE)
-        if match is None:
-            return None
-    head = re.match(r"(\d+)(?:\.(\d+))?", match.group(1))
-    if head is None:
-        return None
-    major = int(head.group(1))
-    if major == 1 and head.group(2) is not None:
-        return int(head.group(2))
-    return major
-
-
-def new_cluster_id() -> str:
-    """A KRaft cluster id: the url-safe base64 of 16 random bytes, without padding (22 chars).
-
-    Never one that starts with "-": the storage tool's argument parser would read it as an
-    option ("argument --cluster-id/-t: expected one argument"), one start in 64.
-    """
-    while True:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
-        if not cluster_id.startswith("-"):
-            return cluster_id
-
-
-def render_pom(kafka_version: str = KAFKA_VERSION) -> str:
-    """A throw-away POM whose only purpose is to let `mvn dependency:copy-dependencies` run."""
-    return f"""<?xml version="1.0" encoding="UTF-8"?>
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>local.gpubill</groupId>
-  <artifactId>kafka-broker-jars</artifactId>
-  <version>{kafka_version}</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_{SCALA_VERSION}</artifactId>
-      <version>{kafka_version}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-slf4j-impl</artifactId>
-      <version>{LOG4J_VERSION}</version>
-    </dependency>
-  </dependencies>
-</project>
-"""
-
-
-def render_server_properties(
-    *, log_dir: Path, port: int, controller_port: int, host: str = "localhost", num_partitions: int = 8
-) -> str:
-    """server.properties of a combined broker+controller node, replication 1 everywhere."""
-    lines = {
-        "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@{host}:{controller_port}",
-        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
-        "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "log.dirs": str(log_dir),
-        "num.partitions": str(num_partitions),
-        "offsets.topic.replication.factor": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
-        "group.initial.rebalance.delay.ms": "0",
-    }
-    body = "\n".join(f"{key}={value}" for key, value in lines.items())
-    return f"# Written by gpubill on every `gpubill kafka up`; edits are overwritten.\n{body}\n"
-
-
-def jars_fingerprint() -> str:
-    """What `libs/.complete` holds once the jars of the current POM are all there."""
-    return hashlib.sha256(render_pom().encode()).hexdigest()
-
-
-LOG4J2_PROPERTIES = """\
-# Broker logging for gpubill's local broker: warnings and errors only.
-status = error
-shutdownHook = disable
-appender.console.type = Console
-appender.console.name = STDOUT
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.stdout.ref = STDOUT
-# ... except the few lines that say the broker started and stopped.
-logger.server.name = kafka.server.KafkaRaftServer
-logger.server.level = INFO
-"""
-
-
-def split_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
-    """`host:port,host2:port2` as (host, port) pairs; a missing port means 9092."""
-    servers = []
-    for item in bootstrap.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if "://" in item:
-            item = item.split("://", 1)[1]
-        host, sep, port = item.rpartition(":")
-        if not sep:
-            host, port = item, "9092"
-        servers.append((host.strip("[]") or "localhost", int(port)))
-    return servers
-
-
-def _metadata_request(correlation_id: int) -> bytes:
-    """A Metadata v4 request asking for no topics: the answer lists the brokers only.
-
-    v4 is old enough for every broker since Kafka 1.0 and new enough for Kafka 4, which
-    dropped the pre-v4 versions (KIP-896).
-    """
-    client_id = b"gpubill-probe"
-    header = struct.pack(">hhih", 3, 4, correlation_id, len(client_id)) + client_id
-    body = struct.pack(">i?", 0, False)  # topics: empty array; allow_auto_topic_creation: false
-    payload = header + body
-    return struct.pack(">i", len(payload)) + payload
-
-
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = sock.recv(size - len(chunks))
-        if not chunk:
-            raise ConnectionError("connection closed")
-        chunks.extend(chunk)
-    return bytes(chunks)
-
-
-def probe_kafka(host: str, port: int, timeout_s: float) -> bool:
-    """True when a Kafka broker at host:port answers a metadata request naming ≥ 1 broker."""
-    deadline = time.monotonic() + timeout_s
-    try:
-        with socket.create_connection((host, port), timeout=max(0.05, timeout_s)) as sock:
-            sock.settimeout(max(0.05, deadline - time.monotonic()))
-            sock.sendall(_metadata_request(correlation_id=7))
-            (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
-            if size < 12 or size > 10_000_000:
-                return False
-            sock.settimeout(max(0.05, deadline - time.monotonic()))
-            response = _recv_exactly(sock, min(size, 4096))
-    except (OSError, ConnectionError, struct.error):
-        return False
-    # correlation_id int32, throttle_time_ms int32, brokers array int32 length
-    correlation_id, _throttle, broker_count = struct.unpack(">iii", response[:12])
-    return correlation_id == 7 and broker_count > 0
+# --------------------------------------------------------------------------- process helpers
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -283,13 +98,6 @@ def _pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-
-
 def _log_since(path: Path, offset: int) -> list[str]:
     """The broker log's non-blank lines written after byte `offset`, SLF4J chatter left out."""
     try:
@@ -310,14 +118,6 @@ def _failure_report(lines: list[str], keep: int = 12) -> str:
 
 
 # --------------------------------------------------------------------------- the broker
-
-
-def default_cache_dir() -> Path:
-    """Where the jars are kept: $GPUBILL_KAFKA_CACHE, else ~/.cache/gpubill/kafka-<version>."""
-    override = os.environ.get("GPUBILL_KAFKA_CACHE")
-    if override:
-        return Path(override).expanduser().resolve()
-    return Path.home() / ".cache" / "gpubill" / f"kafka-{KAFKA_VERSION}"
 
 
 class LocalBroker:
@@ -354,7 +154,7 @@ class LocalBroker:
     # paths -----------------------------------------------------------------
     @property
     def libs_dir(self) -> Path:
-        return self.cache_dir / "libs"
+        return jars_dir(self.cache_dir)
 
     @property
     def data_dir(self) -> Path:
@@ -380,48 +180,10 @@ class LocalBroker:
     def ensure_jars(self, progress: Callable[[str], None] | None = None) -> Path:
         """The directory of broker jars, resolving them with Maven the first time (~40 MB).
 
-        Idempotent and safe against concurrent callers: a lock file serialises them, and
-        the jars appear under `libs/` only once the download is complete.
+        Idempotent and safe against concurrent callers; raises MavenMissing (see
+        `kafka_install.resolve_jars`).
         """
-        complete = self.libs_dir / ".complete"
-        fingerprint = jars_fingerprint()
-        if _read(complete) == fingerprint:
-            return self.libs_dir
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        with _locked(self.cache_dir / ".lock"):
-            if _read(complete) == fingerprint:
-                return self.libs_dir
-            mvn = shutil.which(self.mvn)
-            if mvn is None:
-                raise MavenMissing()
-            if progress:
-                progress(f"fetching Kafka {KAFKA_VERSION} jars from Maven Central into {self.libs_dir} (once)")
-            with tempfile.TemporaryDirectory(dir=self.cache_dir, prefix=".resolve-") as work:
-                work_dir = Path(work)
-                (work_dir / "pom.xml").write_text(render_pom(), encoding="utf-8")
-                staged = work_dir / "libs"
-                command = [
-                    mvn, "-q", "-B", "-f", str(work_dir / "pom.xml"),
-                    "dependency:copy-dependencies", "-DincludeScope=runtime",
-                    f"-DoutputDirectory={staged}",
-                ]  # fmt: skip
-                try:
-                    result = subprocess.run(
-                        command, capture_output=True, text=True, timeout=MAVEN_TIMEOUT_S,
-                        stdin=subprocess.DEVNULL, check=False,
-                    )  # fmt: skip
-                except subprocess.TimeoutExpired as exc:
-                    raise MavenMissing(f"mvn did not finish within {MAVEN_TIMEOUT_S:.0f} s") from exc
-                if result.returncode != 0 or not any(staged.glob("kafka_*.jar")):
-                    last = (result.stdout + result.stderr).strip().splitlines()[-1:] or ["no output"]
-                    raise MavenMissing(f"mvn exited {result.returncode}: {last[0][:200]}")
-                (staged / ".complete").write_text(fingerprint)
-                if self.libs_dir.exists():
-                    shutil.rmtree(self.libs_dir)  # a partial copy from an interrupted run
-                staged.rename(self.libs_dir)
-        if progress:
-            progress(f"Kafka jars ready in {self.libs_dir}")
-        return self.libs_dir
+        return resolve_jars(self.cache_dir, self.mvn, progress)
 
     # state -----------------------------------------------------------------
     def is_up(self, timeout_s: float = 2.0) -> bool:
@@ -452,21 +214,7 @@ class LocalBroker:
 
     def check_java(self) -> str:
         """The path of a Java 17+ `java`, or raise JavaMissing."""
-        java = shutil.which(self.java)
-        if java is None:
-            raise JavaMissing()
-        try:
-            result = subprocess.run(
-                [java, "-version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise JavaMissing() from exc
-        output = result.stderr + result.stdout
-        major = parse_java_major(output)
-        if major is None or major < MIN_JAVA_MAJOR:
-            first = output.strip().splitlines()[0] if output.strip() else None
-            raise JavaMissing(first)
-        return java
+        return find_java(self.java)
 
     # lifecycle -------------------------------------------------------------
     def up(self, wait_s: float = 90.0, progress: Callable[[str], None] | None = None) -> bool:
@@ -579,12 +327,3 @@ def _wait_gone(pid: int, wait_s: float) -> bool:
         time.sleep(0.1)
     return True
 
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,15 +1,15 @@
-"""The worker's hot path in Rust (native/, module `gpubill_native`), behind the same
-interface as `Rater` and `process_batch`.
+"""The Rust core (native/, module `gpubill_native`): the fast implementation of the batch
+protocol (streams/rating/protocol.py), and the only module that imports the extension.
 
-`streams.rating.Rater` with `schemas.quick_parser.QuickParser` is the reference implementation:
-readable, and ≈ 20 µs of CPU a reading. The Rust `Core` does the same work — validate the
-plainly valid reading, deduplicate, attribute, price, encode the Native blocks — in ≈ 3.5
-µs, mostly without the GIL, which is what lets one worker take 100,000 readings a second.
-What is rare stays in Python: the definition of a valid reading (`parse_reading`) judges
-every message the fast path does not take, batched messages included; prices come from
-the billing rules (`NativePricing`, asked once per distinct tenant, model and second);
-look-ups go to ClickHouse as before. tests/unit/test_native_core.py feeds random batches
-to both paths and requires the same blocks.
+`PythonRater` (streams/rating/reference_batch.py, over `Rater` and `QuickParser`) is the
+reference implementation: readable, and ≈ 20 µs of CPU a reading. The Rust `Core` does the
+same work — validate the plainly valid reading, deduplicate, attribute, price, encode the
+Native blocks — in ≈ 3.5 µs, mostly without the GIL, which is what lets one worker take
+100,000 readings a second. What is rare stays in Python: the definition of a valid reading
+(`parse_reading`) judges every message the fast path does not take, batched messages
+included; prices come from the billing rules (`NativePricing`, asked once per distinct
+tenant, model and second); look-ups go to ClickHouse (streams/lookup.py).
+tests/unit/test_native_core.py feeds random batches to both and requires the same blocks.
 
 `NativeRater.available()` says whether the extension is built (scripts/bootstrap builds
 it when a Rust toolchain is present); without it the worker uses the Python path.
@@ -26,6 +26,7 @@ from billing_rules import BillingRulesError
 from schemas.quick_parser import QuickParser
 from schemas.topics import TOPIC_POWER, TOPIC_USAGE
 from streams.deadletters import refused
+from streams.errors import StreamsError
 from streams.kafka.message import Message
 from streams.kafka.record_sets import RecordSet, messages_of
 from streams.rating.protocol import BatchRater, BatchResult, EncodedOutcome, Lookup
@@ -67,7 +68,7 @@ class NativeRater:
 
     def __init__(self, rules: Any, *, horizon_s: int = 900) -> None:
         if gpubill_native is None:
-            raise RuntimeError("the native hot path is not built (run scripts/bootstrap with a Rust toolchain)")
+            raise StreamsError("the native hot path is not built (run scripts/bootstrap with a Rust toolchain)")
         self.horizon_s = horizon_s
         self.core = gpubill_native.Core(TOPIC_USAGE, TOPIC_POWER, horizon_s)
         self.state_size = 0  # readings held in the horizon, as of the last batch
@@ -94,8 +95,9 @@ class NativeRater:
 
     def evict(self) -> int:
         dropped = self.core.evict()
-        # Kept here for the metrics, read from the event loop while the sink thread may be
-        # inside the core with the next batch (the core is borrowed then).
+        # Copied here for the metrics: the event loop reads them while the rating thread may
+        # be inside the core with the next batch (the core is borrowed then, and asking it
+        # would fail).
         self.state_size, self.state_bytes = self.core.state_size, self.core.state_bytes
         return dropped
 
@@ -113,7 +115,7 @@ def process_batch_native(items: list, rater: NativeRater, *, now: datetime, look
                          timestamps: bool = False) -> BatchResult:
     """`process_batch` (streams/rating/reference_batch.py) on the Rust core: the same steps, rows and dead letters.
 
-    `items` are `Message`s and `RecordSet`s (streams/records.py): plain sets are read in
+    `items` are `Message`s and `RecordSet`s (streams/kafka/record_sets.py): plain sets are read in
     place by the core; the others are decoded here. With `timestamps` the result carries
     every record's Kafka timestamp (for the freshness benchmark)."""
     result = BatchResult()

@@ -10,7 +10,10 @@ second in May (acme A800-80G hourly ¥3600/h; beta RTX4090 monthly ¥2,678,400 o
 tenant's first invoice spends the ¥10 trial credit (acme's onboarding credit expired with
 March); VAT 6 %.
 
-The workers run with the product's consumer session of 10 s (streams/app.py): with
+Longer than 400 lines on purpose: one file per fault suite, each case a short scenario on
+the shared set-up of faults_helpers.py, read top to bottom as the list of faults survived.
+
+The workers run with the product's consumer session of 10 s (streams/kafka/feeder.py): with
 Faust's default of 60 s, a worker started after a SIGKILL waited ~55 s for the dead
 member's session to expire before it got its partitions (measured while writing this).
 

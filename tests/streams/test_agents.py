@@ -1,6 +1,6 @@
 """The Faust agents through `agent.test_context()`: no broker, no ClickHouse (sink=None).
 
-The agents read in-memory channels that the feeder fills with `Batch`es (streams/feeder.py):
+The agents read in-memory channels that the feeder fills with `Batch`es (streams/kafka/feeder.py):
 `put(batch)` returns once the agent has yielded that batch's result (rated; it is written
 while the next is rated), and once written the batch's
 `done` future must then be resolved — the feeder commits offsets only behind it.
@@ -207,3 +207,25 @@ def test_a_clickhouse_lookup_waits_for_the_writes_handed_over_before_it(pipeline
     assert lookup.stored_since({"usage": {"G1": SECOND}}) == {"usage": set()}
     assert lookup(set(), {("G1", SECOND)}) == ([], [])
     assert events == ["batch n written", "query", "query"]
+
+
+def test_the_installed_faust_fits_the_worker() -> None:
+    # The hooks streams/worker.py overrides and the consumer switch it turns off: a Faust
+    # upgrade that drops one fails here, not in a customer's worker.
+    assert app_module.faust_self_check() == []
+
+
+def test_the_worker_exports_whether_the_record_set_path_is_active() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from streams.metrics import Metrics
+
+    registry = CollectorRegistry()
+    pipe = Pipeline(rules=RULES, sink=None, rater=PythonRater(RULES), metrics=Metrics(registry))
+    try:
+        build_app(Settings(kafka="127.0.0.1:9", metrics_port=0), pipe)
+        # 1: the installed aiokafka fits streams/kafka/record_sets.py (see tests/unit/test_records.py)
+        assert registry.get_sample_value("gpubill_fast_record_sets") == 1
+    finally:
+        pipe.executor.shutdown(wait=True)
+        pipe.writer.shutdown(wait=True)

@@ -1,4 +1,4 @@
-"""`gpubill bench rating` (streams/bench_core.py) on a small fleet: it rates every reading."""
+"""`gpubill bench rating` (gpubill/bench/rating.py) on a small fleet: it rates every reading."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The same random batches — valid, duplicated, conflicting, shuffled, malformed,
 with numbers and timestamps on every edge the fast paths care about — go through
 `process_batch` + `Rater` and through `process_batch_native` + `NativeRater`, with the
 same ClickHouse look-ups faked from one store. Every Native block must be the same bytes
-(the Python rows encoded by streams/native.py), and conflicts, duplicates, dead letters,
+(the Python rows encoded by warehouse/native_format.py), and conflicts, duplicates, dead letters,
 positions and counts the same. Where they agree, the Python rater's own tests
 (test_rating.py, test_pipeline_batch.py: hand-worked expectations) vouch for both.
 """

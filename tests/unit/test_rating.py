@@ -1,5 +1,8 @@
 """Rater (SPEC §4): dedupe, rent rows, energy attribution, convergence, bounded state.
 
+Longer than 400 lines on purpose: the reference rater's whole contract, case by case, on
+the shared epoch-second table below; one file keeps the arithmetic in one place.
+
 Shipped rules (billing_rules/default): site gz-guian PUE 1.12, ¥0.33/kWh flat, Asia/Shanghai;
 A800-80G ¥3180/month or ¥10/h; RTX4090 ¥599/month or ¥1.25/h; acme rents A800-80G
 monthly from 2026-01-01 (local), everything else is hourly.

@@ -1,4 +1,4 @@
-"""Record sets (streams/records.py): what the worker's consumer hands on instead of records.
+"""Record sets (streams/kafka/record_sets.py): what the worker's consumer hands on instead of records.
 
 Batches are built with aiokafka's own (pure-Python) builder (`streams.kafka.record_sets.record_batch`);
 `_PartitionRecords` is driven as aiokafka's fetcher drives it.
@@ -59,3 +59,39 @@ def test_a_corrupt_batch_is_refused_by_whoever_decodes_it() -> None:
     core = native.Core("gpu.usage.v1", TP.topic, 900)
     with pytest.raises(ValueError, match="invalid CRC"):
         core.parse([], [(TP.topic, TP.partition, bytes(plain), 0)], 0)
+
+
+def test_the_installed_aiokafka_fits_the_adapter() -> None:
+    # If an aiokafka upgrade breaks what record_sets.py subclasses, this fails (the worker
+    # would still run, record by record, and say so in a log line and a metric).
+    from streams.kafka.record_sets import FastPath, self_check
+
+    assert self_check() == FastPath(True)
+
+
+def test_an_aiokafka_that_no_longer_fits_is_named_and_left_unpatched(monkeypatch) -> None:
+    from aiokafka.consumer import fetcher
+
+    from streams.kafka import record_sets
+
+    monkeypatch.delattr(fetcher, "READ_UNCOMMITTED")
+    status = record_sets.self_check()
+    assert not status.active and status.reason == "aiokafka.consumer.fetcher has no READ_UNCOMMITTED"
+    monkeypatch.setattr(record_sets, "_status", None)
+    untouched = object()
+    monkeypatch.setattr(fetcher, "PartitionRecords", untouched)
+    assert not record_sets.install().active
+    assert fetcher.PartitionRecords is untouched  # nothing was patched
+
+
+def test_only_the_adapter_touches_aiokafkas_private_modules() -> None:
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    private = re.compile(r"^\s*(from|import)\s+aiokafka\.(consumer\.fetcher|record\b)|from aiokafka\.consumer import fetcher",
+                         re.MULTILINE)
+    users = sorted(str(path.relative_to(root)) for package in ("schemas", "billing_rules", "warehouse", "streams",
+                                                                "reports", "gpubill")
+                   for path in (root / package).rglob("*.py") if private.search(path.read_text(encoding="utf-8")))
+    assert users == ["streams/kafka/record_sets.py"]

@@ -3,6 +3,9 @@
 Every expected value is worked by hand in the comments. Instants are written as UTC
 ("2026-03-15T04:00:00" with `utc()`); Asia/Shanghai is UTC+8 all year, Europe/Berlin is
 UTC+1 (CET) and UTC+2 (CEST) from 2026-03-29 01:00Z to 2026-10-25 01:00Z.
+
+Longer than 400 lines on purpose: tables of hand-worked cases around one rule file
+fixture; splitting them would split the fixture's explanation from its cases.
 """
 
 from __future__ import annotations

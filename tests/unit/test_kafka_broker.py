@@ -10,20 +10,17 @@ import time
 
 import pytest
 
-from gpubill.errors import USER_ERRORS
-from streams.errors import KafkaUnreachable
 from gpubill.devenv.kafka_broker import (
     BrokerStartFailed,
     JavaMissing,
     LocalBroker,
     MavenMissing,
-    jars_fingerprint,
-    new_cluster_id,
-    parse_java_major,
-    render_pom,
-    render_server_properties,
-    split_bootstrap,
 )
+from gpubill.devenv.kafka_config import new_cluster_id, render_server_properties
+from gpubill.devenv.kafka_install import jars_fingerprint, parse_java_major, render_pom
+from gpubill.devenv.kafka_probe import split_bootstrap
+from gpubill.errors import USER_ERRORS
+from streams.errors import KafkaUnreachable
 
 
 @pytest.mark.parametrize(
@@ -196,7 +193,7 @@ def test_cluster_ids_never_start_with_a_dash(monkeypatch):
     # uuid bytes whose base64 starts with "-" (0xfb → "-w"), then ordinary ones
     import uuid as uuid_module
 
-    from gpubill.devenv import kafka_broker as kafka_local
+    from gpubill.devenv import kafka_config as kafka_local
 
     draws = iter([uuid_module.UUID(bytes=b"\xfb" + b"\x00" * 15), uuid_module.UUID(bytes=b"\x01" * 16)])
     monkeypatch.setattr(kafka_local.uuid, "uuid4", lambda: next(draws))

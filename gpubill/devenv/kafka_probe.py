@@ -1,0 +1,71 @@
+"""Is a Kafka broker answering? One Metadata request over a raw socket, nothing else.
+
+`LocalBroker.is_up` asks this before starting a broker and while waiting for one. It
+sends a Metadata request that names no topics and reads just enough of the answer to see
+that a broker listed itself. Pure socket code, no Kafka client; every call is bounded by
+its `timeout_s`.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+
+def split_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
+    """`host:port,host2:port2` as (host, port) pairs; a missing port means 9092."""
+    servers = []
+    for item in bootstrap.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        host, sep, port = item.rpartition(":")
+        if not sep:
+            host, port = item, "9092"
+        servers.append((host.strip("[]") or "localhost", int(port)))
+    return servers
+
+
+def _metadata_request(correlation_id: int) -> bytes:
+    """A Metadata v4 request asking for no topics: the answer lists the brokers only.
+
+    v4 is old enough for every broker since Kafka 1.0 and new enough for Kafka 4, which
+    dropped the pre-v4 versions (KIP-896).
+    """
+    client_id = b"gpubill-probe"
+    header = struct.pack(">hhih", 3, 4, correlation_id, len(client_id)) + client_id
+    body = struct.pack(">i?", 0, False)  # topics: empty array; allow_auto_topic_creation: false
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = sock.recv(size - len(chunks))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        chunks.extend(chunk)
+    return bytes(chunks)
+
+
+def probe_kafka(host: str, port: int, timeout_s: float) -> bool:
+    """True when a Kafka broker at host:port answers a metadata request naming ≥ 1 broker."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        with socket.create_connection((host, port), timeout=max(0.05, timeout_s)) as sock:
+            sock.settimeout(max(0.05, deadline - time.monotonic()))
+            sock.sendall(_metadata_request(correlation_id=7))
+            (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
+            if size < 12 or size > 10_000_000:
+                return False
+            sock.settimeout(max(0.05, deadline - time.monotonic()))
+            response = _recv_exactly(sock, min(size, 4096))
+    except (OSError, ConnectionError, struct.error):
+        return False
+    # correlation_id int32, throttle_time_ms int32, brokers array int32 length
+    correlation_id, _throttle, broker_count = struct.unpack(">iii", response[:12])
+    return correlation_id == 7 and broker_count > 0
