@@ -2,13 +2,14 @@
 
 Pure: no Kafka, no ClickHouse, no asyncio, no clock. Times are UTC epoch seconds and
 rule snapshots are passed in, so pricing is deterministic and replays agree to the fen.
+
+One home each: the money formulas in `pricing`, the one rounding in `money`, the rates a
+rule set answers with in `rates`, the rule set in `ruleset`, invoice lines in `invoice`.
 """
 
 from billing_rules.aggregate import (
     AggregateColumns,
-    AggregateStraddlesPrice,
     EnergyTotal,
-    InvalidAggregate,
     PricedAggregates,
     RentTotal,
     aggregation_buckets,
@@ -16,7 +17,9 @@ from billing_rules.aggregate import (
     segment_edges,
 )
 from billing_rules.errors import (
+    AggregateStraddlesPrice,
     BillingRulesError,
+    InvalidAggregate,
     InvalidPeriod,
     NoRuleInForce,
     RuleSetInvalid,
@@ -29,14 +32,26 @@ from billing_rules.invoice import (
     EnergyUsage,
     InvoiceDraft,
     InvoiceLine,
+    IssuedInvoice,
     RentUsage,
     build_invoice,
     credit_available,
     credit_balances,
 )
 from billing_rules.loader import DEFAULT_RULES_DIR, RULE_FILES, load_rules
-from billing_rules.money import MJ_PER_KWH, format_money, format_quantity, round_fen, round_quantity
-from billing_rules.ruleset import CreditGrant, EnergyRate, RentRate, RuleSet, SiteInfo, energy_amount, rent_amount
+from billing_rules.money import format_money, format_quantity, round_fen, round_quantity
+from billing_rules.pricing import (
+    MJ_PER_KWH,
+    S_PER_HOUR,
+    billed_kwh,
+    discount_amount,
+    energy_amount,
+    gpu_hours,
+    rent_amount,
+    unit_price_per_hour,
+)
+from billing_rules.rates import CreditGrant, EnergyRate, RentRate, SiteInfo
+from billing_rules.ruleset import RuleSet
 
 __all__ = [
     "AggregateColumns",
@@ -51,6 +66,7 @@ __all__ = [
     "DEFAULT_RULES_DIR",
     "MJ_PER_KWH",
     "RULE_FILES",
+    "S_PER_HOUR",
     "Adjustment",
     "CreditBalance",
     "BillingRulesError",
@@ -60,6 +76,7 @@ __all__ = [
     "InvalidPeriod",
     "InvoiceDraft",
     "InvoiceLine",
+    "IssuedInvoice",
     "NoRuleInForce",
     "RentRate",
     "RentUsage",
@@ -68,11 +85,15 @@ __all__ = [
     "SiteInfo",
     "UnknownModel",
     "UnknownSite",
+    "billed_kwh",
     "build_invoice",
     "credit_available",
     "credit_balances",
+    "discount_amount",
     "energy_amount",
+    "gpu_hours",
     "rent_amount",
+    "unit_price_per_hour",
     "format_money",
     "format_quantity",
     "load_rules",

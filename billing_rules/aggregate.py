@@ -23,9 +23,15 @@ contiguous slice: its seconds and energy are summed as plain ints by `sum()` ove
 slice, and Fractions appear only once per invoice line. Rows in any other order are
 first regrouped (slower, same result).
 
-Errors (both ValueError and BillingRulesError):
+Errors (both ValueError and BillingRulesError, defined in `billing_rules.errors`):
     InvalidAggregate          columns of unequal length, negative counts, end ≤ start
     AggregateStraddlesPrice   an aggregate's interval contains a price or period boundary
+
+The amounts are `RentRate.cost` and `EnergyRate.cost` (`billing_rules.pricing`), applied
+once per total. Why this file is longer than 400 lines: it is one idea, pricing aggregates
+fast — the bucket grid callers must aggregate by (`aggregation_buckets`, documented in
+docs/rules.md as living here), the column input, and the run/slice machinery that keeps
+the month's sums in plain ints belong with the pricing they serve.
 """
 
 from __future__ import annotations
@@ -39,20 +45,10 @@ from itertools import compress, groupby, islice
 from operator import ge, lt
 from typing import Any
 
-from billing_rules.errors import BillingRulesError
+from billing_rules.errors import AggregateStraddlesPrice, InvalidAggregate
 from billing_rules.invoice import EnergyUsage, RentUsage
-from billing_rules.money import MJ_PER_KWH
-from billing_rules.ruleset import EnergyRate, RentRate, RuleSet
-
-class InvalidAggregate(BillingRulesError, ValueError):
-    """Raised for aggregates that cannot be priced as given (lengths, negative counts, empty interval)."""
-
-
-class AggregateStraddlesPrice(BillingRulesError, ValueError):
-    """Raised when an aggregate's interval crosses a price or billing-period boundary.
-
-    Re-aggregate per price segment: bucket readings with `aggregation_buckets`.
-    """
+from billing_rules.rates import EnergyRate, RentRate
+from billing_rules.ruleset import RuleSet
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +102,11 @@ class RentTotal:
     gpu_model: str
     rate: RentRate
     seconds: int
-    amount: Fraction  # seconds × price / per_s, yuan, before rounding
+
+    @property
+    def amount(self) -> Fraction:
+        """Yuan, discount included, before rounding: `rate.cost(seconds)`."""
+        return self.rate.cost(self.seconds)
 
     def usage(self) -> RentUsage:
         return RentUsage.priced(self.gpu_model, self.rate, self.seconds)
@@ -121,8 +121,16 @@ class EnergyTotal:
     site: str
     rate: EnergyRate
     energy_mj: int  # IT energy, before PUE
-    billed_kwh: Fraction  # energy_mj × pue / 3.6e9
-    amount: Fraction  # billed_kwh × tariff, yuan, before rounding
+
+    @property
+    def billed_kwh(self) -> Fraction:
+        """Facility kWh (IT energy × PUE), exact: `rate.billed_kwh(energy_mj)`."""
+        return self.rate.billed_kwh(self.energy_mj)
+
+    @property
+    def amount(self) -> Fraction:
+        """Yuan before rounding: `rate.cost(energy_mj)`."""
+        return self.rate.cost(self.energy_mj)
 
     def usage(self) -> EnergyUsage:
         return EnergyUsage.priced(self.site, self.rate, self.energy_mj)
@@ -314,16 +322,8 @@ def _line(lines: dict[Any, int], keys: list[Any], key: Any) -> int:
 
 
 def _totals(plans: _Plans, rent_seconds: list[int], energy_mj: list[int]) -> PricedAggregates:
-    rent = []
-    for (tenant, period, model, rate), seconds in zip(plans.rent_keys, rent_seconds):
-        if seconds:
-            amount = seconds * Fraction(rate.price) / rate.per_s
-            rent.append(RentTotal(tenant, period, model, rate, seconds, amount))
-    energy = []
-    for (tenant, period, site, rate), mj in zip(plans.energy_keys, energy_mj):
-        if mj:
-            billed_kwh = mj * Fraction(rate.pue) / MJ_PER_KWH
-            energy.append(EnergyTotal(tenant, period, site, rate, mj, billed_kwh, billed_kwh * Fraction(rate.tariff_per_kwh)))
+    rent = [RentTotal(*key, seconds) for key, seconds in zip(plans.rent_keys, rent_seconds) if seconds]
+    energy = [EnergyTotal(*key, mj) for key, mj in zip(plans.energy_keys, energy_mj) if mj]
     rent.sort(key=lambda t: (t.tenant, t.period, t.gpu_model, t.rate.plan, t.rate.price, t.rate.per_s, t.rate.list_price))
     energy.sort(
         key=lambda t: (t.tenant is not None, t.tenant or "", t.period, t.site, t.rate.band, t.rate.tariff_per_kwh, t.rate.pue)

@@ -32,12 +32,20 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
-from billing_rules.money import MJ_PER_KWH, S_PER_HOUR, is_fen_exact, round_fen, round_quantity
+from billing_rules.money import is_fen_exact, round_fen, round_quantity
 from billing_rules.periods import parse_period
-from billing_rules.ruleset import CreditGrant, EnergyRate, RentRate
+from billing_rules.pricing import (
+    S_PER_HOUR,
+    billed_kwh,
+    discount_amount,
+    energy_amount,
+    gpu_hours,
+    rent_amount,
+    unit_price_per_hour,
+)
+from billing_rules.rates import CreditGrant, EnergyRate, RentRate
 
 _ONE = Decimal("1.000000")
-_HUNDRED = Fraction(100)
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,8 @@ class CreditBalance:
 
 @dataclass(frozen=True)
 class InvoiceLine:
+    """One line of an invoice, as built here, stored (`invoice_lines`) and rendered: the one line shape."""
+
     kind: str  # rent | electricity | credit | discount | adjustment
     gpu_model: str | None
     plan: str | None
@@ -123,6 +133,8 @@ class InvoiceLine:
 
 @dataclass(frozen=True)
 class InvoiceDraft:
+    """What `build_invoice` returns: the lines and totals of one tenant's invoice for one period."""
+
     tenant: str
     period: str
     lines: tuple[InvoiceLine, ...]
@@ -132,6 +144,19 @@ class InvoiceDraft:
     total: Decimal
     credit_used: Decimal  # ≥ 0: how much credit this invoice consumed
     vat_rate: Decimal
+
+
+@dataclass(frozen=True)
+class IssuedInvoice(InvoiceDraft):
+    """A draft once issued: what storing it adds (its number, status, issue time and currency).
+
+    The line order is the stored `line_no` order; nothing else about a line changes.
+    """
+
+    number: str  # "GB-2026-000001": sequential and gap-free per year
+    status: str  # "finalized"
+    issued_at: str  # RFC 3339, UTC ("2026-04-03T02:00:00Z")
+    currency: str  # "CNY"
 
 
 def build_invoice(
@@ -222,16 +247,16 @@ def _discount_lines(usages: list[RentUsage]) -> list[InvoiceLine]:
     for usage in usages:
         if not usage.discount_pct:
             continue
-        per_hour = Fraction(usage.price) * S_PER_HOUR / usage.per_s
+        per_hour = unit_price_per_hour(usage.price, usage.per_s)
         group = groups.setdefault((usage.gpu_model, usage.plan, per_hour, usage.discount_pct), [0, Fraction(0)])
         group[0] += usage.seconds
-        group[1] -= usage.seconds * Fraction(usage.price) / usage.per_s * Fraction(usage.discount_pct) / _HUNDRED
+        group[1] -= discount_amount(usage.seconds, usage.price, usage.per_s, usage.discount_pct)
     lines = []
     for (gpu_model, plan, per_hour, pct), (seconds, exact) in sorted(groups.items()):
         if seconds:
             description = f"Contract discount {pct.normalize():f} % on {gpu_model} {plan} rent"
-            lines.append(_gpu_hours_line("discount", gpu_model, plan, description, seconds,
-                                         -per_hour * Fraction(pct) / _HUNDRED, exact))
+            per_hour_off = discount_amount(S_PER_HOUR, per_hour, S_PER_HOUR, pct)  # one hour at the hourly list price
+            lines.append(_gpu_hours_line("discount", gpu_model, plan, description, seconds, -per_hour_off, exact))
     return lines
 
 
@@ -241,10 +266,10 @@ def _rent_lines(usages: Iterable[RentUsage]) -> list[InvoiceLine]:
     for usage in usages:
         if usage.seconds < 0 or usage.per_s <= 0:
             raise ValueError(f"rent usage needs seconds ≥ 0 and per_s > 0: {usage}")
-        per_hour = Fraction(usage.price) * S_PER_HOUR / usage.per_s
+        per_hour = unit_price_per_hour(usage.price, usage.per_s)
         group = groups.setdefault((usage.gpu_model, usage.plan, per_hour), [0, Fraction(0)])
         group[0] += usage.seconds
-        group[1] += usage.seconds * Fraction(usage.price) / usage.per_s
+        group[1] += rent_amount(usage.seconds, usage.price, usage.per_s)  # at list price: discounts are lines
     lines = []
     for (gpu_model, plan, per_hour), (seconds, exact) in sorted(groups.items()):
         if seconds:
@@ -258,13 +283,13 @@ def _gpu_hours_line(kind: str, gpu_model: str, plan: str, description: str, seco
     """A rent or discount line: GPU-hours at a unit price per GPU-hour, rounded once."""
     return InvoiceLine(
         kind=kind, gpu_model=gpu_model, plan=plan, site=None, band=None, pue=None, ref_period=None,
-        description=description, quantity=round_quantity(Fraction(seconds, S_PER_HOUR)), unit="GPU-hour",
+        description=description, quantity=round_quantity(gpu_hours(seconds)), unit="GPU-hour",
         unit_price=round_quantity(per_hour), exact_amount=exact, amount=round_fen(exact),
     )
 
 
 def _electricity_lines(usages: Iterable[EnergyUsage]) -> list[InvoiceLine]:
-    # One line per (site, band, tariff, PUE); billed kWh = mJ × PUE / 3.6e9.
+    # One line per (site, band, tariff, PUE); quantity is billed kWh (after PUE).
     groups: dict[tuple[str, str, Decimal, Decimal], int] = {}
     for usage in usages:
         if usage.energy_mj < 0:
@@ -275,8 +300,7 @@ def _electricity_lines(usages: Iterable[EnergyUsage]) -> list[InvoiceLine]:
     for (site, band, tariff, pue), energy_mj in sorted(groups.items()):
         if energy_mj == 0:
             continue
-        billed_kwh = Fraction(energy_mj) * Fraction(pue) / MJ_PER_KWH
-        exact = billed_kwh * Fraction(tariff)
+        exact = energy_amount(energy_mj, pue, tariff)
         lines.append(
             InvoiceLine(
                 kind="electricity",
@@ -287,7 +311,7 @@ def _electricity_lines(usages: Iterable[EnergyUsage]) -> list[InvoiceLine]:
                 pue=pue,
                 ref_period=None,
                 description=f"Electricity at {site}, {band} band, PUE {pue}",
-                quantity=round_quantity(billed_kwh),
+                quantity=round_quantity(billed_kwh(energy_mj, pue)),
                 unit="kWh",
                 unit_price=round_quantity(tariff),
                 exact_amount=exact,

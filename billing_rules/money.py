@@ -5,15 +5,14 @@ until an invoice line is closed; `round_fen` is the one function that rounds mon
 half up (ties away from zero, like Java's and Python's ROUND_HALF_UP), to 0.01.
 Quantities (GPU-hours, kWh) are shown with six decimals by `round_quantity`, with
 the same tie rule. Floats are refused: they cannot hold ¥0.33 exactly.
+
+The formulas that produce the exact amounts live in `billing_rules.pricing`.
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
 from fractions import Fraction
-
-MJ_PER_KWH = 3_600_000_000  # 1 kWh = 3.6e6 J = 3.6e9 mJ
-S_PER_HOUR = 3600
 
 Exact = Fraction | Decimal | int
 

@@ -16,6 +16,9 @@ where a rate may change (`billing_rules.timeline`), evaluate the rate at each, m
 equal neighbours. Per-second lookups cache those pieces per (key, UTC day): a lookup is
 a dict hit and, on a day that contains a change, a bisect over the day's change points.
 
+The answers are the values of `billing_rules.rates` (RentRate, EnergyRate, SiteInfo,
+CreditGrant), whose amounts are the formulas of `billing_rules.pricing`.
+
 Build one with `billing_rules.load_rules`; a RuleSet is never half-built.
 """
 
@@ -25,100 +28,21 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from billing_rules import periods
 from billing_rules.errors import NoRuleInForce, UnknownModel, UnknownSite
 from billing_rules.files import BillingFile, CatalogFile, ContractsFile, SitesFile
-from billing_rules.money import MJ_PER_KWH, S_PER_HOUR
-from billing_rules.timeline import Tariff, Versions, local_days, minutes_of, wall_clock_instants
+from billing_rules.pricing import S_PER_HOUR, discounted_price
+from billing_rules.rates import CreditGrant, EnergyRate, Plan, RentRate, SiteInfo
+from billing_rules.timeline import Tariff, Versions, local_days, wall_clock_instants
 
-__all__ = ["CreditGrant", "EnergyRate", "Plan", "RentRate", "RuleSet", "SiteInfo", "minutes_of"]
-
-Plan = Literal["monthly", "hourly"]
+__all__ = ["RuleSet"]
 
 _CACHE_LIMIT = 200_000  # entries per lookup cache before it is cleared (bounded memory)
 _DAY_S = 86_400  # cache bucket: one UTC day of epoch seconds
-
-
-@dataclass(frozen=True, slots=True)
-class SiteInfo:
-    """What a site is; its PUE and tariff vary over time and come from `RuleSet.energy_rate`."""
-
-    id: str
-    name: str
-    timezone: str
-    green_share: Decimal  # fraction of the site's energy that is green, 0..1
-    tariff_cap_per_kwh: Decimal | None  # policy cap the tariffs were checked against, if any
-
-
-@dataclass(frozen=True, slots=True)
-class RentRate:
-    """The rent of one GPU-second: exactly `price / per_s` yuan.
-
-    `price` is the monthly rent (plan "monthly", `per_s` = seconds in that calendar month
-    in the billing time zone) or the hourly rate (plan "hourly", `per_s` = 3600), with the
-    contract's discount already applied. `list_price` and `discount_pct` say where it came
-    from: price = list_price × (100 − discount_pct) / 100.
-    """
-
-    plan: Plan
-    price: Decimal
-    per_s: int
-    list_price: Decimal
-    discount_pct: Decimal
-
-    @property
-    def per_second(self) -> Fraction:
-        """Yuan per GPU-second, exact."""
-        return Fraction(self.price) / self.per_s
-
-    @property
-    def unit_price_per_hour(self) -> Fraction:
-        """Yuan per GPU-hour, exact: price × 3600 / per_s."""
-        return Fraction(self.price) * S_PER_HOUR / self.per_s
-
-
-@dataclass(frozen=True, slots=True)
-class EnergyRate:
-    """The electricity price of a second at a site: IT energy × pue × tariff."""
-
-    band: str
-    tariff_per_kwh: Decimal
-    pue: Decimal
-
-    def billed_kwh(self, energy_mj: int) -> Fraction:
-        """Billed (facility) kWh of `energy_mj` millijoules of IT energy, exact."""
-        return Fraction(energy_mj) * Fraction(self.pue) / MJ_PER_KWH
-
-    def cost(self, energy_mj: int) -> Fraction:
-        """Yuan for `energy_mj` millijoules of IT energy, exact: E × pue × tariff / 3.6e9."""
-        return energy_amount(energy_mj, self.pue, self.tariff_per_kwh)
-
-
-def rent_amount(seconds: int, list_price: Decimal, per_s: int, discount_pct: Decimal = Decimal(0)) -> Fraction:
-    """Yuan for `seconds` rented GPU-seconds at `list_price / per_s` each, less `discount_pct` %, exact."""
-    return Fraction(seconds) * Fraction(list_price) * (100 - Fraction(discount_pct)) / 100 / per_s
-
-
-def energy_amount(energy_mj: int, pue: Decimal, tariff_per_kwh: Decimal) -> Fraction:
-    """Yuan for `energy_mj` millijoules of IT energy at `pue` and `tariff_per_kwh`, exact."""
-    return Fraction(energy_mj) * Fraction(pue) * Fraction(tariff_per_kwh) / MJ_PER_KWH
-
-
-@dataclass(frozen=True, slots=True)
-class CreditGrant:
-    """A credit a tenant may spend against invoices; `expires_period` is the last usable period."""
-
-    id: str
-    amount: Decimal
-    reason: str
-    expires_period: str | None
-
-
 
 Pieces = tuple[tuple[int, ...], tuple[Any, ...]]  # (start of each piece, rate or None) over an interval
 
@@ -395,8 +319,7 @@ class RuleSet:
         else:
             list_price = price.hourly
             per_s = S_PER_HOUR
-        charged = list_price if not discount_pct else list_price * (100 - discount_pct) / 100
-        rate = RentRate(plan=plan, price=charged, per_s=per_s, list_price=list_price, discount_pct=discount_pct)
+        rate = RentRate(plan=plan, price=discounted_price(list_price, discount_pct), per_s=per_s, list_price=list_price, discount_pct=discount_pct)
         return self._rates.setdefault(rate, rate)
 
     def _energy_pieces(self, site_id: str, start_s: int, end_s: int) -> Pieces:

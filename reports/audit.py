@@ -94,7 +94,7 @@ def _raw_figures(db: Any, rules: Any, lo: int, hi: int) -> dict[str, Figures]:
         if stream == "rent":
             rate = rules.rent_rate(tenant, model, int(minute))
             seconds[tenant] += int(n)
-            rent[tenant] += rent_amount(int(n), rate.list_price, rate.per_s, rate.discount_pct)
+            rent[tenant] += rate.cost(int(n))
         else:
             rate = rules.energy_rate(site, int(minute))
             energy[tenant] += int(mj)

@@ -15,7 +15,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from billing_rules import MJ_PER_KWH, rent_amount, round_fen, round_quantity
+from billing_rules import UnknownSite, billed_kwh, energy_amount, gpu_hours, rent_amount, round_fen, round_quantity
 
 # Power seconds without any usage reading carry no model (the rater never guesses one, so
 # rows converge whatever the arrival order); here, with the whole period at hand, such a
@@ -64,9 +64,8 @@ def cost_share(db: Any, rules: Any, period: str) -> list[dict]:
             seconds[key] += int(n)
             rent[key] += rent_amount(int(n), price, int(per_s), pct)
         else:
-            facility_kwh = Fraction(int(mj)) * Fraction(pue) / MJ_PER_KWH
-            kwh[key] += facility_kwh
-            (billed if allocated else idle)[key] += facility_kwh * Fraction(tariff)
+            kwh[key] += billed_kwh(int(mj), pue)
+            (billed if allocated else idle)[key] += energy_amount(int(mj), pue, tariff)
     cards = {(site, model): int(n) for site, model, n in db.query(_CARDS_SQL, {"p": period})}
     rows = []
     for key in sorted(set(cards) | set(rent) | set(kwh)):
@@ -77,7 +76,7 @@ def cost_share(db: Any, rules: Any, period: str) -> list[dict]:
             "site": site,
             "gpu_model": model or "(unknown)",
             "cards": cards.get(key, 0),
-            "rented_gpu_hours": round_quantity(Fraction(seconds[key], 3600)),
+            "rented_gpu_hours": round_quantity(gpu_hours(seconds[key])),
             "rent_revenue": round_fen(rent[key]),
             "electricity_billed": round_fen(billed[key]),
             "electricity_unallocated": round_fen(idle[key]),
@@ -98,8 +97,6 @@ def what_if(db: Any, rules: Any, period: str, actual: list[dict], *, other_site:
     saving = what-if (rent + electricity) − actual (rent + electricity): what this site and
     these rules save compared with the alternative.
     """
-    from billing_rules import UnknownSite
-
     pricing = other_rules or rules
     if other_site is not None and not pricing.has_site(other_site):
         raise UnknownSite(f"unknown site {other_site!r}; known: {', '.join(pricing.site_ids)}")
@@ -115,7 +112,7 @@ def what_if(db: Any, rules: Any, period: str, actual: list[dict], *, other_site:
         rent = defaultdict(Fraction)
         for site, model, tenant, minute, n in db.query(_RENT_BY_MINUTE_SQL, {"p": period}):
             rate = other_rules.rent_rate(tenant, model, int(minute))
-            rent[(site, model)] += rent_amount(int(n), rate.list_price, rate.per_s, rate.discount_pct)
+            rent[(site, model)] += rate.cost(int(n))
     rows = []
     for row in actual:
         key = (row["site"], row["gpu_model"])

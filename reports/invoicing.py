@@ -26,6 +26,9 @@ from typing import Any, Callable
 from billing_rules import (
     Adjustment,
     EnergyUsage,
+    InvoiceDraft,
+    InvoiceLine,
+    IssuedInvoice,
     RentUsage,
     build_invoice,
     credit_balances,
@@ -35,48 +38,17 @@ from reports.queries import energy_usage_sql, rent_usage_sql, tenants_with_charg
 
 CURRENCY = "CNY"
 CHARGE_KINDS = ("rent", "discount", "electricity")
-LINE_COLUMNS = (
-    "number", "tenant", "period", "line_no", "kind", "gpu_model", "plan", "site", "band", "pue", "ref_period",
-    "credit_id", "description", "quantity", "unit", "unit_price", "amount", "exact_amount",
+# A stored line is a billing_rules.InvoiceLine: these fields (exact_amount as "n/d" text),
+# after the invoice it belongs to and its position.
+LINE_FIELDS = (
+    "kind", "gpu_model", "plan", "site", "band", "pue", "ref_period", "credit_id", "description", "quantity", "unit",
+    "unit_price", "amount", "exact_amount",
 )
+LINE_COLUMNS = ("number", "tenant", "period", "line_no", *LINE_FIELDS)
 HEADER_COLUMNS = (
     "number", "year", "seq", "tenant", "period", "status", "issued_at", "currency", "subtotal", "credit_used",
     "net", "tax", "total", "vat_rate",
 )
-
-
-@dataclass(frozen=True)
-class StoredLine:
-    kind: str
-    gpu_model: str | None
-    plan: str | None
-    site: str | None
-    band: str | None
-    pue: Decimal | None
-    ref_period: str | None
-    description: str
-    quantity: Decimal
-    unit: str
-    unit_price: Decimal
-    amount: Decimal
-    credit_id: str | None = None
-
-
-@dataclass(frozen=True)
-class StoredInvoice:
-    tenant: str
-    period: str
-    number: str
-    status: str
-    issued_at: str
-    currency: str
-    subtotal: Decimal
-    credit_used: Decimal
-    net: Decimal
-    tax: Decimal
-    total: Decimal
-    vat_rate: Decimal
-    lines: tuple[StoredLine, ...] = field(default=())
 
 
 @dataclass
@@ -103,7 +75,7 @@ def _plain(value: Decimal) -> Decimal:
     return value.quantize(Decimal(1)) if value == value.to_integral_value() else value
 
 
-def _line_key(line: Any) -> tuple:
+def _line_key(line: InvoiceLine) -> tuple:
     """What makes two lines about the same charge: grouping fields and unit price."""
     pue = str(_plain(line.pue)) if line.pue is not None else ""
     return (line.gpu_model or "", line.plan or "", line.site or "", line.band or "", pue, str(_plain(line.unit_price)))
@@ -164,7 +136,7 @@ def pending_adjustments(db: Any, rules: Any, tenant: str, period: str, refs: lis
     return adjustments
 
 
-def _adjustment(line: Any, ref: str, amount: Decimal, quantity: Decimal) -> Adjustment:
+def _adjustment(line: InvoiceLine, ref: str, amount: Decimal, quantity: Decimal) -> Adjustment:
     if line.kind == "electricity" or line.site:
         what = f"electricity {line.site} {line.band}"
     else:
@@ -217,7 +189,7 @@ def _credit_spent(db: Any, tenant: str, period: str) -> dict[str, Decimal]:
     return {credit_id or "": Decimal(spent) for credit_id, spent in rows}
 
 
-def _write_invoice(db: Any, draft: Any, now: datetime) -> str:
+def _write_invoice(db: Any, draft: InvoiceDraft, now: datetime) -> str:
     year = int(draft.period[:4])
     db.command(
         "DELETE FROM invoice_lines WHERE tenant = {t:String} AND period = {p:String}",
@@ -225,13 +197,8 @@ def _write_invoice(db: Any, draft: Any, now: datetime) -> str:
     )
     seq = int(db.query("SELECT max(seq) FROM invoices FINAL WHERE year = {y:UInt16}", {"y": year})[0][0] or 0) + 1
     number = f"GB-{year}-{seq:06d}"
-    rows = []
-    for line_no, line in enumerate(draft.lines, start=1):
-        rows.append((
-            number, draft.tenant, draft.period, line_no, line.kind, line.gpu_model, line.plan, line.site, line.band,
-            line.pue, line.ref_period, line.credit_id, line.description, line.quantity, line.unit, line.unit_price, line.amount,
-            _fraction_text(line.exact_amount),
-        ))
+    rows = [(number, draft.tenant, draft.period, line_no, *_stored_fields(line))
+            for line_no, line in enumerate(draft.lines, start=1)]
     db.insert("invoice_lines", rows, LINE_COLUMNS)
     db.insert("invoices", [(
         number, year, seq, draft.tenant, draft.period, "finalized", now, CURRENCY, draft.subtotal, draft.credit_used,
@@ -240,29 +207,39 @@ def _write_invoice(db: Any, draft: Any, now: datetime) -> str:
     return number
 
 
-def _fraction_text(value: Fraction | Decimal) -> str:
-    value = Fraction(value)
-    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
+def _stored_fields(line: InvoiceLine) -> tuple:
+    """`line` as the values of LINE_FIELDS; the exact amount as text, "n" or "n/d"."""
+    exact = Fraction(line.exact_amount)
+    text = str(exact.numerator) if exact.denominator == 1 else f"{exact.numerator}/{exact.denominator}"
+    return (*(getattr(line, name) for name in LINE_FIELDS[:-1]), text)
 
 
-def _stored_lines(db: Any, tenant: str, period: str, kinds: tuple[str, ...] | None = None) -> list[StoredLine]:
+def _line_of_row(row: tuple) -> InvoiceLine:
+    """The InvoiceLine stored as `row` (the values of LINE_FIELDS)."""
+    fields = dict(zip(LINE_FIELDS, row, strict=True))
+    text = fields["exact_amount"]
+    fields["exact_amount"] = Fraction(text) if text else Fraction(fields["amount"])
+    return InvoiceLine(**fields)
+
+
+def _stored_lines(db: Any, tenant: str, period: str, kinds: tuple[str, ...] | None = None) -> list[InvoiceLine]:
     sql = (
-        "SELECT kind, gpu_model, plan, site, band, pue, ref_period, description, quantity, unit, unit_price, amount, "
-        "credit_id FROM invoice_lines FINAL WHERE tenant = {t:String} AND period = {p:String} ORDER BY line_no"
+        f"SELECT {', '.join(LINE_FIELDS)} FROM invoice_lines FINAL "
+        "WHERE tenant = {t:String} AND period = {p:String} ORDER BY line_no"
     )
-    lines = [StoredLine(*row) for row in db.query(sql, {"t": tenant, "p": period})]
+    lines = [_line_of_row(row) for row in db.query(sql, {"t": tenant, "p": period})]
     return [line for line in lines if kinds is None or line.kind in kinds]
 
 
-def _stored_lines_referencing(db: Any, tenant: str, ref: str) -> list[StoredLine]:
+def _stored_lines_referencing(db: Any, tenant: str, ref: str) -> list[InvoiceLine]:
     sql = (
-        "SELECT kind, gpu_model, plan, site, band, pue, ref_period, description, quantity, unit, unit_price, amount, "
-        "credit_id FROM invoice_lines FINAL WHERE tenant = {t:String} AND kind = 'adjustment' AND ref_period = {r:String}"
+        f"SELECT {', '.join(LINE_FIELDS)} FROM invoice_lines FINAL "
+        "WHERE tenant = {t:String} AND kind = 'adjustment' AND ref_period = {r:String}"
     )
-    return [StoredLine(*row) for row in db.query(sql, {"t": tenant, "r": ref})]
+    return [_line_of_row(row) for row in db.query(sql, {"t": tenant, "r": ref})]
 
 
-def load_invoice(db: Any, tenant: str, period: str) -> StoredInvoice:
+def load_invoice(db: Any, tenant: str, period: str) -> IssuedInvoice:
     """The stored invoice of `tenant` for `period`; NotFound when there is none."""
     rows = db.query(
         "SELECT number, status, issued_at, currency, subtotal, credit_used, net, tax, total, vat_rate "
@@ -273,7 +250,7 @@ def load_invoice(db: Any, tenant: str, period: str) -> StoredInvoice:
         raise NotFound(f"no invoice for tenant {tenant!r} in {period}; run `gpubill invoice run --period {period}` first")
     number, status, issued_at, currency, subtotal, credit_used, net, tax, total, vat_rate = rows[0]
     issued = issued_at.replace(tzinfo=timezone.utc) if issued_at.tzinfo is None else issued_at
-    return StoredInvoice(
+    return IssuedInvoice(
         tenant=tenant, period=period, number=number, status=status,
         issued_at=issued.isoformat(timespec="seconds").replace("+00:00", "Z"), currency=currency,
         subtotal=subtotal, credit_used=credit_used, net=net, tax=tax, total=total, vat_rate=vat_rate,

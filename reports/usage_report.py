@@ -1,4 +1,4 @@
-"""A customer's usage report (SPEC §6): per day, instance and GPU, for one tenant.
+"""Build a customer's usage report (SPEC §6, `reports.usage_model`): per day, instance and GPU.
 
 Only rows of the asked tenant are read (the WHERE clause is the tenant boundary), so a
 tenant never sees another tenant's data. Money is rounded once per report row; the
@@ -13,8 +13,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from typing import Any
 
-from billing_rules import MJ_PER_KWH, rent_amount, round_fen, round_quantity
-from reports.render import UsageReport, UsageRow
+from billing_rules import billed_kwh, energy_amount, gpu_hours, rent_amount, round_fen, round_quantity
+from reports.usage_model import UsageReport, UsageRow
 
 _SQL = """
 SELECT toString(toDate(second, {tz:String})) AS day, instance, gpu_uuid, gpu_model, stream,
@@ -42,9 +42,8 @@ def usage_report(db: Any, rules: Any, tenant: str, period: str, *, now: datetime
             util[key] += Decimal(util_sum)
             rent[key] += rent_amount(int(n), price, int(per_s), pct)
         else:
-            billed_kwh = Fraction(int(mj)) * Fraction(pue) / MJ_PER_KWH
-            kwh[key] += billed_kwh
-            cost[key] += billed_kwh * Fraction(tariff)
+            kwh[key] += billed_kwh(int(mj), pue)
+            cost[key] += energy_amount(int(mj), pue, tariff)
     rows = []
     for key in sorted(set(seconds) | set(kwh)):
         day, instance, gpu, model = key
@@ -52,7 +51,7 @@ def usage_report(db: Any, rules: Any, tenant: str, period: str, *, now: datetime
         avg = (util[key] / n).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP) if n else Decimal("0.0")
         rows.append(UsageRow(
             day=day, instance=instance, gpu_uuid=gpu, gpu_model=model,
-            gpu_hours=round_quantity(Fraction(n, 3600)), avg_util_pct=avg, kwh=round_quantity(kwh[key]),
+            gpu_hours=round_quantity(gpu_hours(n)), avg_util_pct=avg, kwh=round_quantity(kwh[key]),
             rent=round_fen(rent[key]), electricity=round_fen(cost[key]),
         ))
     generated = (now or datetime.now(timezone.utc)).isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -1,7 +1,9 @@
 """Rendering of reports and invoices into bytes or text: pure, no ClickHouse, no Kafka.
 
-The callers (CLI, download service) read the data and pass plain Python objects in;
-everything here is deterministic for the same input, PDFs included.
+The callers (CLI, download service) read the data and pass the models in; everything
+here is deterministic for the same input, PDFs included. Renderers import the models
+(`billing_rules.IssuedInvoice` and its `InvoiceLine`s, `reports.usage_model.UsageReport`,
+the cost-share row dicts), never the reverse; this package exports renderers only.
 
     render_usage(report, fmt)            customer usage report: csv, json, parquet, pdf
     invoice_to_dict(inv)                 the JSON contract of ``gpubill invoice show``
@@ -10,18 +12,15 @@ everything here is deterministic for the same input, PDFs included.
     render_cost_share(rows, fmt, ...)    table (text), csv, json
 
 An unknown ``fmt`` raises ``ValueError("unknown format ...")``. The pieces live in
-``render_usage``, ``render_invoice``, ``render_cost_share``, with number formatting in
-``render_format`` and PDF drawing in ``render_pdf``.
+``reports.render.usage``, ``.invoice`` and ``.cost_share``, with number formatting in
+``.format`` and PDF drawing in ``.pdf``.
 """
 
 from reports.render.cost_share import render_cost_share, render_cost_share_table
 from reports.render.invoice import invoice_to_dict, render_invoice
-from reports.render.usage import UsageReport, UsageRow, UsageTotals, render_usage
+from reports.render.usage import render_usage
 
 __all__ = [
-    "UsageReport",
-    "UsageRow",
-    "UsageTotals",
     "invoice_to_dict",
     "render_cost_share",
     "render_cost_share_table",

@@ -1,9 +1,12 @@
 """Invoices (SPEC §5, §8) as JSON, CSV and PDF.
 
-``inv`` is duck-typed: anything with ``tenant, period, number, status, issued_at,
-currency, lines, subtotal, net, tax, total, vat_rate``, whose lines have ``kind``, the
-grouping fields ``gpu_model, plan, site, band, pue, ref_period, credit_id`` (None where they do not
-apply), ``description, quantity, unit, unit_price, amount``.
+``inv`` is a `billing_rules.IssuedInvoice` (what `reports.invoicing.load_invoice`
+returns) and its lines are `billing_rules.InvoiceLine`s, the one line shape that is built,
+stored and rendered. Only the fields printed are read — ``tenant, period, number, status,
+issued_at, currency, lines, subtotal, net, tax, total, vat_rate``; per line ``kind``, the
+grouping fields ``gpu_model, plan, site, band, pue, ref_period, credit_id`` (None, or
+absent, where they do not apply), ``description, quantity, unit, unit_price, amount`` —
+so a hand-made stand-in with those attributes renders too.
 
 :func:`invoice_to_dict` is the contract of ``gpubill invoice show --format json``: money
 as strings with two decimals, quantities with at least six, unit prices with six, PUE and
@@ -19,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from billing_rules import InvoiceLine, IssuedInvoice
 from reports.render.format import (
     as_decimal,
     latin1,
@@ -41,7 +45,7 @@ def _opt(value: Any, fmt: Any) -> Any:
     return None if value is None else fmt(value)
 
 
-def _line_to_dict(line: Any) -> dict[str, Any]:
+def _line_to_dict(line: InvoiceLine) -> dict[str, Any]:
     d: dict[str, Any] = {"kind": plain(line.kind)}
     for name in GROUPING_FIELDS:
         value = getattr(line, name, None)
@@ -55,7 +59,7 @@ def _line_to_dict(line: Any) -> dict[str, Any]:
     return d
 
 
-def invoice_to_dict(inv: Any) -> dict[str, Any]:
+def invoice_to_dict(inv: IssuedInvoice) -> dict[str, Any]:
     """The invoice as plain JSON-ready data, keys in the order of the CLI contract."""
     return {
         "tenant": inv.tenant,
@@ -73,11 +77,11 @@ def invoice_to_dict(inv: Any) -> dict[str, Any]:
     }
 
 
-def invoice_json(inv: Any) -> bytes:
+def invoice_json(inv: IssuedInvoice) -> bytes:
     return orjson.dumps(invoice_to_dict(inv), option=orjson.OPT_INDENT_2)
 
 
-def invoice_csv(inv: Any) -> bytes:
+def invoice_csv(inv: IssuedInvoice) -> bytes:
     """One row per line, then ``subtotal``, ``net``, ``tax`` and ``total`` rows (amount only)."""
     d = invoice_to_dict(inv)
     buf = io.StringIO()
@@ -123,7 +127,7 @@ def _grouped_money(text: str) -> str:
     return f"{sign}{int(whole):,}.{frac}"
 
 
-def invoice_pdf(inv: Any) -> bytes:
+def invoice_pdf(inv: IssuedInvoice) -> bytes:
     """An A4 invoice: seller and customer blocks, the line table, the totals, 'Amounts in CNY'."""
     d = invoice_to_dict(inv)
     status = str(d["status"] or "")
@@ -241,7 +245,7 @@ def invoice_pdf(inv: Any) -> bytes:
 _RENDERERS = {"json": invoice_json, "csv": invoice_csv, "pdf": invoice_pdf}
 
 
-def render_invoice(inv: Any, fmt: str) -> bytes:
+def render_invoice(inv: IssuedInvoice, fmt: str) -> bytes:
     """The invoice as bytes in ``fmt`` (json, csv or pdf)."""
     try:
         renderer = _RENDERERS[fmt]

@@ -1,8 +1,9 @@
 """Customer usage report (SPEC §6): per day, instance and GPU, as CSV, JSON, Parquet or PDF.
 
-The report is plain data built by the caller (who reads ClickHouse and has already limited
-it to one tenant); rendering is pure and deterministic: the same report gives the same
-bytes, the PDF included (its creation date is the report's ``generated_at``).
+The report is plain data (`reports.usage_model`) built by `reports.usage_report`, which
+reads ClickHouse and has already limited it to one tenant; rendering is pure and
+deterministic: the same report gives the same bytes, the PDF included (its creation date
+is the report's ``generated_at``).
 
 Written precision: money (CNY) two decimals, GPU-hours and kWh six decimals, average
 utilisation one decimal, all rounded half up by :mod:`reports.render.format`.
@@ -14,7 +15,6 @@ import calendar
 import csv
 import io
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 
@@ -24,8 +24,9 @@ import pyarrow.parquet as pq
 
 from reports.render.format import grouped, latin1, money_str, round_half_up
 from reports.render.pdf import MUTED, RULE, ReportPDF, draw_bar_chart, draw_table
+from reports.usage_model import UsageReport, UsageRow, UsageTotals
 
-__all__ = ["USAGE_COLUMNS", "UsageReport", "UsageRow", "UsageTotals", "render_usage"]
+__all__ = ["USAGE_COLUMNS", "render_usage"]
 
 USAGE_COLUMNS = (
     "day",
@@ -38,55 +39,6 @@ USAGE_COLUMNS = (
     "rent",
     "electricity",
 )
-
-
-@dataclass(frozen=True)
-class UsageRow:
-    """One day × instance × GPU. Money in CNY rounded to the fen; kWh after PUE."""
-
-    day: str  # "2026-03-05", in the billing time zone
-    instance: str  # "" when the GPU ran without an instance
-    gpu_uuid: str
-    gpu_model: str
-    gpu_hours: Decimal
-    avg_util_pct: Decimal
-    kwh: Decimal
-    rent: Decimal
-    electricity: Decimal
-
-
-@dataclass(frozen=True)
-class UsageTotals:
-    gpu_hours: Decimal
-    kwh: Decimal
-    rent: Decimal
-    electricity: Decimal
-
-    @property
-    def amount(self) -> Decimal:
-        """Rent plus electricity, before credits and VAT."""
-        return self.rent + self.electricity
-
-
-@dataclass(frozen=True)
-class UsageReport:
-    tenant: str
-    period: str  # "2026-03"
-    generated_at: str  # RFC3339
-    rows: tuple[UsageRow, ...] = field(default_factory=tuple)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "rows", tuple(self.rows))
-
-    @property
-    def totals(self) -> UsageTotals:
-        """Exact Decimal sums of the rows (rent and electricity are sums of fen amounts)."""
-        return UsageTotals(
-            gpu_hours=sum((r.gpu_hours for r in self.rows), Decimal(0)),
-            kwh=sum((r.kwh for r in self.rows), Decimal(0)),
-            rent=sum((r.rent for r in self.rows), Decimal(0)),
-            electricity=sum((r.electricity for r in self.rows), Decimal(0)),
-        )
 
 
 def _q6(value: Decimal) -> str:

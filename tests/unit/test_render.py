@@ -18,8 +18,6 @@ from hypothesis import strategies as st
 from rich.table import Table
 
 from reports.render import (
-    UsageReport,
-    UsageRow,
     invoice_to_dict,
     render_cost_share,
     render_cost_share_table,
@@ -27,6 +25,7 @@ from reports.render import (
     render_usage,
 )
 from reports.render.format import money_str, quantity_str, rate_str, unit_price_str
+from reports.usage_model import UsageReport, UsageRow
 
 # --- helpers -----------------------------------------------------------------------------
 
