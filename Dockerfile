@@ -3,8 +3,8 @@
 #   docker build -t gpubill .
 #   docker run --rm gpubill --help
 #
-# compose.yaml runs it as `worker`, `scheduler` (and a one-shot migration) against the
-# Kafka and ClickHouse services.
+# compose.yaml runs it as `worker` and `scheduler` against the Kafka and ClickHouse
+# services, after a one-shot `db migrate` has brought the schema up to date.
 
 # Stage 1: the worker's hot path (native/, Rust) as an abi3 wheel. Debian bookworm, as
 # the python:3.11-slim image below, whose Python 3.11 it also carries.
@@ -34,7 +34,7 @@ RUN pip install /src /wheels/*.whl \
     && python -c "import gpubill_native"
 
 # Run as an unprivileged user. Its home is the working directory: GPUBILL_HOME, the
-# Faust data directory (<group>-data) and GPUBILL_OUT (invoices, reports) live here.
+# Faust data directory (<group>.agents-data) and GPUBILL_OUT (invoices, reports) live here.
 RUN groupadd --system --gid 10001 gpubill \
     && useradd --system --uid 10001 --gid gpubill --home-dir /var/lib/gpubill --create-home \
        --shell /usr/sbin/nologin gpubill \
@@ -47,8 +47,8 @@ WORKDIR /var/lib/gpubill
 ENV GPUBILL_HOME=/var/lib/gpubill \
     GPUBILL_OUT=/var/lib/gpubill/out
 
-# 9464: the worker's Prometheus metrics (GPUBILL_METRICS_PORT); 8080: download service.
-EXPOSE 9464 8080
+# 9464: the worker's Prometheus metrics (GPUBILL_METRICS_PORT).
+EXPOSE 9464
 
 ENTRYPOINT ["gpubill"]
 CMD ["--help"]

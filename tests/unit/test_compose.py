@@ -138,6 +138,15 @@ def test_app_services_run_the_right_commands(services: dict) -> None:
     assert command(services["scheduler"]) == ["scheduler"]
 
 
+def test_migrations_run_once_before_the_app_services(services: dict) -> None:
+    migrate = services["migrate"]
+    assert command(migrate) == ["db", "migrate"]
+    assert migrate.get("restart", "no") == "no"
+    assert env(migrate) == env(services["worker"])  # the same database
+    for name in APP_SERVICES:
+        assert depends_on(services[name]).get("migrate", {}).get("condition") == "service_completed_successfully", name
+
+
 def test_every_variable_has_a_default(compose: dict) -> None:
     text = COMPOSE.read_text(encoding="utf-8").replace("$$", "")
     for match in VAR.finditer(text):

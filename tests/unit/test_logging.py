@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from gpubill.cli import _JsonFormatter
+from gpubill.logs import JsonFormatter as _JsonFormatter
 
 
 def test_a_log_line_is_one_json_object_with_its_extra_fields() -> None:

@@ -1,0 +1,69 @@
+"""`gpubill bench pricing|pipeline|rating`: measured figures of the paths users run.
+
+The benchmarks themselves are gpubill/bench/; docs/performance.md records their results.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from gpubill.cli.common import err, out, print_figures
+
+app = typer.Typer(help="Benchmarks (measured figures, not tests).", no_args_is_help=True)
+
+
+@app.command("pricing")
+def bench_pricing_command(
+    cards: int = typer.Option(1280, min=1, help="Cards in the fleet (the operator's site has 1,280)."),
+    repeat: int = typer.Option(3, min=1, help="Runs; the best is reported."),
+    as_json: bool = typer.Option(False, "--json", help='Print {"gpu_seconds", "seconds", "gpu_seconds_per_s"}.'),
+) -> None:
+    """Price a month of per-card-per-hour aggregates (time-of-use site, mid-month rule change)."""
+    import orjson
+
+    from gpubill.bench.pricing import bench_pricing
+
+    result = bench_pricing(cards=cards, repeat=repeat)
+    if as_json:
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        return
+    out.print(
+        f"priced {result['gpu_seconds']:,} GPU-seconds ({cards:,} cards × a month) in {result['seconds']:.3f} s: "
+        f"{result['gpu_seconds_per_s']:,.0f} GPU-seconds/s"
+    )
+
+
+@app.command("pipeline")
+def bench_pipeline_command(
+    gpus: int = typer.Option(1280, min=1, help="GPUs whose readings are pre-produced."),
+    seconds: int = typer.Option(60, min=1, help="Seconds of readings per GPU (usage and power each)."),
+    freshness_rate: int = typer.Option(20_000, min=100, help="Readings/s of the steady producer for freshness."),
+    freshness_s: int = typer.Option(10, min=1, help="How long the steady producer runs."),
+    port: int = typer.Option(39192, min=1024, max=65534, help="Port of the private broker (and port + 1)."),
+    gateway: bool = typer.Option(False, "--gateway", help=(
+        "Serve the private chDB from its own process (`gpubill clickhouse serve`) and point the worker "
+        "at it, as at a ClickHouse server: the worker's memory is then the worker's alone.")),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
+) -> None:
+    """Pipeline vs plain consumer on a private broker and chDB: throughput, freshness, worker memory."""
+    from gpubill.bench.pipeline import bench_pipeline
+
+    result = bench_pipeline(gpus, seconds, freshness_rate=freshness_rate, freshness_s=freshness_s, port=port,
+                            gateway=gateway, say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
+    print_figures(result, as_json)
+
+
+@app.command("rating")
+def bench_rating_command(
+    gpus: int = typer.Option(1280, min=1, help="GPUs in the simulated fleet."),
+    seconds: int = typer.Option(1200, min=1, help="Seconds of readings per GPU; beyond 900 the horizon is full."),
+    batch_s: int = typer.Option(12, min=1, help="Seconds of the fleet per batch (a fetch round of the worker)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
+) -> None:
+    """The native core alone, no broker or database: readings/s of core time, state memory at a full horizon."""
+    from gpubill.bench.rating import bench_rating
+
+    result = bench_rating(gpus, seconds, batch_s=batch_s, say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
+    print_figures(result, as_json)

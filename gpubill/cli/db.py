@@ -1,0 +1,69 @@
+"""The database: `gpubill db migrate` (its schema) and `gpubill clickhouse serve` (sharing chDB).
+
+The schema's migrations are schemas/migrations/*.sql, applied by warehouse/migrations.py;
+the gateway that serves the embedded database is gpubill/devenv/ch_gateway.py.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from gpubill.cli.common import out
+from gpubill.config import load_settings
+from gpubill.logs import setup_logging
+
+app = typer.Typer(help="The database schema: ClickHouse tables and views.", no_args_is_help=True)
+clickhouse_app = typer.Typer(help="Share the embedded ClickHouse (chDB) between gpubill processes.",
+                             no_args_is_help=True)
+
+
+@app.command("migrate")
+def db_migrate() -> None:
+    """Create or update gpubill's tables and views in the database GPUBILL_CLICKHOUSE names.
+
+    Applies, oldest first, each schema migration (a numbered SQL file in schemas/migrations/)
+    that the database has not had yet, and prints its name; says the schema is up to date
+    when there is none. Safe to run again: applied migrations are recorded in the table
+    schema_migrations and skipped.
+
+    Every command that opens the database applies pending migrations by itself too. Run
+    this one after installing or upgrading gpubill, before several processes start against
+    one ClickHouse server, so that a single process changes the schema (compose.yaml's
+    `migrate` service does this once, before the workers start).
+    """
+    from warehouse.connection import open_database, redact
+    from warehouse.migrations import migrations
+
+    settings = load_settings()
+    with open_database(settings.clickhouse, migrate=False) as database:
+        applied = database.migrate()
+        where = redact(database.dsn)
+    if applied:
+        _say(f"applied {len(applied)} migration{'s' if len(applied) != 1 else ''} to {where}:")
+        for name in applied:
+            _say(f"  {name}")
+        return
+    shipped = [name for _version, name, _sql in migrations()]
+    _say(f"schema up to date at {where}: all {len(shipped)} migrations applied, the latest {shipped[-1]}")
+
+
+def _say(line: str) -> None:
+    """One line on stdout as it is: no markup, colours or wrapping in paths and DSNs."""
+    out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+@clickhouse_app.command("serve")
+def clickhouse_serve(
+    listen: str = typer.Option("127.0.0.1:8123", help="host:port to serve on; keep it on loopback."),
+) -> None:
+    """Serve the embedded database over ClickHouse's HTTP interface to other gpubill processes.
+
+    Holds the chDB database (the one process allowed) so that workers, scheduler and
+    reports can share it: start them with GPUBILL_CLICKHOUSE=http://127.0.0.1:8123/.
+    A development and small-site tool: no authentication, no TLS, one statement at a
+    time. Stops on SIGTERM or Ctrl-C after the statement in flight.
+    """
+    from gpubill.devenv.ch_gateway import serve
+
+    settings = load_settings()
+    setup_logging("INFO")
+    serve(settings.clickhouse, listen)

@@ -1,0 +1,52 @@
+"""`gpubill invoice run|show`: the monthly invoices (reports/invoicing.py does the work)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gpubill.cli.common import check_period, connect, emit, err, out, read_rules
+from gpubill.config import load_settings
+from gpubill.errors import GpubillError
+
+app = typer.Typer(help="Monthly invoices.", no_args_is_help=True)
+
+
+@app.command("run")
+def invoice_run(
+    period: str = typer.Option(..., help="Billing period YYYY-MM (billing time zone)."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Also write each invoice as JSON, CSV and PDF here."),
+) -> None:
+    """Invoice every tenant with charges in the period (re-running changes nothing)."""
+    from reports.invoicing import list_invoices, run_period, write_invoice_files
+
+    settings = load_settings()
+    rules = read_rules(settings)
+    with connect(settings) as database:
+        report = run_period(database, rules, check_period(period), progress=lambda n: err.print(f"[dim]{n}[/dim]"))
+        out.print(f"{period}: {len(report.created)} invoices created, {len(report.existing)} already final")
+        for number, tenant, total in list_invoices(database, period):
+            out.print(f"  {number}  {tenant:<24} {total:>14} CNY")
+        if out_dir:
+            write_invoice_files(database, period, out_dir)
+
+
+@app.command("show")
+def invoice_show(
+    period: str = typer.Option(..., help="Billing period YYYY-MM."),
+    tenant: str = typer.Option(..., help="Tenant id."),
+    fmt: str = typer.Option("json", "--format", help="json, csv or pdf (pdf needs --out)."),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="Write to this file instead of stdout."),
+) -> None:
+    """Print one invoice."""
+    from reports.invoicing import load_invoice
+    from reports.render import render_invoice
+
+    if fmt not in ("json", "csv", "pdf"):
+        raise GpubillError(f"--format: {fmt!r} is not one of json, csv, pdf")
+    settings = load_settings()
+    with connect(settings) as database:
+        data = render_invoice(load_invoice(database, tenant, check_period(period)), fmt)
+    emit(data, out_file, binary=fmt == "pdf")

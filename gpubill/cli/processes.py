@@ -1,0 +1,143 @@
+"""The long-running processes: `gpubill worker`, `gpubill up` and `gpubill scheduler`.
+
+The worker is streams/worker.py (Faust) around a streams/pipeline.py `Pipeline`; the
+scheduler is reports/scheduler.py's billing job on APScheduler. `up` runs both in one
+process, for the embedded database, which one process at a time may open.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from gpubill.cli.common import connect, err, out, read_rules
+from gpubill.config import Settings, load_settings
+from gpubill.logs import setup_logging
+from schemas.topics import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE
+
+CONSUMED_TOPICS = [TOPIC_USAGE, TOPIC_POWER, TOPIC_DEADLETTER]
+
+
+def _pipeline(settings: Settings, rules, database, *, metrics: bool):
+    from streams.metrics import Metrics
+    from streams.pipeline import Pipeline
+    from streams.rating.native import best_rater
+    from streams.sink import ClickHouseSink
+
+    sink = ClickHouseSink(database, max_wait_s=60.0 if not metrics else 3600.0)
+    return Pipeline(rules=rules, sink=sink, rater=best_rater(rules), metrics=Metrics() if metrics else None)
+
+
+def _start_from_committed(settings: Settings, pipeline) -> None:
+    """Seed the pipeline's positions with the group's committed offsets (for the lag gauge)."""
+    from streams.kafka.admin import group_offsets
+
+    pipeline.record({tp: committed for tp, (committed, _) in group_offsets(settings, CONSUMED_TOPICS).items()})
+
+
+def worker(
+    drain: bool = typer.Option(False, "--drain", help="Process everything up to the end offsets at start (and the dead letters this produces), flush, exit 0."),
+) -> None:
+    """Run the pipeline: validate, dedupe, attribute and price readings into ClickHouse."""
+    from streams.kafka.admin import drain_targets, ensure_pipeline_topics
+    from streams.metrics import Metrics
+    from streams.worker import run_worker
+
+    settings = load_settings()
+    setup_logging("WARNING" if drain else "INFO")
+    rules = read_rules(settings)
+    ensure_pipeline_topics(settings)
+    targets = drain_targets(settings, CONSUMED_TOPICS) if drain else None
+    database = connect(settings)
+    if drain and not targets:
+        out.print("nothing to drain: the consumer group is at the end of every partition")
+        database.close()
+        return
+    if not drain:
+        Metrics.serve(settings.metrics_port)
+    pipeline = _pipeline(settings, rules, database, metrics=not drain)
+    if not drain:
+        _start_from_committed(settings, pipeline)
+    if os.environ.get("GPUBILL_BENCH_FRESHNESS"):  # set by `gpubill bench pipeline`
+        from streams.freshness import Freshness
+
+        pipeline.freshness = Freshness(Path(os.environ["GPUBILL_BENCH_FRESHNESS"]))
+    if drain:
+        from rich.progress import Progress
+
+        total = sum(end - start for start, end in targets.values())
+        with Progress(console=err, transient=True) as progress:
+            task = progress.add_task(f"draining {len(targets)} partitions", total=total)
+            code = run_worker(settings, pipeline, drain_targets=targets,
+                              on_progress=lambda done, _: progress.update(task, completed=done))
+    else:
+        code = run_worker(settings, pipeline, rules_dir=Path(settings.rules))
+    database.close()
+    if code:
+        raise typer.Exit(code)
+    if drain:
+        out.print(f"drained: {pipeline.sink.stats.rows} rows written in {pipeline.sink.stats.batches} batches")
+
+
+def up() -> None:
+    """Run worker and scheduler in one process (the embedded database allows one process)."""
+    import asyncio
+
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+    from reports.scheduler import add_billing_job, run_due
+    from streams.kafka.admin import ensure_pipeline_topics
+    from streams.metrics import Metrics
+    from streams.worker import run_worker
+
+    settings = load_settings()
+    setup_logging("INFO")
+    rules = read_rules(settings)
+    ensure_pipeline_topics(settings)
+    database = connect(settings)
+    Metrics.serve(settings.metrics_port)
+    pipeline = _pipeline(settings, rules, database, metrics=True)
+    _start_from_committed(settings, pipeline)
+
+    async def scheduler_task() -> None:
+        scheduler = AsyncIOScheduler(timezone=rules.billing_tz)
+        loop = asyncio.get_running_loop()
+
+        async def job() -> None:
+            # In the pipeline's writer thread (the sink's), queued behind the batches handed
+            # to it before: the run's reads see them, and every insert into the database
+            # comes from that one thread. The rating thread would stop rating for the
+            # whole run. A failed run is logged by APScheduler and tried again at the next
+            # hour; unlike `pipeline.in_writer_thread`, it does not end the worker.
+            await loop.run_in_executor(pipeline.writer, lambda: run_due(database, pipeline.rules))
+
+        add_billing_job(scheduler, job, rules)
+        scheduler.start()
+        await asyncio.Event().wait()
+
+    err.print(f"gpubill up: worker + scheduler; metrics on :{settings.metrics_port}; Ctrl-C to stop")
+    code = run_worker(settings, pipeline, loglevel="INFO", extra_tasks=[scheduler_task], rules_dir=Path(settings.rules))
+    database.close()
+    raise typer.Exit(code)
+
+
+def scheduler() -> None:
+    """Run only the monthly billing scheduler (server deployments; embedded mode: use `up`)."""
+    from apscheduler.schedulers.blocking import BlockingScheduler
+
+    from reports.scheduler import add_billing_job, run_due
+
+    settings = load_settings()
+    setup_logging("INFO")
+    rules = read_rules(settings)
+    database = connect(settings)
+    blocking = BlockingScheduler(timezone=rules.billing_tz)
+    add_billing_job(blocking, lambda: run_due(database, rules), rules)
+    try:
+        blocking.start()
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        database.close()

@@ -1,0 +1,86 @@
+"""`gpubill report cost-share|usage` (finance's and customers' reports) and `gpubill audit`.
+
+`audit` is a top-level command (gpubill/cli/__init__.py registers it) but lives here: it
+reads the same rated data as the reports and checks it against the raw readings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from billing_rules import load_rules
+from gpubill.cli.common import check_period, connect, emit, out, read_rules
+from gpubill.config import load_settings
+from gpubill.errors import GpubillError
+
+app = typer.Typer(help="Finance and customer reports.", no_args_is_help=True)
+
+
+@app.command("cost-share")
+def report_cost_share(
+    period: str = typer.Option(..., help="Billing period YYYY-MM."),
+    what_if_site: Optional[str] = typer.Option(None, help="Also price the same energy at this site."),
+    what_if_rules: Optional[Path] = typer.Option(None, help="Also price the same usage under this rule set."),
+    fmt: str = typer.Option("table", "--format", help="table, csv or json."),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="Write to this file instead of stdout."),
+) -> None:
+    """Per site and GPU model: cards, GPU-hours, rent, electricity billed and idle, share, green kWh."""
+    from reports.cost_share import cost_share, store_cost_share, what_if
+    from reports.render import render_cost_share
+
+    if fmt not in ("table", "csv", "json"):
+        raise GpubillError(f"--format: {fmt!r} is not one of table, csv, json")
+    settings = load_settings()
+    rules = read_rules(settings)
+    with connect(settings) as database:
+        rows = cost_share(database, rules, check_period(period))
+        store_cost_share(database, period, rows)
+        compared = None
+        if what_if_site or what_if_rules:
+            other = load_rules(what_if_rules) if what_if_rules else None
+            compared = what_if(database, rules, period, rows, other_site=what_if_site, other_rules=other)
+    emit(render_cost_share(rows, fmt, what_if=compared), out_file)
+
+
+@app.command("usage")
+def report_usage(
+    tenant: str = typer.Option(..., help="Tenant id."),
+    period: str = typer.Option(..., help="Billing period YYYY-MM."),
+    fmt: str = typer.Option("csv", "--format", help="csv, json, parquet or pdf."),
+    out_file: Path = typer.Option(..., "--out", help="File to write."),
+) -> None:
+    """A customer's usage report: per day, instance and GPU."""
+    from reports.render import render_usage
+    from reports.usage_report import usage_report
+
+    if fmt not in ("csv", "json", "parquet", "pdf"):
+        raise GpubillError(f"--format: {fmt!r} is not one of csv, json, parquet, pdf")
+    settings = load_settings()
+    rules = read_rules(settings)
+    with connect(settings) as database:
+        report = usage_report(database, rules, tenant, check_period(period))
+    emit(render_usage(report, fmt), out_file)
+
+
+def audit(period: str = typer.Option(..., help="Billing period YYYY-MM.")) -> None:
+    """Recompute the period from raw readings and compare with the rated data; exit 1 on differences."""
+    from rich.table import Table
+
+    from reports.audit import audit as run_audit
+
+    settings = load_settings()
+    rules = read_rules(settings)
+    with connect(settings) as database:
+        figures, differences = run_audit(database, rules, check_period(period))
+    table = Table("tenant", "rented GPU-s", "energy mJ", "rent", "electricity", title=f"Audit {period} (from raw readings)")
+    for tenant, f in sorted(figures.items()):
+        table.add_row(tenant or "(unallocated)", f"{f.rent_seconds:,}", f"{f.energy_mj:,}", str(f.rent), str(f.electricity))
+    out.print(table)
+    if differences:
+        for d in differences:
+            out.print(f"DIFFERENCE {d.tenant or '(unallocated)'} {d.what}: raw {d.raw} vs rated {d.rated}", highlight=False)
+        raise GpubillError(f"audit of {period}: {len(differences)} differences between raw readings and rated data")
+    out.print(f"audit of {period}: clean — rated data equals the batch join of the raw readings")

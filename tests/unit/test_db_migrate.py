@@ -1,0 +1,67 @@
+"""`gpubill db migrate`: applies the schema migrations once, names them, and is idempotent.
+
+Run as a child process, as a user runs it (chDB allows one engine per process, and the
+database here is the child's, in its own tmp directory).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import schemas
+
+SHIPPED = sorted(path.name for path in (Path(schemas.__file__).parent / "migrations").glob("[0-9][0-9][0-9][0-9]_*.sql"))
+
+
+def migrate(dsn: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gpubill.cli", "db", "migrate"], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "GPUBILL_CLICKHOUSE": dsn, "NO_COLOR": "1", "COLUMNS": "300"}, cwd=cwd,
+    )
+
+
+def test_the_first_run_applies_and_names_every_migration_the_second_finds_the_schema_up_to_date(tmp_path):
+    assert len(SHIPPED) >= 6  # 0001_init.sql … 0006_fewer_merges.sql at the time of writing
+    where = f"chdb://{tmp_path.resolve()}/ch"
+    dsn = f"chdb://{tmp_path}/ch"
+
+    first = migrate(dsn, tmp_path)
+    assert first.returncode == 0, first.stderr
+    lines = first.stdout.splitlines()
+    assert lines[0] == f"applied {len(SHIPPED)} migrations to {where}:"
+    assert [line.strip() for line in lines[1:]] == SHIPPED  # each by name, in order
+
+    second = migrate(dsn, tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines() == [
+        f"schema up to date at {where}: all {len(SHIPPED)} migrations applied, the latest {SHIPPED[-1]}"]
+
+
+@pytest.mark.parametrize("dsn, fragment", [
+    ("ftp://x", "unsupported DSN 'ftp://x'"),
+    ("http://gpubill:secret@127.0.0.1:1/gpubill", "cannot open ClickHouse at http://gpubill:***@127.0.0.1:1/gpubill"),
+])
+def test_a_bad_dsn_is_one_line_on_stderr_and_exit_1(tmp_path, dsn, fragment):
+    done = migrate(dsn, tmp_path)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], done.stderr
+    assert "secret" not in done.stderr and done.stdout == ""
+
+
+def test_an_embedded_database_in_use_by_another_process_is_refused_in_one_line(tmp_path):
+    with open(tmp_path / "ch.lock", "w") as lock:  # what a running `gpubill up` holds
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.write("pid 4242 (gpubill up)")
+        lock.flush()
+        done = migrate(f"chdb://{tmp_path}/ch", tmp_path)
+    assert done.returncode == 1
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "in use by pid 4242 (gpubill up)" in lines[0], done.stderr
+    assert not (tmp_path / "ch").exists()  # nothing was created or migrated
