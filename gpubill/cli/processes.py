@@ -108,9 +108,10 @@ def up() -> None:
         async def job() -> None:
             # In the pipeline's writer thread (the sink's), queued behind the batches handed
             # to it before: the run's reads see them, and every insert into the database
-            # comes from that one thread. The rating thread would stop rating for the
-            # whole run. A failed run is logged by APScheduler and tried again at the next
-            # hour; unlike `pipeline.in_writer_thread`, it does not end the worker.
+            # comes from that one thread. While it runs, batches wait (at most three are in
+            # flight), as they would in the rating thread. A failed run is logged by
+            # APScheduler and tried again at the next hour; unlike
+            # `pipeline.in_writer_thread`, it does not end the worker.
             await loop.run_in_executor(pipeline.writer, lambda: run_due(database, pipeline.rules))
 
         add_billing_job(scheduler, job, rules)
