@@ -51,6 +51,7 @@ def _say(line: str) -> None:
     """One line on stdout as it is: no markup, colours or wrapping in paths and DSNs."""
     out.print(line, markup=False, highlight=False, soft_wrap=True)
 
+
 @clickhouse_app.command("serve")
 def clickhouse_serve(
     listen: str = typer.Option("127.0.0.1:8123", help="host:port to serve on; keep it on loopback."),
