@@ -1,5 +1,5 @@
-//! One block of ClickHouse's Native format, column by column (see streams/native.py for
-//! the layout): LEB128 column and row counts, then per column its name, its type and its
+//! One block of ClickHouse's Native format, column by column (see warehouse/native_format.py
+//! for the layout): LEB128 column and row counts, then per column its name, its type and its
 //! values, little-endian.
 
 pub struct Block {

@@ -6,15 +6,15 @@
 //! number: (gpu, second) → record, and per stream event id → record. An index entry is a
 //! 4-byte sequence number plus hashbrown's control byte, so a reading held costs ≈ 40 bytes
 //! of record and ≈ 10 of index, against ≈ 100 with a hash map per stream keyed by value.
-//! Eviction pops records from the front, as `Rater.evict` does, and drops their index
-//! entries.
+//! Eviction pops records from the front, as `Rater.evict` (streams/rating/reference.py)
+//! does, and drops their index entries.
 
 use std::collections::VecDeque;
 use std::hash::Hasher;
 
 use hashbrown::HashTable;
 
-use crate::FxHasher;
+use crate::hashing::FxHasher;
 
 /// An event id as two independent 64-bit hashes: the first finds it in the id index, the
 /// second confirms it. Two ids agreeing on both by chance: ≈ 2^-127. The text itself is not

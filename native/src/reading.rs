@@ -1,4 +1,4 @@
-//! The fast path of SPEC §3 validation, as in `schemas/fast.py`: a plainly valid single
+//! The fast path of SPEC §3 validation, as in `schemas/quick_parser.py`: a plainly valid single
 //! reading is taken here; anything unusual (an escape in a string, an exponent, a key out of
 //! place, an offset other than `Z`, …) returns `None` and Python's definition judges it.
 //! So this never refuses anything and never accepts what `schemas.events.parse_reading`

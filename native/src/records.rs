@@ -8,8 +8,8 @@
 //! sequence (i32), record count (i32) — then the records, each: length, attributes (i8),
 //! timestamp delta, offset delta, key, value and headers, with zigzag varints for lengths
 //! and deltas. Every batch's CRC-32C is checked here. Python sends here only sets whose
-//! batches are all v2 and uncompressed (streams/records.py); anything else is refused with
-//! an error, as is a batch whose CRC does not match.
+//! batches are all v2 and uncompressed (`RecordSet.plain`, streams/kafka/record_sets.py);
+//! anything else is refused with an error, as is a batch whose CRC does not match.
 
 const HEADER: usize = 61;
 const COMPRESSION: i16 = 0x07;

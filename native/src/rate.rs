@@ -1,0 +1,184 @@
+//! Rating a batch, with no Python involved: deduplicate and attribute the pending readings
+//! against what `Held` keeps, price them with what `prepare` (prices.rs) cached, and encode
+//! the rows (encode.rs) in each table's sort order; `Core::rate` hands the result to Python.
+//! The Python reference is `Rater` in streams/rating/reference.py.
+
+use crate::hashing::{id_hash, key, key_second, FxMap};
+use crate::held::{Admitted, PowerSeen, UsageSeen};
+use crate::interner::NONE;
+use crate::reading::Kind;
+use crate::Core;
+
+// ReplacingMergeTree keeps the row with the highest version (see streams/rating/reference.py).
+const OFFSET_SPAN: u64 = 1 << 48;
+const JOINED: u64 = 1 << 50;
+
+/// A rated_seconds row; texts as interned ids, prices as indexes into the caches.
+pub(crate) struct Rated {
+    pub(crate) energy: bool,
+    pub(crate) gpu: u32,
+    pub(crate) second: i64,
+    pub(crate) period: usize,
+    pub(crate) tenant: u32,
+    pub(crate) instance: u32,
+    pub(crate) model: u32,
+    pub(crate) site: u32,
+    pub(crate) node: u32,
+    pub(crate) rate: usize,
+    pub(crate) util_e4: i64,
+    pub(crate) energy_mj: i64,
+    pub(crate) version: u64,
+    pub(crate) partition: u32,
+    pub(crate) offset: u64,
+}
+
+/// (stream, gpu, second, kept event id — None when rated before this batch —, conflicting
+/// event id, partition, offset)
+pub(crate) type Conflict = (&'static str, String, i64, Option<String>, String, u32, u64);
+
+/// What `Core::rate` returns, before it becomes Python objects.
+pub(crate) struct RateOutput {
+    pub(crate) usage_block: Vec<u8>,
+    pub(crate) usage_rows: usize,
+    pub(crate) power_block: Vec<u8>,
+    pub(crate) power_rows: usize,
+    pub(crate) rated_block: Vec<u8>,
+    pub(crate) rated_rows: usize,
+    pub(crate) unallocated: usize,
+    pub(crate) conflicts: Vec<Conflict>,
+    pub(crate) duplicates: usize,
+    pub(crate) refused: Vec<(u32, u32, String)>,
+}
+
+impl Core {
+    /// Rate the pending batch with the prices `prepare` cached; no Python involved.
+    pub(crate) fn rate_pending(&mut self, now_ms: i64) -> RateOutput {
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.sort_by_key(|r| (r.kind == Kind::Power, r.msg, r.elem));
+        let mut raw_usage: Vec<usize> = Vec::new();
+        let mut raw_power: Vec<usize> = Vec::new();
+        let mut rated: Vec<Rated> = Vec::with_capacity(pending.len() + pending.len() / 8);
+        let mut conflicts = Vec::new();
+        let mut refused = Vec::new();
+        let mut duplicates = 0usize;
+        // Readings remembered in this batch, for the kept id of a conflict with one of them
+        // (indexed only once a conflict needs it: conflicts are rare).
+        let mut remembered: Vec<usize> = Vec::with_capacity(pending.len());
+        let mut kept_here: FxMap<(bool, u64), usize> = FxMap::default();
+        for (index, r) in pending.iter().enumerate() {
+            let k = key(r.gpu, r.second);
+            // Price first: a reading that cannot be priced moves no clock and no state.
+            let price = match r.kind {
+                Kind::Usage if r.tenant != NONE => Some(&self.rents[&(r.tenant, r.model, r.second)]),
+                Kind::Usage => None,
+                Kind::Power => Some(&self.energies[&(r.site, r.second)]),
+            };
+            let rate = match price {
+                Some(Err(reason)) => {
+                    refused.push((r.msg, r.elem, format!("cannot be priced: {reason}")));
+                    continue;
+                }
+                Some(Ok(rate)) => Some(*rate),
+                None => None,
+            };
+            self.newest_second = self.newest_second.max(r.second);
+            let id = id_hash(&r.event_id);
+            let usage = UsageSeen { id, tenant: r.tenant, instance: r.instance, model: r.model };
+            let power = PowerSeen { id, site: r.site, node: r.node, power_mw: r.power_mw as u32, partition: r.partition, offset: r.offset };
+            let (admitted, kind_name) = match r.kind {
+                Kind::Usage => {
+                    self.usage.first_sight(r.gpu, r.second);
+                    (self.held.admit(k, usage), "usage")
+                }
+                Kind::Power => {
+                    self.power.first_sight(r.gpu, r.second);
+                    (self.held.admit(k, power), "power")
+                }
+            };
+            let slot = match admitted {
+                Admitted::Duplicate => {
+                    duplicates += 1;
+                    continue;
+                }
+                Admitted::Conflict => {
+                    for i in remembered.drain(..) {
+                        kept_here.insert((pending[i].kind == Kind::Power, key(pending[i].gpu, pending[i].second)), i);
+                    }
+                    let kept = kept_here.get(&(r.kind == Kind::Power, k)).map(|i| pending[*i].event_id.to_string());
+                    conflicts.push((kind_name, self.texts.text(r.gpu).to_owned(), r.second, kept, r.event_id.to_string(), r.partition, r.offset));
+                    continue;
+                }
+                Admitted::First(slot) => slot,
+            };
+            remembered.push(index);
+            let period = self.periods[&r.second];
+            if r.kind == Kind::Usage {
+                raw_usage.push(index);
+                if let Some(rate) = rate {
+                    rated.push(Rated {
+                        energy: false, gpu: r.gpu, second: r.second, period, tenant: r.tenant, instance: r.instance, model: r.model,
+                        site: r.site, node: r.node, rate, util_e4: r.util_e4, energy_mj: 0, version: OFFSET_SPAN - 1 - r.offset,
+                        partition: r.partition, offset: r.offset,
+                    });
+                }
+                if let Some(power) = self.held.get_at::<PowerSeen>(slot) {
+                    // The power of this second was rated before its usage: join it now. (If
+                    // rules swapped in since then cannot price that second at its site, no
+                    // joined row is written and the energy stays unallocated; the Python
+                    // rater would refuse the usage reading instead. It takes a rules reload
+                    // that withdraws the price of a second already rated.)
+                    if let Some(Ok(rate)) = self.energies.get(&(power.site, r.second)) {
+                        rated.push(self.energy_row(k, power, Some(&usage), period, *rate));
+                    }
+                }
+            } else {
+                let rate = rate.expect("power readings are priced");
+                rated.push(self.energy_row(k, &power, self.held.get_at::<UsageSeen>(slot), period, rate));
+                raw_power.push(index);
+            }
+        }
+        // In each table's ORDER BY order: ClickHouse then finds the block sorted and skips
+        // sorting it (a third of an insert's CPU), and the rows are the same.
+        // Cards are ranked once by their text, then rows sort on integers.
+        let mut cards: Vec<u32> = pending.iter().map(|r| r.gpu).collect();
+        cards.sort_unstable();
+        cards.dedup();
+        cards.sort_by(|a, b| self.texts.text(*a).cmp(self.texts.text(*b)));
+        let rank: FxMap<u32, u32> = cards.iter().enumerate().map(|(rank, gpu)| (*gpu, rank as u32)).collect();
+        let reading_key = |i: &usize| {
+            let r = &pending[*i];
+            (rank[&r.gpu], r.second, r.partition, r.offset)
+        };
+        raw_usage.sort_by_cached_key(reading_key);
+        raw_power.sort_by_cached_key(reading_key);
+        rated.sort_by_cached_key(|row| (row.energy, rank[&row.gpu], row.second));
+        RateOutput {
+            usage_block: self.readings_block(Kind::Usage, &pending, &raw_usage, now_ms),
+            usage_rows: raw_usage.len(),
+            power_block: self.readings_block(Kind::Power, &pending, &raw_power, now_ms),
+            power_rows: raw_power.len(),
+            rated_block: self.rated_block(&rated, now_ms),
+            rated_rows: rated.len(),
+            unallocated: rated.iter().filter(|row| row.energy && row.tenant == NONE).count(),
+            conflicts,
+            duplicates,
+            refused,
+        }
+    }
+
+    fn energy_row(&self, power_key: u64, power: &PowerSeen, usage: Option<&UsageSeen>, period: usize, rate: usize) -> Rated {
+        let mut version = OFFSET_SPAN - 1 - power.offset;
+        let (tenant, instance, model) = match usage {
+            Some(usage) => {
+                version += JOINED;
+                (usage.tenant, usage.instance, usage.model)
+            }
+            None => (NONE, NONE, NONE),
+        };
+        Rated {
+            energy: true, gpu: (power_key >> 32) as u32, second: key_second(power_key), period, tenant, instance, model,
+            site: power.site, node: power.node, rate, util_e4: 0, energy_mj: i64::from(power.power_mw), version,
+            partition: power.partition, offset: power.offset,
+        }
+    }
+}
