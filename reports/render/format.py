@@ -15,7 +15,9 @@ the way it was printed.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
 
 __all__ = [
     "as_decimal",
@@ -124,3 +126,11 @@ def latin1(text: object) -> str:
 def plain(value: object) -> object:
     """Unwrap enums to their value so they print as ``draft``, not ``Status.DRAFT``."""
     return value.value if isinstance(value, enum.Enum) else value
+
+
+def renderer_for(renderers: Mapping[str, Callable[[Any], bytes]], fmt: str, what: str) -> Callable[[Any], bytes]:
+    """The renderer of `fmt` among `renderers`; a ValueError naming the formats there are."""
+    try:
+        return renderers[fmt]
+    except KeyError:
+        raise ValueError(f"unknown format {fmt!r} for {what}; use one of: {', '.join(renderers)}") from None

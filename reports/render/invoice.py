@@ -30,6 +30,7 @@ from reports.render.format import (
     plain,
     quantity_str,
     rate_str,
+    renderer_for,
     unit_price_str,
 )
 from reports.render.pdf import ACCENT, MUTED, RULE, ReportPDF, draw_table, fit_text
@@ -247,8 +248,4 @@ _RENDERERS = {"json": invoice_json, "csv": invoice_csv, "pdf": invoice_pdf}
 
 def render_invoice(inv: IssuedInvoice, fmt: str) -> bytes:
     """The invoice as bytes in ``fmt`` (json, csv or pdf)."""
-    try:
-        renderer = _RENDERERS[fmt]
-    except KeyError:
-        raise ValueError(f"unknown format {fmt!r} for an invoice; use one of: {', '.join(_RENDERERS)}") from None
-    return renderer(inv)
+    return renderer_for(_RENDERERS, fmt, "an invoice")(inv)

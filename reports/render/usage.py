@@ -22,7 +22,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from reports.render.format import grouped, latin1, money_str, round_half_up
+from reports.render.format import grouped, latin1, money_str, renderer_for, round_half_up
 from reports.render.pdf import MUTED, RULE, ReportPDF, draw_bar_chart, draw_table
 from reports.usage_model import UsageReport, UsageRow, UsageTotals
 
@@ -244,8 +244,4 @@ _RENDERERS: dict[str, Callable[[UsageReport], bytes]] = {
 
 def render_usage(report: UsageReport, fmt: str) -> bytes:
     """The usage report as bytes in ``fmt`` (csv, json, parquet or pdf)."""
-    try:
-        renderer = _RENDERERS[fmt]
-    except KeyError:
-        raise ValueError(f"unknown format {fmt!r} for a usage report; use one of: {', '.join(_RENDERERS)}") from None
-    return renderer(report)
+    return renderer_for(_RENDERERS, fmt, "a usage report")(report)
