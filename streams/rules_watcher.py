@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 from billing_rules import BillingRulesError, load_rules
+from streams.pipeline import Pipeline
 
 log = logging.getLogger("gpubill.worker")
 
@@ -17,7 +17,7 @@ RULES_POLL_S = 10.0
 class RulesWatcher:
     """Reloads the rule set when its files change; keeps the last good set when they are invalid."""
 
-    def __init__(self, directory: Path, pipeline: Any) -> None:
+    def __init__(self, directory: Path, pipeline: Pipeline) -> None:
         self.directory = directory
         self.pipeline = pipeline
         self.seen = self._stamp()
