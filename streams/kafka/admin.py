@@ -15,9 +15,7 @@ from kafka.errors import KafkaError
 
 from schemas.topics import PIPELINE_TOPICS
 from streams.errors import KafkaUnreachable, TopicsNotCreated
-from streams.kafka.settings import KafkaSettings
-
-TIMEOUT_MS = 10_000
+from streams.kafka.settings import TIMEOUT_MS, KafkaSettings
 
 
 def ensure_pipeline_topics(settings: KafkaSettings) -> None:

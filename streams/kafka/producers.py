@@ -19,9 +19,7 @@ from schemas.topics import READING_TOPICS, TOPIC_DEADLETTER
 from streams.deadletters import DeadLetter
 from streams.errors import InputFileError, KafkaUnreachable
 from streams.kafka.message import Message
-from streams.kafka.settings import KafkaSettings
-
-TIMEOUT_MS = 10_000
+from streams.kafka.settings import TIMEOUT_MS, KafkaSettings
 
 Progress = Callable[[int], None]
 MAX_MESSAGE_BYTES = 1_000_000  # the producer's and broker's default limit, less headroom for headers
