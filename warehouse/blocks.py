@@ -8,6 +8,7 @@ sorted and skips sorting it (the Rust core encodes the same blocks, byte for byt
 from __future__ import annotations
 
 import re
+from operator import itemgetter
 from typing import Callable, Sequence
 
 from schemas.tables import READINGS_POWER_TABLE, READINGS_USAGE_TABLE, RATED_SECONDS_TABLE, Column, TableSpec
@@ -43,11 +44,19 @@ def native_table(spec: TableSpec) -> native.Table:
 def sort_key(spec: TableSpec) -> Callable[[tuple], tuple]:
     """The ORDER BY of `spec` as a key over its rows (an Enum8 sorts by its code)."""
     positions = [spec.column_names.index(name) for name in spec.order_by]
-    codes = {i: dict((label, int(code)) for label, code in _ENUM8.findall(spec.columns[i].type))
-             for i in positions if spec.columns[i].type.startswith("Enum8(")}
-    if not codes:
-        return lambda row: tuple(row[i] for i in positions)
-    return lambda row: tuple(codes[i][row[i]] if i in codes else row[i] for i in positions)
+    take = itemgetter(*positions) if len(positions) > 1 else (lambda row: (row[positions[0]],))
+    enums = [(slot, {label: int(code) for label, code in _ENUM8.findall(spec.columns[i].type)})
+             for slot, i in enumerate(positions) if spec.columns[i].type.startswith("Enum8(")]
+    if not enums:
+        return take
+
+    def key(row: tuple) -> tuple:
+        values = list(take(row))
+        for slot, codes in enums:
+            values[slot] = codes[values[slot]]
+        return tuple(values)
+
+    return key
 
 
 HOT_TABLES = (RATED_SECONDS_TABLE, READINGS_USAGE_TABLE, READINGS_POWER_TABLE)

@@ -45,6 +45,14 @@ def check_period(period: str) -> str:
     return period
 
 
+def check_format(fmt: str, *allowed: str) -> str:
+    """`fmt` if it is one of `allowed`; a one-line error naming --format and the choices if not.
+    Checked before anything is opened or read."""
+    if fmt not in allowed:
+        raise GpubillError(f"--format: {fmt!r} is not one of {', '.join(allowed)}")
+    return fmt
+
+
 def emit(data: bytes | str, out_file: Optional[Path], *, binary: bool = False) -> None:
     """Write a rendered report to `out_file`, or to stdout when it is text."""
     raw = data.encode() if isinstance(data, str) else data

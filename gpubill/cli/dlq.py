@@ -7,9 +7,8 @@ from datetime import timezone
 
 import typer
 
-from gpubill.cli.common import connect, out
+from gpubill.cli.common import check_format, connect, out
 from gpubill.config import load_settings
-from gpubill.errors import GpubillError
 
 app = typer.Typer(help="Dead-lettered input.", no_args_is_help=True)
 
@@ -30,6 +29,7 @@ def dlq_list(
     import orjson
     from rich.table import Table
 
+    check_format(fmt, "table", "json")
     settings = load_settings()
     with connect(settings) as database:
         rows = database.query_dicts(NEWEST_FIRST_SQL, {"n": limit})
@@ -38,8 +38,6 @@ def dlq_list(
     if fmt == "json":
         sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    if fmt != "table":
-        raise GpubillError(f"--format: {fmt!r} is not one of table, json")
     table = Table("dead at", "source", "reason", "original")
     for row in rows:
         where = f"{row['source_topic']}[{row['source_partition']}]@{row['source_offset']}"

@@ -7,9 +7,8 @@ from typing import Optional
 
 import typer
 
-from gpubill.cli.common import check_period, connect, emit, err, out, read_rules
+from gpubill.cli.common import check_format, check_period, connect, emit, err, out, read_rules
 from gpubill.config import load_settings
-from gpubill.errors import GpubillError
 
 app = typer.Typer(help="Monthly invoices.", no_args_is_help=True)
 
@@ -44,8 +43,7 @@ def invoice_show(
     from reports.invoicing import load_invoice
     from reports.render import render_invoice
 
-    if fmt not in ("json", "csv", "pdf"):
-        raise GpubillError(f"--format: {fmt!r} is not one of json, csv, pdf")
+    check_format(fmt, "json", "csv", "pdf")
     settings = load_settings()
     with connect(settings) as database:
         data = render_invoice(load_invoice(database, tenant, check_period(period)), fmt)

@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from billing_rules import load_rules
-from gpubill.cli.common import check_period, connect, emit, out, read_rules
+from gpubill.cli.common import check_format, check_period, connect, emit, out, read_rules
 from gpubill.config import load_settings
 from gpubill.errors import GpubillError
 
@@ -31,8 +31,7 @@ def report_cost_share(
     from reports.cost_share import cost_share, store_cost_share, what_if
     from reports.render import render_cost_share
 
-    if fmt not in ("table", "csv", "json"):
-        raise GpubillError(f"--format: {fmt!r} is not one of table, csv, json")
+    check_format(fmt, "table", "csv", "json")
     settings = load_settings()
     rules = read_rules(settings)
     with connect(settings) as database:
@@ -56,8 +55,7 @@ def report_usage(
     from reports.render import render_usage
     from reports.usage_report import usage_report
 
-    if fmt not in ("csv", "json", "parquet", "pdf"):
-        raise GpubillError(f"--format: {fmt!r} is not one of csv, json, parquet, pdf")
+    check_format(fmt, "csv", "json", "parquet", "pdf")
     settings = load_settings()
     rules = read_rules(settings)
     with connect(settings) as database:
