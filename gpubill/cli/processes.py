@@ -15,9 +15,7 @@ import typer
 from gpubill.cli.common import connect, err, out, read_rules
 from gpubill.config import Settings, load_settings
 from gpubill.logs import setup_logging
-from schemas.topics import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE
-
-CONSUMED_TOPICS = [TOPIC_USAGE, TOPIC_POWER, TOPIC_DEADLETTER]
+from schemas.topics import PIPELINE_TOPICS
 
 
 def _pipeline(settings: Settings, rules, database, *, metrics: bool):
@@ -34,7 +32,7 @@ def _start_from_committed(settings: Settings, pipeline) -> None:
     """Seed the pipeline's positions with the group's committed offsets (for the lag gauge)."""
     from streams.kafka.admin import group_offsets
 
-    pipeline.record({tp: committed for tp, (committed, _) in group_offsets(settings, CONSUMED_TOPICS).items()})
+    pipeline.record({tp: committed for tp, (committed, _) in group_offsets(settings, PIPELINE_TOPICS).items()})
 
 
 def worker(
@@ -49,7 +47,7 @@ def worker(
     setup_logging("WARNING" if drain else "INFO")
     rules = read_rules(settings)
     ensure_pipeline_topics(settings)
-    targets = drain_targets(settings, CONSUMED_TOPICS) if drain else None
+    targets = drain_targets(settings, PIPELINE_TOPICS) if drain else None
     database = connect(settings)
     if drain and not targets:
         out.print("nothing to drain: the consumer group is at the end of every partition")
