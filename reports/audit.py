@@ -3,21 +3,27 @@
 The raw side is one SQL pass over readings_usage and readings_power: the first reading per
 (gpu, second) in partition order counts (duplicates and conflicts drop out), power joins
 the usage of the same second, and the period is the billing-time-zone month of the second.
-The rated side is rated_seconds FINAL. Both are compared per tenant ('' = unallocated
+The rated side is what every report reads (reports.rated: published rollups, and the
+per-second rows of hours not rolled up since their last write). Both are compared per tenant ('' = unallocated
 energy): rented GPU-seconds, millijoules, and the exact amounts (rent priced by the rules
 in force at each minute, electricity by each minute's band, tariff and PUE) rounded once.
 Any difference is listed; none means the streaming result equals the batch join.
+
+The rollups are checked too: every rolled-up hour's published rows against the per-second
+rows grouped the same way now, by a fingerprint per hour; an hour that differs is listed.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
 from billing_rules import energy_amount, rent_amount, round_fen
+from reports.rated import Coverage, coverage, grouped_sql, retained_periods, source_of
 
 _RAW_SQL = """
 WITH
@@ -47,12 +53,23 @@ SETTINGS join_use_nulls = 1
 """
 
 _RATED_SQL = """
-SELECT stream, tenant, gpu_model, count() AS n, sum(energy_mj) AS mj,
+SELECT stream, tenant, gpu_model, sum(seconds) AS n, sum(energy_mj) AS mj,
        rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue
-FROM rated_seconds FINAL
-WHERE period = {p:String}
+FROM {source}
 GROUP BY stream, tenant, gpu_model, rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue
 """
+
+# Per hour, a fingerprint of its rows at the rollup grain (count and the sum of a hash of each
+# row as text): the same on both sides when the multisets of rows are equal.
+_FINGERPRINT = (
+    "SELECT toUnixTimestamp(hour) AS h, count() AS n, sum(cityHash64(toString(tuple(tenant, day, stream, gpu_uuid, "
+    "instance, gpu_model, site, plan, rent_price, rent_per_s, discount_pct, band, tariff_per_kwh, pue, seconds, "
+    "util_sum, energy_mj, minutes, minute_qty)))) AS f FROM ({rows}) GROUP BY h"
+)
+_PUBLISHED_SQL = (
+    "SELECT * FROM rated_hours WHERE period = {period:String} AND (hour, generation) IN "
+    "(SELECT hour, max(generation) FROM rollup_runs WHERE period = {period:String} GROUP BY hour)"
+)
 
 
 @dataclass(frozen=True)
@@ -72,11 +89,12 @@ class Difference:
 
 
 def audit(db: Any, rules: Any, period: str) -> tuple[dict[str, Figures], list[Difference]]:
-    """(figures per tenant from the raw readings, differences against rated_seconds)."""
+    """(figures per tenant from the raw readings, differences against the rated data and rollups)."""
     lo, hi = rules.period_bounds(period)
+    cov = coverage(db, rules, period)
     raw = _raw_figures(db, rules, lo, hi)
-    rated = _rated_figures(db, period)
-    differences = []
+    rated = _rated_figures(db, source_of(cov, rules))
+    differences = rollup_differences(db, rules, cov)
     for tenant in sorted(set(raw) | set(rated)):
         a, b = raw.get(tenant, Figures()), rated.get(tenant, Figures())
         for what in ("rent_seconds", "energy_mj", "rent", "electricity"):
@@ -102,12 +120,35 @@ def _raw_figures(db: Any, rules: Any, lo: int, hi: int) -> dict[str, Figures]:
     return _figures(seconds, energy, rent, electricity)
 
 
-def _rated_figures(db: Any, period: str) -> dict[str, Figures]:
+def rollup_differences(db: Any, rules: Any, cov: Coverage) -> list[Difference]:
+    """Every rolled-up hour whose published rows differ from the per-second rows' grouping now,
+    and every hour written after retention dropped its period (not billed)."""
+    differences = [Difference("", f"hour {_iso(h)} written after retention", "rows written", "not billed")
+                   for h in cov.frozen]
+    if cov.period in retained_periods(db):
+        return differences  # the per-second rows are archived; `gpubill archive verify` checks them
+    params = {"period": cov.period, "tz": str(rules.billing_tz)}
+    skip = f" HAVING h NOT IN ({', '.join(str(int(h)) for h in cov.live)})" if cov.live else ""  # read live anyway
+    rolled = {h: (n, f) for h, n, f in db.query(_FINGERPRINT.format(rows=_PUBLISHED_SQL) + skip, params)}
+    per_second = grouped_sql("period = {period:String}", minutes=True)
+    grouped = {h: (n, f) for h, n, f in db.query(_FINGERPRINT.format(rows=per_second) + skip, params)}
+    for hour in sorted(set(rolled) | set(grouped)):
+        a, b = grouped.get(hour, (0, 0)), rolled.get(hour, (0, 0))
+        if a != b:
+            differences.append(Difference("", f"rollup of hour {_iso(hour)}", f"{a[0]} groups", f"{b[0]} groups"))
+    return differences
+
+
+def _iso(second: int) -> str:
+    return datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+
+
+def _rated_figures(db: Any, source: tuple[str, dict]) -> dict[str, Figures]:
     seconds: dict[str, int] = defaultdict(int)
     energy: dict[str, int] = defaultdict(int)
     rent: dict[str, Fraction] = defaultdict(Fraction)
     electricity: dict[str, Fraction] = defaultdict(Fraction)
-    for stream, tenant, _, n, mj, price, per_s, pct, tariff, pue in db.query(_RATED_SQL, {"p": period}):
+    for stream, tenant, _, n, mj, price, per_s, pct, tariff, pue in db.query(_RATED_SQL.format(source=source[0]), source[1]):
         if stream == "rent":
             seconds[tenant] += int(n)
             rent[tenant] += rent_amount(int(n), price, int(per_s), pct)

@@ -16,38 +16,45 @@ from fractions import Fraction
 from typing import Any
 
 from billing_rules import UnknownSite, billed_kwh, energy_amount, gpu_hours, rent_amount, round_fen, round_quantity
+from reports.rated import card_models_sql, coverage, source_of
 
 # Power seconds without any usage reading carry no model (the rater never guesses one, so
 # rows converge whatever the arrival order); here, with the whole period at hand, such a
-# card's model is taken from its usage readings at any time.
+# card's model is taken from its usage readings at any time (reports.rated.card_models_sql).
 _RATED = """
 (SELECT r.* REPLACE (if(r.gpu_model != '', r.gpu_model, m.model) AS gpu_model)
- FROM (SELECT * FROM rated_seconds FINAL WHERE period = {p:String}) AS r
- LEFT JOIN (SELECT gpu_uuid, min(gpu_model) AS model FROM readings_usage GROUP BY gpu_uuid) AS m
- ON r.gpu_uuid = m.gpu_uuid)
+ FROM {source} AS r LEFT JOIN {models} AS m ON r.gpu_uuid = m.gpu_uuid)
 """
-_GROUPS_SQL = f"""
+_GROUPS_SQL = """
 SELECT site, gpu_model, stream, tenant != '' AS allocated, rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue,
-       count() AS n, sum(energy_mj) AS mj
-FROM {_RATED}
+       sum(seconds) AS n, sum(energy_mj) AS mj
+FROM {rated}
 GROUP BY site, gpu_model, stream, allocated, rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue
 """
-_CARDS_SQL = f"""
-SELECT site, gpu_model, uniqExact(gpu_uuid) FROM {_RATED}
+_CARDS_SQL = """
+SELECT site, gpu_model, uniqExact(gpu_uuid) FROM {rated}
 GROUP BY site, gpu_model
 """
-_RENT_BY_MINUTE_SQL = f"""
-SELECT site, gpu_model, tenant, toUnixTimestamp(toStartOfMinute(second)) AS minute, count()
-FROM {_RATED}
+# Per hour, the quantities per minute (sumMap adds the per-minute arrays of an hour's rows).
+_RENT_BY_MINUTE_SQL = """
+SELECT site, gpu_model, tenant, toUnixTimestamp(hour), sumMap(minutes, minute_qty)
+FROM {rated}
 WHERE stream = 'rent'
-GROUP BY site, gpu_model, tenant, minute
+GROUP BY site, gpu_model, tenant, hour
 """
-_ENERGY_BY_MINUTE_SQL = f"""
-SELECT site, gpu_model, toUnixTimestamp(toStartOfMinute(second)) AS minute, sum(energy_mj)
-FROM {_RATED}
+_ENERGY_BY_MINUTE_SQL = """
+SELECT site, gpu_model, toUnixTimestamp(hour), sumMap(minutes, minute_qty)
+FROM {rated}
 WHERE stream = 'energy'
-GROUP BY site, gpu_model, minute
+GROUP BY site, gpu_model, hour
 """
+
+
+def _rated(db: Any, rules: Any, period: str, *, minutes: bool = False) -> tuple[str, dict]:
+    """The period's rated data with every card's model filled in."""
+    cov = coverage(db, rules, period)
+    source, params = source_of(cov, rules, minutes=minutes)
+    return _RATED.format(source=source, models=card_models_sql(cov)), params
 
 
 def cost_share(db: Any, rules: Any, period: str) -> list[dict]:
@@ -58,7 +65,9 @@ def cost_share(db: Any, rules: Any, period: str) -> list[dict]:
     billed: dict[tuple, Fraction] = defaultdict(Fraction)
     idle: dict[tuple, Fraction] = defaultdict(Fraction)
     kwh: dict[tuple, Fraction] = defaultdict(Fraction)
-    for site, model, stream, allocated, price, per_s, pct, tariff, pue, n, mj in db.query(_GROUPS_SQL, {"p": period}):
+    rated, params = _rated(db, rules, period)
+    for site, model, stream, allocated, price, per_s, pct, tariff, pue, n, mj in db.query(
+            _GROUPS_SQL.format(rated=rated), params):
         key = (site, model)
         if stream == "rent":  # revenue after contract discounts
             seconds[key] += int(n)
@@ -66,7 +75,7 @@ def cost_share(db: Any, rules: Any, period: str) -> list[dict]:
         else:
             kwh[key] += billed_kwh(int(mj), pue)
             (billed if allocated else idle)[key] += energy_amount(int(mj), pue, tariff)
-    cards = {(site, model): int(n) for site, model, n in db.query(_CARDS_SQL, {"p": period})}
+    cards = {(site, model): int(n) for site, model, n in db.query(_CARDS_SQL.format(rated=rated), params)}
     rows = []
     for key in sorted(set(cards) | set(rent) | set(kwh)):
         site, model = key
@@ -100,19 +109,22 @@ def what_if(db: Any, rules: Any, period: str, actual: list[dict], *, other_site:
     pricing = other_rules or rules
     if other_site is not None and not pricing.has_site(other_site):
         raise UnknownSite(f"unknown site {other_site!r}; known: {', '.join(pricing.site_ids)}")
+    rated, params = _rated(db, rules, period, minutes=True)
     cost: dict[tuple, Fraction] = defaultdict(Fraction)
-    for site, model, minute, mj in db.query(_ENERGY_BY_MINUTE_SQL, {"p": period}):
+    for site, model, hour, (minutes, quantities) in db.query(_ENERGY_BY_MINUTE_SQL.format(rated=rated), params):
         priced_at = other_site or site
         if not pricing.has_site(priced_at):
             raise UnknownSite(f"the what-if rules have no site {priced_at!r}; name one with --what-if-site")
-        rate = pricing.energy_rate(priced_at, int(minute))
-        cost[(site, model or "(unknown)")] += rate.cost(int(mj))
+        for minute, mj in zip(minutes, quantities):
+            rate = pricing.energy_rate(priced_at, int(hour) + 60 * int(minute))
+            cost[(site, model or "(unknown)")] += rate.cost(int(mj))
     rent: dict[tuple, Fraction] | None = None
     if other_rules is not None:
         rent = defaultdict(Fraction)
-        for site, model, tenant, minute, n in db.query(_RENT_BY_MINUTE_SQL, {"p": period}):
-            rate = other_rules.rent_rate(tenant, model, int(minute))
-            rent[(site, model)] += rate.cost(int(n))
+        for site, model, tenant, hour, (minutes, quantities) in db.query(_RENT_BY_MINUTE_SQL.format(rated=rated), params):
+            for minute, n in zip(minutes, quantities):
+                rate = other_rules.rent_rate(tenant, model, int(hour) + 60 * int(minute))
+                rent[(site, model)] += rate.cost(int(n))
     rows = []
     for row in actual:
         key = (row["site"], row["gpu_model"])

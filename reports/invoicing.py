@@ -35,6 +35,8 @@ from billing_rules import (
 )
 from reports.errors import NotFound
 from reports.queries import energy_usage_sql, rent_usage_sql, tenants_with_charges_sql
+from reports.rated import coverage, rated_source, source_of
+from reports.rollup import roll_up
 
 CURRENCY = "CNY"
 CHARGE_KINDS = ("rent", "discount", "electricity")
@@ -58,13 +60,15 @@ class RunReport:
     existing: list[str] = field(default_factory=list)  # invoices that were already final
 
 
-def _usage_by_tenant(db: Any, period: str, tenant: str | None = None) -> tuple[dict, dict]:
+def _usage_by_tenant(db: Any, source: tuple[str, dict]) -> tuple[dict, dict]:
+    """Rent and allocated energy per tenant in `source` (a reports.rated source)."""
+    relation, params = source
     rent: dict[str, list[RentUsage]] = defaultdict(list)
-    for t, model, plan, price, per_s, discount_pct, seconds in db.query(*rent_usage_sql(period, tenant)):
+    for t, model, plan, price, per_s, discount_pct, seconds in db.query(rent_usage_sql(relation), params):
         rent[t].append(RentUsage(gpu_model=model, plan=plan, price=_plain(price), per_s=int(per_s),
                                  seconds=int(seconds), discount_pct=_plain(discount_pct)))
     energy: dict[str, list[EnergyUsage]] = defaultdict(list)
-    for t, site, band, tariff, pue, mj in db.query(*energy_usage_sql(period, tenant)):
+    for t, site, band, tariff, pue, mj in db.query(energy_usage_sql(relation), params):
         energy[t].append(EnergyUsage(site=site, band=band, tariff_per_kwh=_plain(tariff), pue=_plain(pue), energy_mj=int(mj)))
     return rent, energy
 
@@ -82,20 +86,22 @@ def _line_key(line: InvoiceLine) -> tuple:
 
 
 _LATE_SQL = """
-SELECT DISTINCT r.tenant, r.period
-FROM rated_seconds AS r
-INNER JOIN (SELECT tenant, period, issued_at FROM invoices FINAL WHERE period < {p:String}) AS i
-    ON r.tenant = i.tenant AND r.period = i.period
-WHERE r.rated_at > i.issued_at - INTERVAL 1 HOUR  -- margin for clock skew between hosts: a
-                                                  -- recompute that finds nothing new adds nothing
+SELECT DISTINCT i.tenant, i.period
+FROM (SELECT tenant, period, issued_at FROM invoices FINAL WHERE period < {p:String}) AS i
+INNER JOIN (SELECT period, max(written_at) AS written_at FROM rated_writes WHERE period < {p:String} GROUP BY period) AS w
+    ON i.period = w.period
+WHERE w.written_at > i.issued_at - INTERVAL 1 HOUR  -- margin for clock skew between hosts: a
+                                                    -- recompute that finds nothing new adds nothing
 """
 
 
 def late_periods(db: Any, period: str) -> dict[str, list[str]]:
-    """Tenant → finalized periods before `period` that received rated data after their invoice.
+    """Tenant → their finalized periods before `period` that received rated data after the invoice.
 
     Only these can need adjustments: rated rows are only ever added or re-written (a late
-    usage reading re-writes an energy row with the tenant), and every write stamps rated_at.
+    usage reading re-writes an energy row with the tenant), and every write stamps its hour
+    in rated_writes with the database's clock. A written period is recomputed for each tenant
+    invoiced in it; one whose figures did not change gets no adjustment.
     """
     late: dict[str, list[str]] = defaultdict(list)
     for tenant, ref in db.query(_LATE_SQL, {"p": period}):
@@ -118,7 +124,7 @@ def pending_adjustments(db: Any, rules: Any, tenant: str, period: str, refs: lis
     )]
     adjustments: list[Adjustment] = []
     for ref in earlier:
-        rent, energy = _usage_by_tenant(db, ref, tenant)
+        rent, energy = _usage_by_tenant(db, rated_source(db, rules, ref, tenant))
         now = build_invoice(tenant, ref, rent[tenant], energy[tenant], (), Decimal(0), Decimal(0))
         billed: dict[tuple, list] = defaultdict(lambda: [Decimal(0), Decimal(0), None])  # amount, quantity, line
         for line in [*_stored_lines(db, tenant, ref, kinds=CHARGE_KINDS), *_stored_lines_referencing(db, tenant, ref)]:
@@ -154,12 +160,14 @@ def run_period(db: Any, rules: Any, period: str, *, now: datetime | None = None,
     rules.period_bounds(period)  # validates the period string
     now = now or datetime.now(timezone.utc)
     report = RunReport(period=period)
+    roll_up(db, rules, period=period)  # not needed for exactness (reads are exact), only for speed
     existing = {row[0]: row[1] for row in db.query(
         "SELECT tenant, number FROM invoices FINAL WHERE period = {p:String}", {"p": period})}
-    tenants = {row[0] for row in db.query(*tenants_with_charges_sql(period))}
+    source = source_of(coverage(db, rules, period), rules)
+    tenants = {row[0] for row in db.query(tenants_with_charges_sql(source[0]), source[1])}
     late = late_periods(db, period)
     tenants |= set(late)
-    rent, energy = _usage_by_tenant(db, period)
+    rent, energy = _usage_by_tenant(db, source)
     for tenant in sorted(tenants):
         if tenant in existing:
             report.existing.append(existing[tenant])

@@ -1,40 +1,31 @@
-"""SQL over rated_seconds, shared by invoices, cost share and usage reports.
+"""SQL over the rated data, shared by invoices and late-data adjustments.
 
-Builders are pure functions returning (sql, parameters), so they can be read and tested
-on their own; every read uses FINAL so that re-written rows (idempotent re-inserts, late
-usage joining earlier power) count once, in their latest version.
+Builders are pure functions of a source relation (`reports.rated.rated_source`: rolled-up
+hours plus the per-second rows of hours not rolled up yet) returning SQL text, so they can
+be read and tested on their own.
 """
 
 from __future__ import annotations
 
 
-def rent_usage_sql(period: str, tenant: str | None = None) -> tuple[str, dict]:
-    """Rented seconds per (tenant, model, plan, price terms) in a period."""
-    where = "stream = 'rent' AND period = {period:String}" + (" AND tenant = {tenant:String}" if tenant else "")
-    sql = (
-        "SELECT tenant, gpu_model, plan, rent_price, rent_per_s, discount_pct, count() AS seconds "
-        f"FROM rated_seconds FINAL WHERE {where} "
+def rent_usage_sql(source: str) -> str:
+    """Rented seconds per (tenant, model, plan, price terms)."""
+    return (
+        "SELECT tenant, gpu_model, plan, rent_price, rent_per_s, discount_pct, sum(seconds) AS seconds "
+        f"FROM {source} WHERE stream = 'rent' "
         "GROUP BY tenant, gpu_model, plan, rent_price, rent_per_s, discount_pct "
         "ORDER BY tenant, gpu_model, plan, rent_price, discount_pct"
     )
-    return sql, {"period": period, "tenant": tenant or ""}
 
 
-def energy_usage_sql(period: str, tenant: str | None = None) -> tuple[str, dict]:
-    """Allocated IT energy per (tenant, site, band, tariff, PUE) in a period."""
-    where = "stream = 'energy' AND tenant != '' AND period = {period:String}" + (
-        " AND tenant = {tenant:String}" if tenant else ""
-    )
-    sql = (
+def energy_usage_sql(source: str) -> str:
+    """Allocated IT energy per (tenant, site, band, tariff, PUE)."""
+    return (
         "SELECT tenant, site, band, tariff_per_kwh, pue, sum(energy_mj) AS energy_mj "
-        f"FROM rated_seconds FINAL WHERE {where} "
+        f"FROM {source} WHERE stream = 'energy' AND tenant != '' "
         "GROUP BY tenant, site, band, tariff_per_kwh, pue ORDER BY tenant, site, band, tariff_per_kwh"
     )
-    return sql, {"period": period, "tenant": tenant or ""}
 
 
-def tenants_with_charges_sql(period: str) -> tuple[str, dict]:
-    return (
-        "SELECT DISTINCT tenant FROM rated_seconds FINAL WHERE period = {period:String} AND tenant != '' ORDER BY tenant",
-        {"period": period},
-    )
+def tenants_with_charges_sql(source: str) -> str:
+    return f"SELECT DISTINCT tenant FROM {source} WHERE tenant != '' ORDER BY tenant"

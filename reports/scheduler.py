@@ -14,11 +14,14 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
 
 from reports.invoicing import RunReport, run_period
+from reports.rollup import RollupReport, roll_up
 
 log = logging.getLogger("gpubill.scheduler")
 LOOKBACK_PERIODS = 12  # a scheduler down for up to a year still catches up
+ROLLUP_EVERY_MIN = 5
 
 
 def due_periods(rules: Any, now_s: int, completed: set[str], lookback: int = LOOKBACK_PERIODS) -> list[str]:
@@ -38,7 +41,7 @@ def run_due(db: Any, rules: Any, now: datetime | None = None) -> list[RunReport]
     """Invoice every due period; the job body of the scheduler."""
     now = now or datetime.now(timezone.utc)
     completed = {row[0] for row in db.query("SELECT period FROM billing_runs FINAL")}
-    with_data = {row[0] for row in db.query("SELECT DISTINCT period FROM rated_seconds")}
+    with_data = {row[0] for row in db.query("SELECT DISTINCT period FROM rated_writes")}
     reports = []
     for period in due_periods(rules, int(now.timestamp()), completed):
         if period not in with_data:
@@ -56,6 +59,29 @@ def add_billing_job(scheduler: Any, job: Callable[[], Any], rules: Any) -> None:
         CronTrigger(minute=5, timezone=rules.billing_tz),
         id="monthly-billing",
         name="invoice closed periods",
+        coalesce=True,
+        max_instances=1,
+        misfire_grace_time=None,
+        replace_existing=True,
+        next_run_time=datetime.now(timezone.utc),
+    )
+
+
+def run_rollup(db: Any, rules: Any) -> RollupReport:
+    """Roll up the hours written since their last rollup; the job body of the rollup job."""
+    report = roll_up(db, rules)
+    if report.hours:
+        log.info("rolled up %d hours", len(report.hours))
+    return report
+
+
+def add_rollup_job(scheduler: Any, job: Callable[[], Any]) -> None:
+    """Every few minutes (and once at start-up): keep the hourly rollups current."""
+    scheduler.add_job(
+        job,
+        IntervalTrigger(minutes=ROLLUP_EVERY_MIN),
+        id="hourly-rollups",
+        name="roll up written hours",
         coalesce=True,
         max_instances=1,
         misfire_grace_time=None,

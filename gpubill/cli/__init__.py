@@ -7,6 +7,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill kafka up | down                   kafka.py
     gpubill invoice run | show                invoice.py
     gpubill report cost-share | usage, audit  report.py
+    gpubill rollup                            rollup.py
     gpubill dlq list                          dlq.py
     gpubill rules check                       rules.py
     gpubill bench pricing | pipeline | rating bench.py
@@ -27,7 +28,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from gpubill.cli import bench, db, demo, dlq, invoice, kafka, processes, producers, report, rules
+from gpubill.cli import bench, db, demo, dlq, invoice, kafka, processes, producers, report, rollup, rules
 from gpubill.cli.common import err
 from gpubill.errors import USER_ERRORS
 from gpubill.logs import quiet_libraries
@@ -50,6 +51,7 @@ app.command()(processes.worker)
 app.command()(processes.up)
 app.command()(processes.scheduler)
 app.command()(report.audit)
+app.command()(rollup.rollup)
 app.command()(demo.demo)
 app.add_typer(kafka.app, name="kafka")
 app.add_typer(invoice.app, name="invoice")

@@ -1,7 +1,7 @@
 """The long-running processes: `gpubill worker`, `gpubill up` and `gpubill scheduler`.
 
 The worker is streams/worker.py (Faust) around a streams/pipeline.py `Pipeline`; the
-scheduler is reports/scheduler.py's billing job on APScheduler. `up` runs both in one
+scheduler is reports/scheduler.py's billing and rollup jobs on APScheduler. `up` runs both in one
 process, for the embedded database, which one process at a time may open.
 """
 
@@ -85,7 +85,7 @@ def up() -> None:
 
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-    from reports.scheduler import add_billing_job, run_due
+    from reports.scheduler import add_billing_job, add_rollup_job, run_due, run_rollup
     from streams.kafka.admin import ensure_pipeline_topics
     from streams.metrics import Metrics
     from streams.worker import run_worker
@@ -112,7 +112,11 @@ def up() -> None:
             # `pipeline.in_writer_thread`, it does not end the worker.
             await loop.run_in_executor(pipeline.writer, lambda: run_due(database, pipeline.rules))
 
+        async def rollup_job() -> None:  # the same thread, for the same reasons
+            await loop.run_in_executor(pipeline.writer, lambda: run_rollup(database, pipeline.rules))
+
         add_billing_job(scheduler, job, rules)
+        add_rollup_job(scheduler, rollup_job)
         scheduler.start()
         await asyncio.Event().wait()
 
@@ -126,7 +130,7 @@ def scheduler() -> None:
     """Run only the monthly billing scheduler (server deployments; embedded mode: use `up`)."""
     from apscheduler.schedulers.blocking import BlockingScheduler
 
-    from reports.scheduler import add_billing_job, run_due
+    from reports.scheduler import add_billing_job, add_rollup_job, run_due, run_rollup
 
     settings = load_settings()
     setup_logging("INFO")
@@ -134,6 +138,7 @@ def scheduler() -> None:
     database = connect(settings)
     blocking = BlockingScheduler(timezone=rules.billing_tz)
     add_billing_job(blocking, lambda: run_due(database, rules), rules)
+    add_rollup_job(blocking, lambda: run_rollup(database, rules))
     try:
         blocking.start()
     except (KeyboardInterrupt, SystemExit):

@@ -1,0 +1,139 @@
+"""Where every report reads rated data: rolled-up hours, and the per-second rows of the rest.
+
+`rated_source(db, rules, period, tenant)` is a relation (SQL text and parameters) with one
+row per hour and price terms — the grain of `rated_hours` — for a whole period. Hours with
+a published rollup and no write since are read from `rated_hours`; hours written since
+their rollup, or never rolled up, are grouped from `rated_seconds FINAL` on the fly by the
+same SELECT the rollup step writes with (`grouped_sql`). A read is therefore exact at any
+moment, whatever the rollup's lag; the rollup only makes it fast. Invoices, late-data
+adjustments, cost share and what-if, usage reports and the audit all read through here.
+
+Columns: period, tenant, hour, day (billing time zone), stream, gpu_uuid, instance,
+gpu_model, site, plan, rent_price, rent_per_s, discount_pct, band, tariff_per_kwh, pue —
+then seconds, util_sum, energy_mj, and with `minutes=True` minutes / minute_qty (per minute
+of the hour: rented seconds or mJ, for re-pricing under other rules).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+# A write stamped at least this long before a rollup began is in it (a block's stamp and its
+# part's commit are moments apart within one INSERT; a minute covers any stall). The SQL view
+# v_live_hours (migration 0008) says the same. Tests lower it to see rollups at once.
+MARGIN_S = int(os.environ.get("GPUBILL_ROLLUP_MARGIN_S", "60"))
+
+_GRAIN = (
+    "period, tenant, toStartOfHour(second) AS hour, toDate(second, {tz:String}) AS day, stream, gpu_uuid, instance, "
+    "gpu_model, site, plan, rent_price, rent_per_s, discount_pct, band, tariff_per_kwh, pue"
+)
+_GRAIN_NAMES = (
+    "period, tenant, hour, day, stream, gpu_uuid, instance, gpu_model, site, plan, rent_price, rent_per_s, "
+    "discount_pct, band, tariff_per_kwh, pue"
+)
+# rated_seconds.energy_mj: the column, not the alias of its sum
+_QUANTITIES = "toUInt32(count()) AS seconds, sum(util_pct) AS util_sum, sum(rated_seconds.energy_mj) AS energy_mj"
+_BY_MINUTE = (
+    "(sumMap([toUInt8(toMinute(second))], [if(stream = 'rent', toUInt64(1), rated_seconds.energy_mj)]) AS by_minute).1 AS minutes, "
+    "by_minute.2 AS minute_qty"
+)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How a period's hours are read now."""
+
+    period: str
+    rolled: int  # hours read from rated_hours
+    live: tuple[int, ...]  # hours (UTC start, epoch s) grouped from rated_seconds
+    frozen: tuple[int, ...]  # hours written after retention dropped the period's per-second rows: not billed
+
+
+def second_range(lo: int, hi: int, column: str = "second") -> str:
+    """SQL: rows whose `column` is in [lo, hi) — a range the primary keys can use."""
+    return f"({column} >= toDateTime({int(lo)}, 'UTC') AND {column} < toDateTime({int(hi)}, 'UTC'))"
+
+
+def hour_range(hour: int) -> str:
+    return second_range(hour, hour + 3600)
+
+
+def grouped_sql(where: str, *, minutes: bool = False) -> str:
+    """The rated seconds matching `where`, grouped to the rollup grain (needs the {tz:String} parameter)."""
+    quantities = f"{_QUANTITIES}, {_BY_MINUTE}" if minutes else _QUANTITIES
+    return f"SELECT {_GRAIN}, {quantities} FROM rated_seconds FINAL WHERE {where} GROUP BY {_GRAIN_NAMES}"
+
+
+def retained_periods(db: Any) -> set[str]:
+    """Periods whose per-second rows retention has dropped (reports read their rollups only)."""
+    return {row[0] for row in db.query("SELECT DISTINCT period FROM retention_runs")}
+
+
+def coverage(db: Any, rules: Any, period: str) -> Coverage:
+    """Which hours of `period` are read from rollups, which from the per-second rows."""
+    margin_ms = MARGIN_S * 1000
+    tz = str(rules.billing_tz)
+    written = {int(h): int(w) for h, w in db.query(
+        "SELECT toUnixTimestamp(hour), toUnixTimestamp64Milli(max(written_at)) FROM rated_writes "
+        "WHERE period = {p:String} GROUP BY hour", {"p": period})}
+    rolled = {int(h): (int(started), zone) for h, started, zone in db.query(
+        "SELECT toUnixTimestamp(hour), toUnixTimestamp64Milli(latest.1), latest.2 FROM "
+        "(SELECT hour, argMax(tuple(started_at, billing_tz), generation) AS latest FROM rollup_runs "
+        " WHERE period = {p:String} GROUP BY hour)", {"p": period})}
+    retained = period in retained_periods(db)
+    live, frozen, clean = [], [], 0
+    for hour in sorted(set(written) | set(rolled)):
+        started, zone = rolled.get(hour, (None, None))
+        fresh = started is not None and zone == tz and written.get(hour, 0) < started - margin_ms
+        if fresh or (retained and started is not None):
+            clean += 1
+            if not fresh:
+                frozen.append(hour)
+        elif retained:
+            frozen.append(hour)
+        else:
+            live.append(hour)
+    return Coverage(period, clean, tuple(live), tuple(frozen))
+
+
+def rated_source(db: Any, rules: Any, period: str, tenant: str | None = None, *,
+                 minutes: bool = False) -> tuple[str, dict]:
+    """The period's rated data at the rollup grain, as `(SELECT …)` and its parameters."""
+    return source_of(coverage(db, rules, period), rules, tenant, minutes=minutes)
+
+
+def source_of(cov: Coverage, rules: Any, tenant: str | None = None, *, minutes: bool = False) -> tuple[str, dict]:
+    params = {"period": cov.period, "tenant": tenant or "", "tz": str(rules.billing_tz)}
+    own = " AND tenant = {tenant:String}" if tenant is not None else ""
+    columns = f"{_GRAIN_NAMES}, seconds, util_sum, energy_mj" + (", minutes, minute_qty" if minutes else "")
+    runs = _runs(cov.live)
+    live = " OR ".join(second_range(lo, hi) for lo, hi in runs)
+    rolled = (
+        f"SELECT {columns} FROM rated_hours WHERE period = {{period:String}}{own}"
+        " AND (hour, generation) IN (SELECT hour, max(generation) FROM rollup_runs WHERE period = {period:String} GROUP BY hour)"
+        + (" AND NOT (" + " OR ".join(second_range(lo, hi, "hour") for lo, hi in runs) + ")" if runs else "")
+    )
+    parts = [rolled]
+    if live:
+        parts.append(grouped_sql(f"period = {{period:String}}{own} AND ({live})", minutes=minutes))
+    return "(" + " UNION ALL ".join(parts) + ")", params
+
+
+def card_models_sql(cov: Coverage) -> str:
+    """(gpu_uuid, model) from usage readings: rolled-up hours' (card_models) and the live hours'."""
+    live = " OR ".join(second_range(lo, hi) for lo, hi in _runs(cov.live))
+    usage = f" UNION ALL SELECT gpu_uuid, gpu_model FROM readings_usage WHERE {live}" if live else ""
+    return f"(SELECT gpu_uuid, min(gpu_model) AS model FROM (SELECT gpu_uuid, gpu_model FROM card_models{usage}) GROUP BY gpu_uuid)"
+
+
+def _runs(hours: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Consecutive hours as [lo, hi) ranges of seconds."""
+    runs: list[list[int]] = []
+    for hour in hours:
+        if runs and runs[-1][1] == hour:
+            runs[-1][1] = hour + 3600
+        else:
+            runs.append([hour, hour + 3600])
+    return [(lo, hi) for lo, hi in runs]
