@@ -21,8 +21,11 @@ older than reports.rated.MARGIN_S, so an hour still being written is not rolled 
 from __future__ import annotations
 
 import logging
+import os
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Callable
 
 from reports import rated
@@ -118,17 +121,17 @@ def drop_superseded(db: Any, periods: list[str]) -> None:
 
 
 def _pause_before_publish() -> None:
-    """Fault injection for the e2e kill test: $GPUBILL_FAILPOINTS/rollup-publish holds seconds to wait."""
-    import os
-    import time
-    from pathlib import Path
-
+    """Fault injection for the e2e kill test: while $GPUBILL_FAILPOINTS/rollup-publish exists,
+    wait the seconds written in it between writing an hour's rows and publishing them (and say
+    so in rollup-publish.reached). Unset in production: costs one getenv."""
     directory = os.environ.get("GPUBILL_FAILPOINTS")
     if directory:
         try:
-            time.sleep(float(Path(directory, "rollup-publish").read_text() or 0))
+            delay_s = float(Path(directory, "rollup-publish").read_text() or 0)
         except (OSError, ValueError):
             return
+        Path(directory, "rollup-publish.reached").touch()
+        time.sleep(delay_s)
 
 
 def _iso(second: int) -> str:

@@ -68,6 +68,9 @@ def gpubill(tmp_path, broker) -> Gpubill:
         "GPUBILL_OUT": str(tmp_path / "out"),
         "GPUBILL_GROUP": "e2e-rating",
         "GPUBILL_PARTITIONS": "4",
+        # hours are rolled up as soon as they are written (not a minute later), so that the
+        # invoice runs and reports of every e2e test read rollups (reports/rated.py)
+        "GPUBILL_ROLLUP_MARGIN_S": "0",
         "NO_COLOR": "1",
         "COLUMNS": "200",
     }

@@ -30,6 +30,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -42,6 +44,7 @@ from tests.e2e.faults_helpers import (
     count_rows,
     dumps,
     expected_invoice,
+    fleet,
     invoice_figures,
     kill9,
     make_readings,
@@ -160,6 +163,38 @@ def test_kill9_three_times_during_a_drain(faults, broker, tmp_path):
     drain(faults)
     assert committed_total(broker.bootstrap, GROUP) == len(readings)
     assert_billed_exactly(faults, truth)
+
+
+def test_kill9_inside_the_rollup_then_late_data(faults, tmp_path):
+    """SIGKILL `gpubill rollup` after it wrote an hour's rows and before it published them
+    (failpoint rollup-publish): the rows are never read, the invoice is exact. Then late data
+    lands in hours already rolled up: they are read from the per-second rows until rolled up
+    again, and the audit (which checks every published hour) stays clean."""
+    failpoints = tmp_path / "failpoints"
+    failpoints.mkdir()
+    cards = fleet(660)
+    readings = make_readings(600, cards)
+    late = make_readings(660, cards, first=600)  # the next minute, in the same hour
+    truth = truth_of(readings + late)
+    replay(faults, tmp_path / "readings.ndjson", [dumps(r) for r in readings])
+    drain(faults)
+
+    (failpoints / "rollup-publish").write_text("60")
+    rollup = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "rollup"], env={
+        **faults.env, "GPUBILL_FAILPOINTS": str(failpoints)}, cwd=faults.cwd, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True)
+    assert wait_until(lambda: (failpoints / "rollup-publish.reached").exists(), 120), "the rollup never got there"
+    kill9(rollup)
+    unpublished = count_rows(faults.env["GPUBILL_CLICKHOUSE"], "SELECT count() FROM rated_hours")
+    assert unpublished > 0 and count_rows(faults.env["GPUBILL_CLICKHOUSE"], "SELECT count() FROM rollup_runs") == 0
+    assert_audit_clean(faults)
+    assert stored_figures(faults.env["GPUBILL_CLICKHOUSE"]) == truth_figures(truth_of(readings))
+
+    assert "0 hours rolled up" not in faults.run("rollup").stdout
+    replay(faults, tmp_path / "late.ndjson", [dumps(r) for r in late])
+    drain(faults)
+    assert_billed_exactly(faults, truth)  # the invoice run rolls the late hours up again first
+    assert "0 hours rolled up" in faults.run("rollup").stdout
 
 
 # ---------------------------------------------------------------- 2. ClickHouse down

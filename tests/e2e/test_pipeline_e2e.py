@@ -88,9 +88,14 @@ def test_readings_to_invoices_to_the_fen(gpubill):
     assert [l["amount"] for l in lines["credit"]] == ["-10.00"]
     assert (beta["subtotal"], beta["net"], beta["tax"], beta["total"]) == ("62.47", "46.47", "2.79", "49.26")
 
-    # -- 3. late March data for acme after March was finalized: March does not change
+    # the run rolled March's hours up first, and read them from the rollups
+    assert "0 hours rolled up" in gpubill.run("rollup", "--period", "2026-03").stdout
+
+    # -- 3. late March data for acme after March was finalized and rolled up: March does not change
     gpubill.run("replay", str(FIXTURES / "readings_part3.ndjson"))
     gpubill.run("worker", "--drain")
+    rolled = gpubill.run("rollup")  # the hours the late data landed in are rolled up again
+    assert "0 hours rolled up" not in rolled.stdout and "2026-03" in rolled.stderr
     # every offset a drain processed was committed: a second drain finds nothing to do
     assert "nothing to drain" in gpubill.run("worker", "--drain").stdout
     rerun = gpubill.run("invoice", "run", "--period", "2026-03")
@@ -202,3 +207,12 @@ def test_readings_to_invoices_to_the_fen(gpubill):
     audited = gpubill.run("audit", "--period", "2026-03", check=False)
     assert audited.returncode == 1
     assert "DIFFERENCE acme rent_seconds: raw 130 vs rated 131" in audited.stdout
+
+    # -- 11. ... and so can a rolled-up hour that no longer equals the per-second rows it came from
+    gpubill.run("rollup")
+    with open_database(gpubill.env["GPUBILL_CLICKHOUSE"]) as database:
+        database.command("ALTER TABLE rated_hours UPDATE seconds = seconds + 1 WHERE tenant = 'beta' "
+                         "SETTINGS mutations_sync = 1")
+    audited = gpubill.run("audit", "--period", "2026-03", check=False)
+    assert audited.returncode == 1
+    assert "DIFFERENCE (unallocated) rollup of hour 2026-03-" in audited.stdout
