@@ -14,7 +14,7 @@ import json
 import re
 from functools import lru_cache
 from collections.abc import Collection
-from datetime import datetime
+from datetime import datetime, timezone
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from typing import Annotated, Any, Literal
 
@@ -127,6 +127,19 @@ def parse_ts(value: str) -> int:
     if whole < MIN_SECOND:
         raise ValueError("must not be before 2000-01-01T00:00:00Z")
     return whole
+
+
+def stored_ts(ts: str, second: int) -> str:
+    """What the raw tables keep of a reading's `ts`: "" when it says no more than `second`
+    (exactly YYYY-MM-DDTHH:MM:SSZ of that second: the column `second` holds it), else the
+    text as sent (a fraction, an offset, lower case). Read it back as
+    `if(ts = '', formatDateTime(second, '%Y-%m-%dT%H:%i:%SZ', 'UTC'), ts)`."""
+    return "" if len(ts) == 20 and ts == _plain_utc(second) else ts
+
+
+@lru_cache(maxsize=4096)
+def _plain_utc(second: int) -> str:
+    return datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def decode_json(raw: bytes) -> Any:

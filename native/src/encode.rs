@@ -20,7 +20,7 @@ impl Core {
         let t = &self.texts;
         let mut b = Block::new(if kind == Kind::Usage { 14 } else { 10 }, rows.len());
         b.strings("event_id", r().map(|p| &*p.event_id));
-        b.strings("ts", r().map(|p| &*p.ts));
+        b.strings("ts", r().map(|p| stored_ts(&p.ts, p.second)));
         b.numbers("second", "DateTime('UTC')", r().map(|p| p.second as u32));
         b.strings("site", r().map(|p| t.text(p.site)));
         b.strings("node", r().map(|p| t.text(p.node)));
@@ -72,5 +72,61 @@ impl Core {
         b.numbers("src_offset", "UInt64", r().map(|row| row.offset));
         b.numbers("rated_at", "DateTime64(3, 'UTC')", r().map(|_| now_ms));
         b.into_bytes()
+    }
+}
+
+/// What the raw tables keep of a reading's ts: "" when it is exactly the second in RFC 3339
+/// UTC (YYYY-MM-DDTHH:MM:SSZ; the column `second` holds it), else the text as sent — as
+/// schemas.events.stored_ts.
+fn stored_ts(ts: &str, second: i64) -> &str {
+    if ts.len() == 20 && ts.as_bytes() == plain_utc(second) {
+        ""
+    } else {
+        ts
+    }
+}
+
+/// `second` as YYYY-MM-DDTHH:MM:SSZ (proleptic Gregorian calendar, days to civil date).
+fn plain_utc(second: i64) -> [u8; 20] {
+    let (days, secs) = (second.div_euclid(86_400), second.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let mut out = *b"0000-00-00T00:00:00Z";
+    for (at, width, value) in [(0, 4, year), (5, 2, month), (8, 2, day), (11, 2, secs / 3600), (14, 2, secs / 60 % 60), (17, 2, secs % 60)] {
+        let mut v = value;
+        for i in (at..at + width).rev() {
+            out[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{plain_utc, stored_ts};
+
+    #[test]
+    fn plain_utc_formats_the_second() {
+        assert_eq!(&plain_utc(0), b"1970-01-01T00:00:00Z");
+        assert_eq!(&plain_utc(1_772_323_200), b"2026-03-01T00:00:00Z");
+        assert_eq!(&plain_utc(951_782_399), b"2000-02-28T23:59:59Z");
+        assert_eq!(&plain_utc(951_868_800), b"2000-03-01T00:00:00Z");
+        assert_eq!(&plain_utc(4_107_542_399), b"2100-02-28T23:59:59Z");
+    }
+
+    #[test]
+    fn ts_is_kept_only_when_it_says_more_than_the_second() {
+        assert_eq!(stored_ts("2026-03-01T00:00:00Z", 1_772_323_200), "");
+        assert_eq!(stored_ts("2026-03-01T08:00:00+08:00", 1_772_323_200), "2026-03-01T08:00:00+08:00");
+        assert_eq!(stored_ts("2026-03-01T00:00:00.5Z", 1_772_323_200), "2026-03-01T00:00:00.5Z");
+        assert_eq!(stored_ts("2026-03-01t00:00:00z", 1_772_323_200), "2026-03-01t00:00:00z");
     }
 }

@@ -14,6 +14,10 @@
 -- it is rolled up again, so a read is exact at any moment, whatever the rollup's lag.
 -- The stamp is idempotent (latest time per hour), so a view is safe here.
 
+-- From now on the raw tables' `ts` holds the text as sent only when it says more than
+-- `second` (a fraction, an offset); '' when it was exactly YYYY-MM-DDTHH:MM:SSZ of `second`
+-- (schemas.events.stored_ts; the Rust core the same). No DDL: the column stays a String.
+
 CREATE TABLE IF NOT EXISTS rated_hours
 (
     period         LowCardinality(String),

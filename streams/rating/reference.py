@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
-from schemas.events import PowerReading, UsageReading
+from schemas.events import PowerReading, UsageReading, stored_ts
 from schemas.quick_parser import Power, Usage
 from warehouse.blocks import encode_rows
 
@@ -313,7 +313,7 @@ class Rater:
         self._hold(self._usage, self._usage_ids, key, _UsageSeen(reading.event_id, reading.tenant, reading.instance, reading.gpu_model, offset))
         out.readings_usage.append(
             (
-                reading.event_id, reading.ts, second, reading.site, reading.node, reading.gpu_uuid,
+                reading.event_id, stored_ts(reading.ts, second), second, reading.site, reading.node, reading.gpu_uuid,
                 reading.gpu_model, reading.tenant, reading.instance, reading.util_pct, reading.mem_used_mib,
                 partition, offset, now,
             )
@@ -343,7 +343,7 @@ class Rater:
         self._hold(self._power, self._power_ids, key, power)
         out.readings_power.append(
             (
-                reading.event_id, reading.ts, second, reading.site, reading.node, reading.gpu_uuid,
+                reading.event_id, stored_ts(reading.ts, second), second, reading.site, reading.node, reading.gpu_uuid,
                 power.power_mw, partition, offset, now,
             )
         )

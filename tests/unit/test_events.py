@@ -264,3 +264,13 @@ def test_ts_without_seconds_is_refused() -> None:
 
 def test_mem_used_mib_beyond_uint64_is_refused() -> None:
     assert refusal(encode(usage(mem_used_mib=2**64))).startswith("mem_used_mib:")
+
+
+def test_ts_is_stored_only_when_it_says_more_than_the_second():
+    from schemas.events import stored_ts
+
+    march_1 = 1_772_323_200  # 2026-03-01T00:00:00Z, by hand: 20,513 days × 86,400 s
+    assert stored_ts("2026-03-01T00:00:00Z", march_1) == ""
+    for kept in ("2026-03-01T08:00:00+08:00", "2026-03-01T00:00:00.250Z", "2026-03-01t00:00:00z"):
+        assert stored_ts(kept, march_1) == kept
+    assert stored_ts("2026-03-01T00:00:01Z", march_1) == "2026-03-01T00:00:01Z"  # not this second's text
