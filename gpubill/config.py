@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     metrics_port: int = Field(9464, ge=0, le=65535, description="Prometheus port of the worker (0: off)")
     http_port: int = Field(8080, ge=0, le=65535, description="port of the download service")
     group: str = Field("gpubill-rating", description="consumer group of the workers")
+    retain_periods: int | None = Field(
+        None, ge=1, description="`gpubill retention apply` keeps the per-second rows of the latest N billing periods "
+        "(the current one included) and drops older ones once archived; unset: keep everything")
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):

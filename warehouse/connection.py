@@ -82,6 +82,14 @@ class Database:
         names = result.column_names
         return [dict(zip(names, row)) for row in result.result_rows]
 
+    def query_bytes(self, sql: str, parameters: dict | None = None, fmt: str = "Parquet") -> bytes:
+        """The result of a query as the bytes of one file in ClickHouse format `fmt` (Parquet, CSV …).
+        The whole result is held in memory: callers bound it (reports/archive.py: one hour of a table)."""
+        try:
+            return self.client.raw_query(sql, parameters=parameters, fmt=fmt)
+        except ClickHouseError as exc:
+            raise DatabaseError(f"ClickHouse refused a query: {_first_line(exc)}") from exc
+
     def insert(self, table: str, rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> None:
         """Insert rows; raises DatabaseError when ClickHouse does not acknowledge them."""
         if not rows:

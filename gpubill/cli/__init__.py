@@ -13,6 +13,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill bench pricing | pipeline | rating bench.py
     gpubill db migrate, clickhouse serve      db.py
     gpubill demo                              demo.py
+    gpubill archive [verify], retention apply archive.py
 
 common.py holds the consoles and helpers they share; gpubill/logs.py the JSON log lines of
 the long-running commands. Every error a user can cause derives from one of the bases in
@@ -28,7 +29,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from gpubill.cli import bench, db, demo, dlq, invoice, kafka, processes, producers, report, rollup, rules
+from gpubill.cli import archive, bench, db, demo, dlq, invoice, kafka, processes, producers, report, rollup, rules
 from gpubill.cli.common import err
 from gpubill.errors import USER_ERRORS
 from gpubill.logs import quiet_libraries
@@ -61,6 +62,8 @@ app.add_typer(rules.app, name="rules")
 app.add_typer(bench.app, name="bench")
 app.add_typer(db.clickhouse_app, name="clickhouse")
 app.add_typer(db.app, name="db")
+app.add_typer(archive.app, name="archive")
+app.add_typer(archive.retention_app, name="retention")
 
 
 def main() -> None:

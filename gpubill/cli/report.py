@@ -71,9 +71,13 @@ def audit(period: str = typer.Option(..., help="Billing period YYYY-MM.")) -> No
 
     settings = load_settings()
     rules = read_rules(settings)
+    from reports.rated import retained_periods
+
     with connect(settings) as database:
         figures, differences = run_audit(database, rules, check_period(period))
-    table = Table("tenant", "rented GPU-s", "energy mJ", "rent", "electricity", title=f"Audit {period} (from raw readings)")
+        retained = period in retained_periods(database)
+    source = "from rollups: retention dropped the raw readings after archiving them" if retained else "from raw readings"
+    table = Table("tenant", "rented GPU-s", "energy mJ", "rent", "electricity", title=f"Audit {period} ({source})")
     for tenant, f in sorted(figures.items()):
         table.add_row(tenant or "(unallocated)", f"{f.rent_seconds:,}", f"{f.energy_mj:,}", str(f.rent), str(f.electricity))
     out.print(table)
@@ -81,4 +85,8 @@ def audit(period: str = typer.Option(..., help="Billing period YYYY-MM.")) -> No
         for d in differences:
             out.print(f"DIFFERENCE {d.tenant or '(unallocated)'} {d.what}: raw {d.raw} vs rated {d.rated}", highlight=False)
         raise GpubillError(f"audit of {period}: {len(differences)} differences between raw readings and rated data")
-    out.print(f"audit of {period}: clean — rated data equals the batch join of the raw readings")
+    if retained:
+        out.print(f"audit of {period}: clean — no rows written after retention; the raw readings are checked by "
+                  "`gpubill archive verify`")
+    else:
+        out.print(f"audit of {period}: clean — rated data equals the batch join of the raw readings")
