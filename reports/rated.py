@@ -16,14 +16,10 @@ of the hour: rented seconds or mJ, for re-pricing under other rules).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
-# A write stamped at least this long before a rollup began is in it (a block's stamp and its
-# part's commit are moments apart within one INSERT; a minute covers any stall). The SQL view
-# v_live_hours (migration 0008) says the same. Tests lower it to see rollups at once.
-MARGIN_S = int(os.environ.get("GPUBILL_ROLLUP_MARGIN_S", "60"))
+from warehouse import writes
 
 _GRAIN = (
     "period, tenant, toStartOfHour(second) AS hour, toDate(second, {tz:String}) AS day, stream, gpu_uuid, instance, "
@@ -73,7 +69,7 @@ def retained_periods(db: Any) -> set[str]:
 
 def coverage(db: Any, rules: Any, period: str) -> Coverage:
     """Which hours of `period` are read from rollups, which from the per-second rows."""
-    margin_ms = MARGIN_S * 1000
+    margin_ms = writes.MARGIN_S * 1000  # stamps say "written until": warehouse/writes.py
     tz = str(rules.billing_tz)
     written = {int(h): int(w) for h, w in db.query(
         "SELECT toUnixTimestamp(hour), toUnixTimestamp64Milli(max(written_at)) FROM rated_writes "

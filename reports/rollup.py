@@ -10,12 +10,12 @@ and read an hour from the per-second rows while it has writes newer than its rol
 - a rollup killed before it publishes leaves rows of an unpublished generation, never read
   and deleted by a later rollup of the hour;
 - energy moving from unallocated to a tenant (a late usage reading) re-writes per-second
-  rows, which stamps the hour in `rated_writes` (a materialized view, the server's clock),
+  rows, whose hour the sink stamps in `rated_writes` (the database's clock; warehouse/writes.py),
   which makes the hour stale until it is rolled up again.
 
 `roll_up` is the job: `gpubill rollup`, and every few minutes in `gpubill up` and
 `gpubill scheduler`. It rolls up every hour that is stale or new and whose last write is
-older than reports.rated.MARGIN_S, so an hour still being written is not rolled up over and over.
+older than warehouse.writes.MARGIN_S, so an hour still being written is not rolled up over and over.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from reports import rated
 from reports.rated import grouped_sql, hour_range, retained_periods
+from warehouse import writes
 
 log = logging.getLogger("gpubill.rollup")
 
@@ -63,7 +63,7 @@ def roll_up(db: Any, rules: Any, *, period: str | None = None,
     """Roll up every due hour (of `period`, or of all periods); returns what it did."""
     tz = str(rules.billing_tz)
     where = "WHERE period = {period:String}" if period else ""
-    due = db.query(_DUE_SQL.replace("WHERE_PERIOD", where), {"period": period or "", "tz": tz, "margin": rated.MARGIN_S})
+    due = db.query(_DUE_SQL.replace("WHERE_PERIOD", where), {"period": period or "", "tz": tz, "margin": writes.MARGIN_S})
     retained = retained_periods(db)
     report = RollupReport()
     for p, hour, _ in due:

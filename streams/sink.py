@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from schemas import tables
 from streams.rating.protocol import RatedBatch
 from warehouse.errors import DatabaseError
+from warehouse.writes import HourStamps
 
 log = logging.getLogger("gpubill.sink")
 
@@ -42,6 +43,7 @@ class ClickHouseSink:
     database: object
     max_wait_s: float = 600.0
     stats: SinkStats = field(default_factory=SinkStats)
+    stamps: HourStamps = field(default_factory=HourStamps)
 
     def write(self, outcome: RatedBatch, deadletters: list[tuple] | None = None) -> None:
         """Insert every row of the batch; returns only when ClickHouse acknowledged all.
@@ -62,17 +64,20 @@ class ClickHouseSink:
         rows_written = 0
         for table, rows, columns in plan:
             if rows:
-                self._insert_with_retry(table, rows, columns)
+                self._insert_with_retry(table, rows, columns, outcome.hours if table == "rated_seconds" else ())
                 rows_written += rows[1] if isinstance(rows, tuple) else len(rows)
         self.stats.batches += 1
         self.stats.rows += rows_written
         self.stats.last_flush_s = time.monotonic() - started
 
-    def _insert_with_retry(self, table: str, rows: "list[tuple] | tuple[bytes, int]", columns: tuple[str, ...]) -> None:
-        """Insert plain rows, or a (Native block, row count); retried with backoff."""
+    def _insert_with_retry(self, table: str, rows: "list[tuple] | tuple[bytes, int]", columns: tuple[str, ...],
+                           hours: list[tuple[str, int]] | tuple = ()) -> None:
+        """Insert plain rows, or a (Native block, row count); retried with backoff. Rated rows'
+        hours are stamped first, before each attempt (warehouse/writes.py)."""
         delay_s, waited_s = 0.5, 0.0
         while True:
             try:
+                self.stamps.before_write(self.database, hours)
                 if isinstance(rows, tuple):
                     self.database.insert_native(table, columns, rows[0])
                 else:

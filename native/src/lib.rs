@@ -247,7 +247,8 @@ impl Core {
     /// tariff×10^6, pue×10^4) and period(second) → str; an exception of class
     /// `priced_error` refuses the reading. Returns (usage block, usage rows, power block,
     /// power rows, rated block, rated rows, unallocated energy rows, conflicts, duplicates,
-    /// refused) — conflicts as `Conflict`s (rate.rs), refused as (message index, element, reason).
+    /// refused, hours) — conflicts as `Conflict`s (rate.rs), refused as (message index, element,
+    /// reason), hours as the (period, UTC hour) the rated rows fall in.
     /// Prices are asked with the GIL; the rest runs without it, beside the event loop's
     /// Kafka fetches and the writer thread's inserts.
     fn rate<'py>(&mut self, py: Python<'py>, pricing: &Bound<'py, PyAny>, priced_error: &Bound<'py, PyAny>, now_ms: i64) -> PyResult<Bound<'py, PyTuple>> {
@@ -259,6 +260,7 @@ impl Core {
             PyBytes::new(py, &out.rated_block).into_any(), out.rated_rows.into_pyobject(py)?.into_any(),
             out.unallocated.into_pyobject(py)?.into_any(), out.conflicts.into_pyobject(py)?.into_any(),
             out.duplicates.into_pyobject(py)?.into_any(), out.refused.into_pyobject(py)?.into_any(),
+            out.hours.into_pyobject(py)?.into_any(),
         ];
         PyTuple::new(py, items)
     }

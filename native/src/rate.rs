@@ -48,6 +48,8 @@ pub(crate) struct RateOutput {
     pub(crate) conflicts: Vec<Conflict>,
     pub(crate) duplicates: usize,
     pub(crate) refused: Vec<(u32, u32, String)>,
+    /// The (period, UTC hour start) of every rated row, once each: the hours this batch writes.
+    pub(crate) hours: Vec<(String, i64)>,
 }
 
 impl Core {
@@ -152,6 +154,9 @@ impl Core {
         raw_usage.sort_by_cached_key(reading_key);
         raw_power.sort_by_cached_key(reading_key);
         rated.sort_by_cached_key(|row| (row.energy, rank[&row.gpu], row.second));
+        let mut hours: Vec<(usize, i64)> = rated.iter().map(|row| (row.period, row.second.div_euclid(3600) * 3600)).collect();
+        hours.sort_unstable();
+        hours.dedup();
         RateOutput {
             usage_block: self.readings_block(Kind::Usage, &pending, &raw_usage, now_ms),
             usage_rows: raw_usage.len(),
@@ -163,6 +168,7 @@ impl Core {
             conflicts,
             duplicates,
             refused,
+            hours: hours.into_iter().map(|(period, hour)| (self.period_texts[period].clone(), hour)).collect(),
         }
     }
 

@@ -8,11 +8,12 @@
 -- rollup_runs only after the rows are in, and readers take an hour's rows only at its
 -- published generation. A rollup killed half-way leaves rows nobody reads.
 --
--- rated_writes says which hours changed: a materialized view stamps, for every block
--- written to rated_seconds, its (period, hour)s with the server's clock. An hour whose
--- latest write is not older than its published rollup is read from rated_seconds until
--- it is rolled up again, so a read is exact at any moment, whatever the rollup's lag.
--- The stamp is idempotent (latest time per hour), so a view is safe here.
+-- rated_writes says which hours changed: the sink stamps the (period, hour)s a batch
+-- writes, before writing them, with the database's clock plus a margin ("written until";
+-- warehouse/writes.py). An hour whose latest stamp is not older than its published rollup's
+-- start less the margin is read from rated_seconds until it is rolled up again, so a read
+-- is exact at any moment, whatever the rollup's lag. (A materialized view stamping every
+-- insert did the same at a fifth of the pipeline's speed: docs/performance.md.)
 
 -- From now on the raw tables' `ts` holds the text as sent only when it says more than
 -- `second` (a fraction, an offset); '' when it was exactly YYYY-MM-DDTHH:MM:SSZ of `second`
@@ -70,11 +71,6 @@ CREATE TABLE IF NOT EXISTS rated_writes
 )
 ENGINE = ReplacingMergeTree(written_at)
 ORDER BY (period, hour);
-
-CREATE MATERIALIZED VIEW IF NOT EXISTS rated_writes_mv TO rated_writes AS
-SELECT period, toStartOfHour(second) AS hour, max(now64(3, 'UTC')) AS written_at
-FROM rated_seconds
-GROUP BY period, hour;
 
 -- Data written before this migration: every hour counts as written now.
 INSERT INTO rated_writes

@@ -158,8 +158,8 @@ def process_batch_native(items: list, rater: NativeRater, *, now: datetime, look
             core.preload_power([_power_row(row) for row in power_rows])
     # (3) Rate and encode.
     (usage_block, usage_rows, power_block, power_rows, rated_block, rated_rows, unallocated, conflicts, duplicates,
-     not_priced) = core.rate(rater.pricing, BillingRulesError, epoch_ms(now))
-    outcome = EncodedOutcome(duplicates=duplicates, unallocated=unallocated)
+     not_priced, hours) = core.rate(rater.pricing, BillingRulesError, epoch_ms(now))
+    outcome = EncodedOutcome(duplicates=duplicates, unallocated=unallocated, hours=hours)
     for table, block, rows in (("rated_seconds", rated_block, rated_rows), ("readings_usage", usage_block, usage_rows),
                                ("readings_power", power_block, power_rows)):
         if rows:

@@ -32,6 +32,7 @@ class RatedBatch(Protocol):
     duplicates: int
     unallocated: int  # energy rows without a tenant (yet)
     row_count: int  # rows in the blocks
+    hours: list[tuple[str, int]]  # (period, UTC hour start) of the rated rows, once each
 
 
 @dataclass
@@ -42,6 +43,7 @@ class EncodedOutcome:
     conflicts: list[tuple] = field(default_factory=list)  # schemas.tables.CONFLICTS order
     duplicates: int = 0
     unallocated: int = 0  # energy rows without a tenant (yet)
+    hours: list[tuple[str, int]] = field(default_factory=list)  # (period, UTC hour) of the rated rows
 
     @property
     def row_count(self) -> int:

@@ -88,6 +88,11 @@ class Outcome:
         """Energy rows without a tenant (yet)."""
         return sum(1 for row in self.rated if row[0] == "energy" and row[4] == "")
 
+    @property
+    def hours(self) -> list[tuple[str, int]]:
+        """The (period, UTC hour start) of every rated row, once each, sorted."""
+        return sorted({(row[3], row[2] - row[2] % 3600) for row in self.rated})
+
     def extend(self, other: "Outcome") -> None:
         self.readings_usage += other.readings_usage
         self.readings_power += other.readings_power

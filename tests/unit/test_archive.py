@@ -48,7 +48,9 @@ from schemas.tables import (
     READINGS_POWER,
     READINGS_USAGE,
 )
+from warehouse import writes
 from warehouse.connection import open_database
+from warehouse.writes import stamp_hours
 
 RULES = load_rules(Path(__file__).parents[1] / "e2e" / "rules")
 PERIOD = "2026-03"
@@ -73,7 +75,7 @@ def db(tmp_path):
 @pytest.fixture(autouse=True)
 def no_margin(monkeypatch):
     """Hours are rolled up and read from rollups as soon as they are written."""
-    monkeypatch.setattr(rated, "MARGIN_S", 0)
+    monkeypatch.setattr(writes, "MARGIN_S", 0)
 
 
 def _at(second: int) -> datetime:
@@ -108,6 +110,7 @@ def seed(db, seconds=MARCH_SECONDS + NEIGHBOUR_SECONDS, version: int = 1) -> Non
     for table, columns, rows in (("readings_usage", READINGS_USAGE, usage), ("readings_power", READINGS_POWER, power),
                                  ("rated_seconds", RATED_SECONDS, rated_rows)):
         db.insert(table, [[row[c] for c in columns] for row in rows], columns)
+    stamp_hours(db, {(row["period"], int(row["second"].timestamp()) // 3600 * 3600) for row in rated_rows})
     time.sleep(0.01)  # a rollup starts strictly after the writes' stamps
 
 
@@ -245,7 +248,7 @@ def test_retention_refuses_hours_not_rolled_up(db, monkeypatch):
     seed(db)
     run_period(db, RULES, PERIOD, now=NOW)
     seed(db, [MID + 7200])  # written now: within the margin, so not rolled up yet
-    monkeypatch.setattr(rated, "MARGIN_S", 3600)
+    monkeypatch.setattr(writes, "MARGIN_S", 3600)
     with pytest.raises(RetentionRefused, match="hours not rolled up"):
         apply_retention(db, RULES, PERIOD, now=NOW)
 

@@ -33,7 +33,9 @@ from reports.cost_share import cost_share
 from reports.invoicing import _usage_by_tenant
 from reports.usage_report import usage_report
 from schemas.tables import RATED_SECONDS
+from warehouse import writes
 from warehouse.connection import open_database
+from warehouse.writes import stamp_hours
 
 RULES = load_rules(Path(__file__).parents[1] / "e2e" / "rules")
 PERIOD = "2026-03"
@@ -66,7 +68,7 @@ def database(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def no_margin(monkeypatch):
     """Hours are rolled up and read from rollups as soon as they are written (no one-minute wait)."""
-    monkeypatch.setattr(rated, "MARGIN_S", 0)
+    monkeypatch.setattr(writes, "MARGIN_S", 0)
 
 
 @st.composite
@@ -107,6 +109,12 @@ def _row(v: tuple) -> list:
         "rated_at": datetime.now(timezone.utc),
     }
     return [values[c] for c in RATED_SECONDS]
+
+
+def _write(database, versions: list[tuple]) -> None:
+    """Insert rated rows as the sink does: their hours stamped (here just after, ahead_s=0)."""
+    database.insert("rated_seconds", [_row(v) for v in versions], RATED_SECONDS)
+    stamp_hours(database, {(PERIOD, v[2] - v[2] % 3600) for v in versions})
 
 
 def _final(versions: list[tuple]) -> list[tuple]:
@@ -162,7 +170,7 @@ def test_reads_through_rollups_equal_the_per_second_rows_whatever_happened(datab
         database.command(f"TRUNCATE TABLE {table}")
     for batch, action in zip(batches, actions):
         if batch:
-            database.insert("rated_seconds", [_row(v) for v in batch], RATED_SECONDS)
+            _write(database, batch)
         if action == "roll":
             rollup.roll_up(database, RULES)
         elif action == "kill":
@@ -199,7 +207,7 @@ def test_a_killed_rollup_leaves_rows_nobody_reads_and_the_next_one_deletes_them(
     for table in TABLES:
         database.command(f"TRUNCATE TABLE {table}")
     rows = [("rent", "GPU-a", T0 + s, "acme", *RENT_TERMS[0], Decimal(50), 0, *NO_ENERGY, 1) for s in range(10)]
-    database.insert("rated_seconds", [_row(v) for v in rows], RATED_SECONDS)
+    _write(database, rows)
     with monkeypatch.context() as patch:
         patch.setattr(rollup, "_pause_before_publish", _die)
         with pytest.raises(KilledRollup):
@@ -212,7 +220,7 @@ def test_a_killed_rollup_leaves_rows_nobody_reads_and_the_next_one_deletes_them(
     assert first.hours == [(PERIOD, T0)]
     assert rated.coverage(database, RULES, PERIOD).live == ()
     late = ("rent", "GPU-a", T0 + 99, "acme", *RENT_TERMS[0], Decimal(50), 0, *NO_ENERGY, 1)
-    database.insert("rated_seconds", [_row(late)], RATED_SECONDS)
+    _write(database, [late])
     assert rated.coverage(database, RULES, PERIOD).live == (T0,)  # written since: stale
     assert _read(database)[0] == {("acme", *RENT_TERMS[0]): 11}
     rollup.roll_up(database, RULES)
