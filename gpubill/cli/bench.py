@@ -1,4 +1,4 @@
-"""`gpubill bench pricing|pipeline|rating`: measured figures of the paths users run.
+"""`gpubill bench pricing|pipeline|rating|month`: measured figures of the paths users run.
 
 The benchmarks themselves are gpubill/bench/; docs/performance.md records their results.
 """
@@ -66,4 +66,30 @@ def bench_rating_command(
     from gpubill.bench.rating import bench_rating
 
     result = bench_rating(gpus, seconds, batch_s=batch_s, say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
+    print_figures(result, as_json)
+
+
+@app.command("month")
+def bench_month_command(
+    gpus: int = typer.Option(1280, min=1, help="Cards in the fleet (the operator's site has 1,280)."),
+    days: int = typer.Option(30, min=1, max=31, help="Days of the month from the 1st (April 2026 has 30)."),
+    per_second_days: int = typer.Option(1, min=1, help=(
+        "Days with per-second rows (readings and rated seconds), rolled up by the real rollup step; the other "
+        "days are written as exactly the rollups those rows would give.")),
+    per_second_hours: int | None = typer.Option(None, min=1, help="Per-second rows for this many hours instead."),
+    tenant_cards: int = typer.Option(64, min=1, help="Cards per tenant (tenant-0, tenant-1, ...)."),
+    period: str = typer.Option("2026-04", help="The month (billing time zone) of the example time-of-use rules."),
+    keep: str | None = typer.Option(None, "--keep", help="Build the database in this directory and keep it."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
+) -> None:
+    """A month of a fleet in a private chDB: the real rollup, invoice run, cost share, usage reports, finance view,
+    audit, and bytes per GPU-second."""
+    from pathlib import Path
+
+    from gpubill.bench.month import bench_month
+    from gpubill.cli.common import check_period
+
+    result = bench_month(gpus, days, per_second_hours=per_second_hours or 24 * per_second_days,
+                         period=check_period(period), tenant_cards=tenant_cards, keep=Path(keep) if keep else None,
+                         say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
     print_figures(result, as_json)
