@@ -15,7 +15,8 @@ and read an hour from the per-second rows while it has writes newer than its rol
 
 `roll_up` is the job: `gpubill rollup`, and every few minutes in `gpubill up` and
 `gpubill scheduler`. It rolls up every hour that is stale or new and whose last write is
-older than warehouse.writes.MARGIN_S, so an hour still being written is not rolled up over and over.
+older than the margin (warehouse/writes.py: about two minutes after its last write), so an hour
+still being written is not rolled up over and over.
 """
 
 from __future__ import annotations

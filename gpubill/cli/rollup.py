@@ -15,7 +15,7 @@ from gpubill.config import load_settings
 
 
 def rollup(period: Optional[str] = typer.Option(None, help="Only this billing period YYYY-MM (default: all).")) -> None:
-    """Roll up every hour written since its last rollup (and settled for a minute)."""
+    """Roll up every hour written since its last rollup and quiet for two minutes since."""
     from reports.rollup import roll_up
 
     settings = load_settings()
