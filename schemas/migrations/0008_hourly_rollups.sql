@@ -13,7 +13,7 @@
 -- warehouse/writes.py). An hour whose latest stamp is not older than its published rollup's
 -- start less the margin is read from rated_seconds until it is rolled up again, so a read
 -- is exact at any moment, whatever the rollup's lag. (A materialized view stamping every
--- insert did the same at a fifth of the pipeline's speed: docs/performance.md.)
+-- insert did the same but cost the pipeline about a fifth of its speed: docs/performance.md.)
 
 -- From now on the raw tables' `ts` holds the text as sent only when it says more than
 -- `second` (a fraction, an offset); '' when it was exactly YYYY-MM-DDTHH:MM:SSZ of `second`
