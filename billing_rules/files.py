@@ -20,7 +20,9 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StrictStr
 from pydantic_core import PydanticCustomError
 
-Id = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+from schemas.ids import ID_PATTERN
+
+Id = Annotated[StrictStr, Field(pattern=ID_PATTERN)]
 Text = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 LocalDate = Annotated[date, Field(strict=True)]  # a TOML local date; a date-time is refused
 Price = Annotated[Decimal, Field(ge=0, allow_inf_nan=False)]
