@@ -6,6 +6,11 @@ fresh chDB handle of that same engine (about a millisecond), so its settings and
 with it, as they do over HTTP. At start-up the engine runs one statement and checks that
 the installed chDB still offers what the adapter uses (`_self_check`); if not, the gateway
 refuses to start with the reason, instead of failing request by request.
+
+What a statement may do is the gateway's decision (gpubill/devenv/gateway/sql_guard.py); this
+adapter only offers it ClickHouse's own reading of the statement before it runs (`run`'s
+`inspect`: EXPLAIN AST and formatQuery on the same handle) and applies, after the client's
+settings, the settings the gateway forces (limits, readonly).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import os
 import re
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +27,7 @@ from warehouse.connection import Database, redact
 from warehouse.errors import DatabaseError, DsnInvalid
 
 SHUTDOWN_WAIT_S = 30.0  # how long a stop waits for the statement in flight
+LOCK_WAIT_S = 300.0  # how long a statement waits for the one in flight before it is refused as busy
 TRAILING_FORMAT = re.compile(r"\bFORMAT\s+(\w+)\s*;?\s*$", re.IGNORECASE)
 ERROR_CODE = re.compile(r"Code: (\d+)\.")
 
@@ -45,6 +52,10 @@ class Statement:
     database: str | None = None
     default_format: str = "TabSeparated"
     query_id: str = ""
+    forced_settings: dict[str, str] = field(default_factory=dict)  # applied after `settings`, in order
+
+
+Inspect = Callable[[str, str], None]  # (formatQuery's text, EXPLAIN AST's text); raises to refuse
 
 
 @dataclass(frozen=True)
@@ -62,13 +73,14 @@ class Engine:
     handles share one engine, and a small site's writes are batches anyway.
     """
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, lock_wait_s: float = LOCK_WAIT_S) -> None:
         if not database.embedded:
             raise DsnInvalid(f"the gateway serves an embedded database, not {redact(database.dsn)}")
         self.database = database
         self.path = os.path.realpath(database.dsn[len("chdb://"):])  # how clickhouse-connect names the engine
         self.spool = Path(tempfile.mkdtemp(prefix="gpubill-gateway-"))  # insert data, one file per insert
         self.lock = threading.Lock()
+        self.lock_wait_s = lock_wait_s
         self.closed = False
         version, self.timezone = database.query("SELECT version(), timezone()")[0]
         self.version = str(version)
@@ -89,25 +101,31 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - whatever broke, the installed chDB does not fit
             raise DatabaseError(f"the installed chDB does not fit warehouse/chdb_engine.py: {type(exc).__name__}: {exc}") from exc
 
-    def run(self, statement: Statement) -> Answer:
-        """Run one statement; raises StatementFailed with ClickHouse's own message when it fails."""
+    def run(self, statement: Statement, inspect: Inspect | None = None) -> Answer:
+        """Run one statement; raises StatementFailed with ClickHouse's own message when it fails,
+        or 503 when the statement in flight holds the engine longer than `lock_wait_s`.
+
+        With `inspect`, the statement is first read by ClickHouse's parser on the same handle
+        (EXPLAIN AST, then formatQuery; neither runs it) and `inspect` may refuse it by raising.
+        The caller makes sure the text is one statement: chDB runs every statement of a
+        multi-statement text, EXPLAIN's included."""
         import chdb
 
-        with self.lock:
+        if not self.lock.acquire(timeout=self.lock_wait_s):
+            raise StatementFailed(202, f"Code: 202. DB::Exception: the gpubill gateway is busy: a statement has held "
+                                       f"it for over {self.lock_wait_s:.0f} s. (TOO_MANY_SIMULTANEOUS_QUERIES)", 503)
+        try:
             if self.closed:
                 raise StatementFailed(210, "Code: 210. DB::Exception: the gpubill gateway is stopping. (NETWORK_ERROR)", 503)
             handle = chdb.connect(self.path)
             try:
-                self._prepare(handle, statement)
-                if statement.data:
-                    return self._insert(handle, statement)
-                return self._query(handle, statement)
-            except StatementFailed:
-                raise
-            except Exception as exc:  # noqa: BLE001 - chdb raises plain RuntimeErrors as well as ChdbError
-                raise self._error(exc) from exc
+                if inspect is not None:
+                    inspect(*self._reading(handle, statement))  # its refusal goes out as it is
+                return self._execute(handle, statement)
             finally:
                 handle.close()
+        finally:
+            self.lock.release()
 
     def close(self) -> None:
         """Wait for the statement in flight, then refuse the rest and close the database."""
@@ -122,11 +140,43 @@ class Engine:
             if acquired:
                 self.lock.release()
 
+    def _execute(self, handle, statement: Statement) -> Answer:
+        try:
+            self._prepare(handle, statement)
+            if statement.data:
+                return self._insert(handle, statement)
+            return self._query(handle, statement)
+        except StatementFailed:
+            raise
+        except Exception as exc:  # noqa: BLE001 - chdb raises plain RuntimeErrors as well as ChdbError
+            raise self._error(exc) from exc
+
+    def _reading(self, handle, statement: Statement) -> tuple[str, str]:
+        """ClickHouse's reading of the statement: EXPLAIN AST (a syntax error is the client's
+        answer, as if it had run) and the canonical text. A trailing FORMAT of a query is
+        left out of EXPLAIN (it would format EXPLAIN's own output); an INSERT's is its input."""
+        sql = statement.sql
+        named = TRAILING_FORMAT.search(sql)
+        if named and not re.match(r"\s*INSERT\b", sql, re.IGNORECASE):
+            sql = sql[:named.start()]
+        try:
+            ast = handle.query(f"EXPLAIN AST {sql}", "TabSeparatedRaw", params=statement.params).bytes() or b""
+            formatted = handle.query(f"SELECT formatQuery({_literal(statement.sql)})", "TabSeparatedRaw").bytes() or b""
+        except Exception as exc:  # noqa: BLE001 - as in _execute
+            raise self._error(exc) from exc
+        return formatted.decode("utf-8", "replace"), ast.decode("utf-8", "replace")
+
     def _prepare(self, handle, statement: Statement) -> None:
+        """USE the database, then one SET of the client's settings and the forced ones (in
+        that order: a forced setting overrides the client's, and readonly comes last)."""
         if statement.database:
             handle.query(f"USE `{statement.database.replace('`', '``')}`", "TabSeparated")
-        for name, value in statement.settings.items():
-            handle.query(f"SET {name} = {_literal(value)}", "TabSeparated")
+        settings = {**statement.settings, **statement.forced_settings}
+        for name in statement.forced_settings:  # forced ones go after the client's, whatever it sent
+            settings[name] = settings.pop(name)
+        if settings:
+            handle.query("SET " + ", ".join(f"{name} = {_literal(value)}" for name, value in settings.items()),
+                         "TabSeparated")
 
     def _insert(self, handle, statement: Statement) -> Answer:
         """INSERT ... FORMAT x with data: chDB reads data from a file, so spool it to one."""

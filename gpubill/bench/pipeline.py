@@ -32,6 +32,7 @@ from schemas.topics import READING_TOPICS, TOPIC_POWER, TOPIC_USAGE
 from gpubill.devenv.kafka_broker import LocalBroker
 from streams.kafka.admin import ensure_pipeline_topics, group_offsets
 from streams.kafka.producers import make_producer
+from streams.kafka.settings import client_options
 from gpubill.devenv.simulator import simulate_fleet
 
 Say = Callable[[str], None]
@@ -51,14 +52,17 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
         server = None
         try:
             embedded = f"chdb://{work / 'ch'}"
+            # The bench's own broker is plaintext on loopback, whatever GPUBILL_KAFKA_* security is set.
             settings = Settings(kafka=broker.bootstrap, clickhouse=embedded, home=str(work),
-                                group="bench-rating", metrics_port=0)
-            env = {**os.environ, "GPUBILL_KAFKA": settings.kafka, "GPUBILL_CLICKHOUSE": settings.clickhouse,
+                                group="bench-rating", metrics_port=0, kafka_security_protocol="PLAINTEXT",
+                                kafka_username=None, kafka_password=None, kafka_cafile=None)
+            env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPUBILL_KAFKA_")},
+                   "GPUBILL_KAFKA": settings.kafka, "GPUBILL_CLICKHOUSE": settings.clickhouse,
                    "GPUBILL_HOME": str(work), "GPUBILL_GROUP": settings.group, "GPUBILL_METRICS_PORT": "0"}
             if gateway:
                 say(f"serving the private chDB on 127.0.0.1:{port + 2} (gpubill clickhouse serve)")
                 server = spawn_gateway(env, port + 2)
-                env["GPUBILL_CLICKHOUSE"] = f"http://127.0.0.1:{port + 2}/"
+                env["GPUBILL_CLICKHOUSE"] = server.dsn  # with the password spawn gave the gateway
             ensure_pipeline_topics(settings)
             total = gpus * seconds * 2
             say(f"producing {total:,} readings ({gpus} GPUs × {seconds} s × 2 streams)")
@@ -68,7 +72,7 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
             _produce(settings, itertools.islice(readings, total))
 
             say("raw consume: a plain consumer reading every message")
-            raw_s = asyncio.run(_raw_consume(settings.kafka, total))
+            raw_s = asyncio.run(_raw_consume(settings, total))
 
             say("pipeline: gpubill worker --drain")
             began = time.perf_counter()
@@ -87,8 +91,8 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
             p50, p99 = _freshness(settings, env, work, freshness_rate, freshness_s, gpus, say)
         finally:
             if server is not None:
-                server.send_signal(signal.SIGTERM)
-                server.wait(timeout=60)
+                server.process.send_signal(signal.SIGTERM)
+                server.process.wait(timeout=60)
             broker.down()
     return {
         "raw_consume_per_s": round(total / raw_s),
@@ -108,11 +112,12 @@ def _produce(settings: Settings, readings) -> None:
     producer.close()
 
 
-async def _raw_consume(bootstrap: str, total: int) -> float:
+async def _raw_consume(settings: Settings, total: int) -> float:
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(TOPIC_USAGE, TOPIC_POWER, bootstrap_servers=bootstrap, group_id=None,
-                                auto_offset_reset="earliest", max_poll_records=10_000)
+    consumer = AIOKafkaConsumer(TOPIC_USAGE, TOPIC_POWER, bootstrap_servers=settings.kafka, group_id=None,
+                                auto_offset_reset="earliest", max_poll_records=10_000,
+                                **client_options(settings, client="aiokafka"))
     await consumer.start()
     try:
         seen, began = 0, time.perf_counter()

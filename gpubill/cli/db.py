@@ -59,12 +59,17 @@ def clickhouse_serve(
     """Serve the embedded database over ClickHouse's HTTP interface to other gpubill processes.
 
     Holds the chDB database (the one process allowed) so that workers, scheduler and
-    reports can share it: start them with GPUBILL_CLICKHOUSE=http://127.0.0.1:8123/.
-    A development and small-site tool: no authentication, no TLS, one statement at a
-    time. Stops on SIGTERM or Ctrl-C after the statement in flight.
+    reports can share it. Users: gpubill (read-write) and finance (read-only); their
+    passwords are GPUBILL_GATEWAY_PASSWORD / GPUBILL_GATEWAY_FINANCE_PASSWORD, or are
+    generated on the first start into GPUBILL_HOME/clickhouse-gateway.credentials (0600)
+    and printed that once. Start the others with
+    GPUBILL_CLICKHOUSE=http://gpubill:PASSWORD@127.0.0.1:8123/. Refuses SYSTEM, files,
+    network and external engines for every user; limits body size, statement time and
+    memory (GPUBILL_GATEWAY_MAX_*). No TLS, one statement at a time. Stops on SIGTERM or
+    Ctrl-C after the statement in flight.
     """
     from gpubill.devenv.ch_gateway import serve
 
     settings = load_settings()
     setup_logging("INFO")
-    serve(settings.clickhouse, listen)
+    serve(settings, listen)

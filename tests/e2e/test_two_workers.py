@@ -3,7 +3,7 @@
 
 Real parts throughout: a fresh Kafka broker, the gateway as a child process holding chDB
 in a tmp directory, long-running `gpubill worker` processes (not --drain) pointed at it
-with GPUBILL_CLICKHOUSE=http://127.0.0.1:PORT/, readings produced at a steady rate (keyed
+with GPUBILL_CLICKHOUSE=http://gpubill:PASSWORD@127.0.0.1:PORT/, readings produced at a steady rate (keyed
 and routed as `gpubill replay` does) before, during and after each membership change, and
 duplicates replayed with `gpubill replay` at the end. A partition that moves to another
 worker mid-stream must be neither lost nor counted twice: its new owner resumes from the
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -55,13 +56,15 @@ def shared(gpubill, tmp_path):
     """The conftest's `gpubill`, its embedded database served by a gateway child process and
     every command pointed at the gateway; metrics off so that workers can share the host."""
     port = free_port()
+    password = secrets.token_urlsafe(24)  # the gateway's `gpubill` user; every command gets it in its DSN
     log = open(tmp_path / "gateway.log", "ab")
     gateway = subprocess.Popen(
         [sys.executable, "-m", "gpubill.cli", "clickhouse", "serve", "--listen", f"127.0.0.1:{port}"],
-        env=gpubill.env, cwd=gpubill.cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        env={**gpubill.env, "GPUBILL_GATEWAY_PASSWORD": password}, cwd=gpubill.cwd, stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True)
     up = wait_until(lambda: gateway.poll() is not None or _listening(port), 60)
     assert up and gateway.poll() is None, (tmp_path / "gateway.log").read_text()
-    gpubill.env.update({"GPUBILL_CLICKHOUSE": f"http://127.0.0.1:{port}/", "GPUBILL_METRICS_PORT": "0"})
+    gpubill.env.update({"GPUBILL_CLICKHOUSE": f"http://gpubill:{password}@127.0.0.1:{port}/", "GPUBILL_METRICS_PORT": "0"})
     yield gpubill
     if gateway.poll() is None:
         gateway.send_signal(signal.SIGTERM)

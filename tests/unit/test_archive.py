@@ -422,13 +422,13 @@ def test_the_whole_path_through_a_server_that_cannot_see_the_files(tmp_path):
     from tests.unit.test_ch_gateway import free_port, start_gateway, stop_gateway
 
     port = free_port()
-    process = start_gateway(tmp_path, port)
+    gateway = start_gateway(tmp_path, port)
     try:
-        with open_database(f"http://127.0.0.1:{port}/") as db:
+        with open_database(gateway.dsn) as db:
             assert not db.embedded
             out = archived(db, tmp_path)
             assert apply_retention(db, RULES, PERIOD, now=NOW).status == "dropped"
             assert per_second_rows(db) == {"rated_seconds": 0, "readings_usage": 0, "readings_power": 0}
             assert verify_archive(db, RULES, out).against_db is False
     finally:
-        stop_gateway(process)
+        stop_gateway(gateway)

@@ -23,7 +23,8 @@ import lz4.frame
 import pytest
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from gpubill.devenv.ch_gateway import GatewayError, decode_body, parse_listen, read_statement, spawn, split_inline_data
+from gpubill.devenv.ch_gateway import SpawnedGateway, parse_listen, spawn
+from gpubill.devenv.gateway.request import GatewayError, decode_body, read_statement, split_inline_data
 from warehouse.connection import open_database
 from warehouse.migrations import migrations
 from gpubill.errors import ConfigError
@@ -97,12 +98,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_gateway(directory: Path, port: int) -> subprocess.Popen:
-    env = {**os.environ, "GPUBILL_CLICKHOUSE": f"chdb://{directory / 'clickhouse'}", "NO_COLOR": "1"}
+def start_gateway(directory: Path, port: int, **env_extra: str) -> SpawnedGateway:
+    """A gateway on `port` over a chDB database in `directory`; its DSNs carry the passwords
+    (`spawn` makes them up and hands them to the child in its environment)."""
+    env = {**os.environ, "GPUBILL_CLICKHOUSE": f"chdb://{directory / 'clickhouse'}", "GPUBILL_HOME": str(directory / "var"),
+           "NO_COLOR": "1", **env_extra}
+    for name in ("GPUBILL_GATEWAY_PASSWORD", "GPUBILL_GATEWAY_FINANCE_PASSWORD"):
+        if name not in env_extra:
+            env.pop(name, None)
     return spawn(env, port, cwd=directory)
 
 
-def stop_gateway(process: subprocess.Popen) -> tuple[int, str]:
+def stop_gateway(gateway: SpawnedGateway) -> tuple[int, str]:
+    process = gateway.process
     process.send_signal(signal.SIGTERM)
     try:
         code = process.wait(timeout=30)
@@ -116,10 +124,10 @@ def stop_gateway(process: subprocess.Popen) -> tuple[int, str]:
 def gateway(tmp_path_factory):
     directory = tmp_path_factory.mktemp("gateway")
     port = free_port()
-    process = start_gateway(directory, port)
-    yield f"http://127.0.0.1:{port}/", directory
-    if process.poll() is None:
-        stop_gateway(process)
+    spawned = start_gateway(directory, port)
+    yield spawned.dsn, directory
+    if spawned.process.poll() is None:
+        stop_gateway(spawned)
 
 
 @pytest.fixture
@@ -225,6 +233,7 @@ def test_open_database_migrates_through_the_gateway(gateway):
 def test_a_taken_port_is_a_one_line_error(gateway, tmp_path):
     url, _ = gateway
     port = url.rsplit(":", 1)[1].strip("/")
+    assert port.isdigit()
     env = {**os.environ, "GPUBILL_CLICKHOUSE": f"chdb://{tmp_path / 'other'}", "NO_COLOR": "1"}
     done = subprocess.run([sys.executable, "-m", "gpubill.cli", "clickhouse", "serve", "--listen", f"127.0.0.1:{port}"],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
@@ -236,10 +245,10 @@ def test_a_taken_port_is_a_one_line_error(gateway, tmp_path):
 
 def test_sigterm_stops_the_gateway_and_releases_the_database(tmp_path):
     port = free_port()
-    process = start_gateway(tmp_path, port)
-    with open_database(f"http://127.0.0.1:{port}/") as database:
+    spawned = start_gateway(tmp_path, port)
+    with open_database(spawned.dsn) as database:
         database.insert("schema_migrations", [[9999, "9999_probe.sql"]], ["version", "name"])
-    code, stderr = stop_gateway(process)
+    code, stderr = stop_gateway(spawned)
     assert code == 0, stderr
     assert "gateway stopped; database closed" in stderr
     with open(tmp_path / "clickhouse.lock", "rb+") as lock:  # no process holds the embedded database now
