@@ -11,6 +11,10 @@ Any difference is listed; none means the streaming result equals the batch join.
 
 The rollups are checked too: every rolled-up hour's published rows against the per-second
 rows grouped the same way now, by a fingerprint per hour; an hour that differs is listed.
+
+Conflicts (SPEC §4) are not differences — the first reading in partition order counted, by
+design — but they are never invisible: `conflicts_of` counts the period's conflicts per
+reason ('second taken', 'event_id reused') and gives a few examples, for the audit to print.
 """
 
 from __future__ import annotations
@@ -81,6 +85,61 @@ class Figures:
 
 
 @dataclass(frozen=True)
+class ConflictExample:
+    reason: str
+    stream: str
+    gpu_uuid: str
+    second: int
+    kept_event_id: str
+    conflicting_event_id: str
+    src_partition: int
+    src_offset: int
+
+    def describe(self) -> str:
+        """One line: what was refused, where it came from, and which reading was kept."""
+        return (f"{self.reason}: {self.stream} {self.conflicting_event_id!r} for {self.gpu_uuid!r} at {_iso_s(self.second)} "
+                f"(partition {self.src_partition}, offset {self.src_offset}); kept {self.kept_event_id!r}")
+
+
+@dataclass(frozen=True)
+class Conflicts:
+    """The conflicts recorded for a period: how many per reason, and the first few."""
+
+    by_reason: dict[str, int]
+    examples: list[ConflictExample]
+
+    @property
+    def count(self) -> int:
+        return sum(self.by_reason.values())
+
+
+_CONFLICT_COUNTS_SQL = """
+SELECT reason, count() FROM conflicts FINAL
+WHERE second >= toDateTime({lo:UInt32}, 'UTC') AND second < toDateTime({hi:UInt32}, 'UTC')
+GROUP BY reason ORDER BY reason
+"""
+_CONFLICT_EXAMPLES_SQL = """
+SELECT reason, stream, gpu_uuid, toUnixTimestamp(second), kept_event_id, conflicting_event_id, src_partition, src_offset
+FROM conflicts FINAL
+WHERE second >= toDateTime({lo:UInt32}, 'UTC') AND second < toDateTime({hi:UInt32}, 'UTC')
+ORDER BY second, stream, gpu_uuid, src_partition, src_offset LIMIT {limit:UInt32}
+"""
+
+
+def conflicts_of(db: Any, rules: Any, period: str, *, examples: int = 5) -> Conflicts:
+    """The conflicts recorded for readings of `period` (billing-time-zone month): the count
+    per reason and the first `examples` in time order."""
+    lo, hi = rules.period_bounds(period)
+    bounds = {"lo": lo, "hi": hi}
+    counts = {str(reason): int(n) for reason, n in db.query(_CONFLICT_COUNTS_SQL, bounds)}
+    found = [ConflictExample(str(reason), str(stream), str(gpu), int(second), str(kept), str(conflicting), int(partition),
+                             int(offset))
+             for reason, stream, gpu, second, kept, conflicting, partition, offset
+             in db.query(_CONFLICT_EXAMPLES_SQL, {**bounds, "limit": examples})] if counts else []
+    return Conflicts(counts, found)
+
+
+@dataclass(frozen=True)
 class Difference:
     tenant: str
     what: str
@@ -146,6 +205,10 @@ def rollup_differences(db: Any, rules: Any, cov: Coverage) -> list[Difference]:
 
 def _iso(second: int) -> str:
     return datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+
+
+def _iso_s(second: int) -> str:
+    return datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _rated_figures(db: Any, source: tuple[str, dict]) -> dict[str, Figures]:

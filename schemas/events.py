@@ -5,7 +5,9 @@
 the set of known sites and models and the current time are passed in.
 
 Numbers are parsed as `Decimal` (never float) so that `power_w` quantizes to whole
-milliwatts exactly (round half up) and `util_pct` keeps its digits.
+milliwatts exactly (round half up) and `util_pct` keeps its digits. A key given twice in
+one object is refused (`duplicate key "tenant"`), never "last one wins"; an empty batch
+`[]` is refused too; a `tenant` must be an id (schemas/ids.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
 from schemas.errors import InvalidReading
+from schemas.ids import is_id
 
 MAX_FUTURE_S = 600  # SPEC §3: a timestamp more than 10 minutes ahead is refused
 MAX_POWER_W = Decimal(5000)
@@ -30,6 +33,7 @@ UTIL_STEP = Decimal("0.0001")  # util_pct is kept to 4 decimals (ClickHouse Deci
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})?$")
 
 Text = Annotated[StrictStr, Field(min_length=1, max_length=256)]
+TENANT_NOT_ID = "must be an id: a letter or digit, then up to 63 letters, digits, '.', '_' or '-'"
 
 
 def _exact_number(value: Any) -> Decimal:
@@ -68,10 +72,17 @@ class UsageReading(_Reading):
 
     kind: Literal["usage"]
     gpu_model: Text
-    tenant: Annotated[StrictStr, Field(min_length=1, max_length=256)] | None
+    tenant: StrictStr | None
     instance: Annotated[StrictStr, Field(min_length=1, max_length=256)] | None
     util_pct: Decimal
     mem_used_mib: Annotated[StrictInt, Field(ge=0, le=MAX_MEM_MIB)]
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant_id(cls, value: str | None) -> str | None:
+        if value is not None and not is_id(value):
+            raise ValueError(TENANT_NOT_ID)
+        return value
 
     @field_validator("util_pct", mode="before")
     @classmethod
@@ -143,20 +154,35 @@ def _plain_utc(second: int) -> str:
 
 
 def decode_json(raw: bytes) -> Any:
-    """Parse JSON with exact decimals. Raises InvalidReading on bytes that are not JSON."""
+    """Parse JSON with exact decimals. Raises InvalidReading on bytes that are not JSON, and
+    on an object with a key given twice (`duplicate key "tenant"`)."""
     try:
-        return json.loads(raw, parse_float=Decimal, parse_constant=_refuse_constant)
+        return json.loads(raw, parse_float=Decimal, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
     except (UnicodeDecodeError, ValueError, InvalidOperation) as exc:
         raise InvalidReading(f"not JSON: {_short(str(exc))}") from None
     except RecursionError:
         raise InvalidReading("not JSON: nested too deeply") from None
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members as a dict; a key given twice is refused (never "last one wins":
+    `{"tenant": "victim", …, "tenant": "attacker"}` would otherwise bill the attacker)."""
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise InvalidReading(f"duplicate key {_short(json.dumps(key), 80)}")
+            seen.add(key)
+    return document
+
+
 def split_message(raw: bytes) -> list[bytes] | None:
     """The readings of a batched message: the exact bytes of each element of a top-level JSON
     array, or None when the message is not an array (a single reading).
 
-    Raises InvalidReading when the array itself is not valid JSON (the whole message is bad).
+    Raises InvalidReading when the array itself is not valid JSON, or is empty (the whole
+    message is bad: an empty batch is refused, not dropped in silence).
     """
     if raw.lstrip()[:1] != b"[":
         return None
@@ -166,19 +192,18 @@ def split_message(raw: bytes) -> list[bytes] | None:
         text = raw.decode("utf-8", "strict")
         position = _skip_space(text, text.index("[") + 1)
         if text[position : position + 1] == "]":
-            position += 1
-        else:
-            while True:
-                _, end = decoder.raw_decode(text, position)
-                elements.append(text[position:end].encode())
-                position = _skip_space(text, end)
-                if text[position : position + 1] == ",":
-                    position = _skip_space(text, position + 1)
-                    continue
-                if text[position : position + 1] == "]":
-                    position += 1
-                    break
-                raise ValueError(f"expected ',' or ']' at character {position}")
+            raise InvalidReading("empty batch: a batch must hold at least one reading")
+        while True:
+            _, end = decoder.raw_decode(text, position)
+            elements.append(text[position:end].encode())
+            position = _skip_space(text, end)
+            if text[position : position + 1] == ",":
+                position = _skip_space(text, position + 1)
+                continue
+            if text[position : position + 1] == "]":
+                position += 1
+                break
+            raise ValueError(f"expected ',' or ']' at character {position}")
         if _skip_space(text, position) != len(text):
             raise ValueError(f"extra data at character {position}")
     except (ValueError, InvalidOperation) as exc:

@@ -9,6 +9,12 @@ expect), and the caller then asks `parse_reading`, which accepts or refuses with
 reason. The fast path therefore never refuses anything and never accepts anything the
 definition would refuse; tests/unit/test_fast_readings.py checks both on many inputs.
 
+Duplicate keys: orjson keeps the last of a key given twice, the definition refuses the
+reading. The fast path counts the `"` of the message: every key and every string value
+brings two, an escaped quote one more, nothing else any. A message whose count is more than
+its decoded keys and string values account for has a key twice (or an escape), and goes to
+the definition.
+
 Exactness: orjson reads decimals as binary floats. The pipeline never needs the number
 itself, only the number rounded to whole milliwatts (or util_pct to 4 decimals) and
 checked against its range; `_exact` says when the float decides both exactly as the text
@@ -23,6 +29,7 @@ from typing import Collection
 import orjson
 
 from schemas.events import MAX_FUTURE_S, MAX_MEM_MIB, UTIL_STEP, parse_ts
+from schemas.ids import is_id
 
 _USAGE_KEYS = frozenset(
     ("kind", "event_id", "ts", "site", "node", "gpu_uuid", "gpu_model", "tenant", "instance", "util_pct", "mem_used_mib")
@@ -74,6 +81,16 @@ class QuickParser:
         self.utils: dict = {}  # JSON number → util_pct, quantized (None: out of range)
         self.watts: dict = {}  # JSON number → whole milliwatts (None: out of range)
         self.shared: dict[str, str] = {}  # each distinct text once (see __call__)
+        self.tenants: set[str] = set()  # tenants seen in the id syntax (a set look-up, not a regex)
+
+    def _tenant_id(self, tenant: object) -> bool:
+        """Whether `tenant` is an id (schemas/ids.py); the ones that are are remembered."""
+        if not is_id(tenant):
+            return False
+        if len(self.tenants) >= _SHARED_LIMIT:
+            self.tenants.clear()
+        self.tenants.add(tenant)
+        return True
 
     def __call__(self, raw: bytes, now_s: int, expect_kind: str | None = None) -> Usage | Power | None:
         try:
@@ -88,15 +105,20 @@ class QuickParser:
         try:  # with the right number of keys, finding each expected one means no other is there
             if kind == "power" and len(document) == 7:
                 number, cache, convert = document["power_w"], self.watts, _milliwatts
+                quotes = 26  # 7 keys, 6 strings: kind, event_id, ts, site, node, gpu_uuid
             elif kind == "usage" and len(document) == 11:
                 number, cache, convert = document["util_pct"], self.utils, _util
                 model, tenant, instance, mem = (document["gpu_model"], document["tenant"], document["instance"],
                                                 document["mem_used_mib"])
+                # 11 keys, 7 strings (the power ones and gpu_model), tenant and instance unless null
+                quotes = 36 + (tenant is not None) * 2 + (instance is not None) * 2
             else:
                 return None
             event_id, ts, site, node, gpu = (document["event_id"], document["ts"], document["site"],
                                              document["node"], document["gpu_uuid"])
         except KeyError:
+            return None
+        if raw.count(b'"') != quotes:  # a key given twice (or an escape): the definition judges
             return None
         cls = number.__class__
         if cls is not float and cls is not int:  # bool, str, None, …
@@ -129,7 +151,8 @@ class QuickParser:
             return Power(event_id, ts, second, site, node, gpu, value)
         if (model.__class__ is not str or model not in self.models or mem.__class__ is not int
                 or not 0 <= mem <= MAX_MEM_MIB
-                or (tenant is not None and (tenant.__class__ is not str or not 0 < len(tenant) <= 256))
+                or (tenant is not None and (tenant.__class__ is not str
+                                            or (tenant not in self.tenants and not self._tenant_id(tenant))))
                 or (instance is not None and (instance.__class__ is not str or not 0 < len(instance) <= 256))):
             return None
         model = shared.setdefault(model, model)

@@ -76,6 +76,7 @@ CONFLICTS_TABLE = TableSpec("conflicts", _columns(
     ("stream", "LowCardinality(String)"), ("gpu_uuid", "String"), ("second", _UTC_SECOND),
     ("kept_event_id", "String"), ("conflicting_event_id", "String"), ("src_partition", "UInt32"),
     ("src_offset", "UInt64"), ("detected_at", _UTC_MS),
+    ("reason", "LowCardinality(String)"),  # 'second taken' | 'event_id reused' (0010_conflict_reasons.sql)
 ), order_by=("stream", "gpu_uuid", "second", "src_partition", "src_offset"))
 
 PIPELINE_TABLES = {spec.name: spec for spec in (

@@ -58,6 +58,9 @@ def _produce_with_progress(settings: Settings, readings, total: int, label: str)
         return produce_readings(settings, readings, progress=lambda n: progress.advance(task, n))
 
 
+_SHOWN = 10  # dead-lettered lines named on stderr; the rest are counted
+
+
 def replay(file: Path = typer.Argument(..., help="NDJSON file: one JSON reading per line.")) -> None:
     """Produce the readings of an NDJSON file to Kafka exactly as they are."""
     from rich.progress import Progress
@@ -72,8 +75,14 @@ def replay(file: Path = typer.Argument(..., help="NDJSON file: one JSON reading 
     with Progress(console=err, transient=True) as progress:
         task = progress.add_task(f"replaying {file.name}", total=file.stat().st_size)
         report = replay_file(settings, file, progress=lambda n: progress.advance(task, n))
+    for number, reason in report.refused[:_SHOWN]:
+        err.print(f"line {number} dead-lettered: {reason}", highlight=False, markup=False)
+    if len(report.refused) > _SHOWN:
+        err.print(f"… and {len(report.refused) - _SHOWN} more lines dead-lettered (see `gpubill dlq list`)")
+    # Exit 0 even then (SPEC §8): a dead-lettered line is kept with its reason, not lost.
     out.print(
         f"replayed {report.total} readings from {file} "
         f"({', '.join(f'{t}: {n}' for t, n in sorted(report.produced.items())) or 'none'}); "
-        f"{report.deadlettered} dead-lettered by replay"
+        f"{report.deadlettered} dead-lettered by replay",
+        highlight=False, markup=False,
     )

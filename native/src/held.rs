@@ -8,6 +8,11 @@
 //! of record and ≈ 10 of index, against ≈ 100 with a hash map per stream keyed by value.
 //! Eviction pops records from the front, as `Rater.evict` (streams/rating/reference.py)
 //! does, and drops their index entries.
+//!
+//! A reading's "content", compared when its event id is held already (SPEC §4: the same id
+//! with the same content is one reading, with other content a conflict), is what a record
+//! holds of it: its (gpu, second), and for usage tenant, instance and model, for power site,
+//! node and milliwatts. The Python reference compares the same (`_same_content`).
 
 use std::collections::VecDeque;
 use std::hash::Hasher;
@@ -59,6 +64,9 @@ pub trait Half: Copy {
     fn id(&self) -> EventHash;
     fn of(pair: &Pair) -> &Self;
     fn of_mut(pair: &mut Pair) -> &mut Self;
+    /// Whether `other` says what `self` says, as far as it is held (not the id, nor where
+    /// in Kafka it was read).
+    fn same_content(&self, other: &Self) -> bool;
 }
 
 impl Half for UsageSeen {
@@ -72,6 +80,9 @@ impl Half for UsageSeen {
     }
     fn of_mut(pair: &mut Pair) -> &mut Self {
         &mut pair.usage
+    }
+    fn same_content(&self, other: &Self) -> bool {
+        (self.tenant, self.instance, self.model) == (other.tenant, other.instance, other.model)
     }
 }
 
@@ -87,15 +98,37 @@ impl Half for PowerSeen {
     fn of_mut(pair: &mut Pair) -> &mut Self {
         &mut pair.power
     }
+    fn same_content(&self, other: &Self) -> bool {
+        (self.site, self.node, self.power_mw) == (other.site, other.node, other.power_mw)
+    }
 }
 
-/// What `Held::admit` found: the same event id again, another reading of a (gpu, second)
-/// already seen, or the first (now held in the record `Slot`).
+/// What `Held::admit` found: the same event id with the same content again, a conflict
+/// (why: `Clash`), or the first (now held in the record `Slot`).
 #[derive(Debug, PartialEq)]
 pub enum Admitted {
     Duplicate,
-    Conflict,
+    Conflict(Clash),
     First(Slot),
+}
+
+/// Why a reading conflicts with one held.
+#[derive(Debug, PartialEq, Clone, Copy)]
+pub enum Clash {
+    /// Another event id holds its (gpu, second).
+    SecondTaken,
+    /// Its event id is held with other content (another card, second or value).
+    IdReused,
+}
+
+impl Clash {
+    /// The `reason` column of the conflicts table (as streams/rating/reference.py writes it).
+    pub fn reason(self) -> &'static str {
+        match self {
+            Clash::SecondTaken => "second taken",
+            Clash::IdReused => "event_id reused",
+        }
+    }
 }
 
 /// Where a (gpu, second) is held, until the next eviction.
@@ -198,26 +231,36 @@ impl Held {
     /// (gpu, second).
     pub fn admit<T: Half>(&mut self, key: u64, seen: T) -> Admitted {
         let id = seen.id();
-        if self.ids[T::SIDE].find(id.0, |seq| T::of(self.records.at(*seq)).id() == id).is_some() {
-            return Admitted::Duplicate;
+        if let Some(seq) = self.ids[T::SIDE].find(id.0, |seq| T::of(self.records.at(*seq)).id() == id) {
+            let pair = self.records.at(*seq);
+            return if pair.key == key && T::of(pair).same_content(&seen) {
+                Admitted::Duplicate
+            } else {
+                Admitted::Conflict(Clash::IdReused)
+            };
         }
         let found = self.find(key);
         if found.is_some_and(|seq| T::of(self.records.at(seq)).id() != ABSENT) {
-            return Admitted::Conflict;
+            return Admitted::Conflict(Clash::SecondTaken);
         }
-        Admitted::First(self.hold(key, found, seen))
+        Admitted::First(self.hold(key, found, seen, true))
     }
 
     /// Remember a reading ClickHouse holds (preloaded) unless one is held for its (gpu, second).
+    /// Its id is indexed unless a reading held already has it: an id names the first record
+    /// held with it, as in the Python reference (`Rater._hold`).
     pub fn remember<T: Half>(&mut self, key: u64, seen: T) {
         let found = self.find(key);
         if found.is_none_or(|seq| T::of(self.records.at(seq)).id() == ABSENT) {
-            self.hold(key, found, seen);
+            let id = seen.id();
+            let known = self.ids[T::SIDE].find(id.0, |seq| T::of(self.records.at(*seq)).id() == id).is_some();
+            self.hold(key, found, seen, !known);
         }
     }
 
-    /// Put `seen` in the record of `key` (`found`, or a new one), whose half for T is empty.
-    fn hold<T: Half>(&mut self, key: u64, found: Option<u32>, seen: T) -> Slot {
+    /// Put `seen` in the record of `key` (`found`, or a new one), whose half for T is empty;
+    /// with `index`, its id in the id index (the caller knows it is not there yet).
+    fn hold<T: Half>(&mut self, key: u64, found: Option<u32>, seen: T, index: bool) -> Slot {
         let Held { records, by_key, ids, counts } = self;
         let seq = found.unwrap_or_else(|| {
             let seq = records.push(Pair { key, usage: UsageSeen::EMPTY, power: PowerSeen::EMPTY });
@@ -225,7 +268,9 @@ impl Held {
             seq
         });
         *T::of_mut(records.at_mut(seq)) = seen;
-        ids[T::SIDE].insert_unique(seen.id().0, seq, |seq| T::of(records.at(*seq)).id().0);
+        if index {
+            ids[T::SIDE].insert_unique(seen.id().0, seq, |seq| T::of(records.at(*seq)).id().0);
+        }
         counts[T::SIDE] += 1;
         Slot(seq)
     }
@@ -282,8 +327,12 @@ mod tests {
         let mut held = Held::default();
         assert!(matches!(held.admit(7, usage(1, 10)), Admitted::First(_)));
         assert!(matches!(held.admit(7, usage(1, 10)), Admitted::Duplicate));
-        assert!(matches!(held.admit(8, usage(1, 10)), Admitted::Duplicate)); // same id, other second
-        assert!(matches!(held.admit(7, usage(2, 11)), Admitted::Conflict));
+        // The same id with other content: another (gpu, second), or another tenant.
+        assert_eq!(held.admit(8, usage(1, 10)), Admitted::Conflict(Clash::IdReused));
+        assert_eq!(held.admit(7, usage(1, 11)), Admitted::Conflict(Clash::IdReused));
+        assert_eq!(held.admit(7, usage(2, 11)), Admitted::Conflict(Clash::SecondTaken));
+        // A reused id is not held: the (gpu, second) it named is still free.
+        assert!(held.get::<UsageSeen>(8).is_none());
         // The other stream's id space and half are its own.
         assert!(matches!(held.admit(7, power(1, 500)), Admitted::First(_)));
         assert_eq!(held.get::<UsageSeen>(7).map(|u| u.tenant), Some(10));
@@ -310,7 +359,8 @@ mod tests {
         assert!(held.get::<UsageSeen>(cutoff as u64).is_some());
         // An evicted id is new again; one still held is a duplicate.
         assert!(matches!(held.admit(0, usage(100, 1)), Admitted::First(_)));
-        assert!(matches!(held.admit(n + 1, usage(100 + cutoff as u64, 1)), Admitted::Duplicate));
+        assert!(matches!(held.admit(cutoff as u64, usage(100 + cutoff as u64, 1)), Admitted::Duplicate));
+        assert_eq!(held.admit(n + 1, usage(100 + cutoff as u64, 1)), Admitted::Conflict(Clash::IdReused));
         // The late record waits behind fresher ones.
         assert_eq!(held.evict(cutoff, second), 0);
         assert!(held.bytes() >= (n as usize - cutoff as usize) * 80);
@@ -326,6 +376,15 @@ mod tests {
         held.remember(3, power(9, 100));
         held.remember(3, power(10, 200));
         assert_eq!(held.get::<PowerSeen>(3).map(|p| p.power_mw), Some(100));
-        assert!(matches!(held.admit(4, power(9, 100)), Admitted::Duplicate));
+        assert!(matches!(held.admit(3, power(9, 100)), Admitted::Duplicate));
+        assert_eq!(held.admit(4, power(9, 100)), Admitted::Conflict(Clash::IdReused));
+        assert_eq!(held.admit(3, power(9, 101)), Admitted::Conflict(Clash::IdReused));
+        // A stored reading with an id held for another (gpu, second): kept, but the id still
+        // names the first record; once that is evicted, the id is free.
+        held.remember(5, power(9, 100));
+        assert_eq!(held.get::<PowerSeen>(5).map(|p| p.power_mw), Some(100));
+        assert_eq!(held.admit(5, power(9, 100)), Admitted::Conflict(Clash::IdReused));
+        assert_eq!(held.evict(4, second), 1);
+        assert!(matches!(held.admit(6, power(9, 100)), Admitted::First(_)));
     }
 }

@@ -4,7 +4,7 @@
 //! The Python reference is `Rater` in streams/rating/reference.py.
 
 use crate::hashing::{id_hash, key, key_second, FxMap};
-use crate::held::{Admitted, PowerSeen, UsageSeen};
+use crate::held::{Admitted, Clash, PowerSeen, UsageSeen};
 use crate::interner::NONE;
 use crate::reading::Kind;
 use crate::Core;
@@ -33,8 +33,8 @@ pub(crate) struct Rated {
 }
 
 /// (stream, gpu, second, kept event id — None when rated before this batch —, conflicting
-/// event id, partition, offset)
-pub(crate) type Conflict = (&'static str, String, i64, Option<String>, String, u32, u64);
+/// event id, partition, offset, reason: `Clash::reason`)
+pub(crate) type Conflict = (&'static str, String, i64, Option<String>, String, u32, u64, &'static str);
 
 /// What `Core::rate` returns, before it becomes Python objects.
 pub(crate) struct RateOutput {
@@ -102,12 +102,17 @@ impl Core {
                     duplicates += 1;
                     continue;
                 }
-                Admitted::Conflict => {
-                    for i in remembered.drain(..) {
-                        kept_here.insert((pending[i].kind == Kind::Power, key(pending[i].gpu, pending[i].second)), i);
-                    }
-                    let kept = kept_here.get(&(r.kind == Kind::Power, k)).map(|i| pending[*i].event_id.to_string());
-                    conflicts.push((kind_name, self.texts.text(r.gpu).to_owned(), r.second, kept, r.event_id.to_string(), r.partition, r.offset));
+                Admitted::Conflict(clash) => {
+                    let kept = if clash == Clash::IdReused {
+                        Some(r.event_id.to_string()) // the kept reading has this very id
+                    } else {
+                        for i in remembered.drain(..) {
+                            kept_here.insert((pending[i].kind == Kind::Power, key(pending[i].gpu, pending[i].second)), i);
+                        }
+                        kept_here.get(&(r.kind == Kind::Power, k)).map(|i| pending[*i].event_id.to_string())
+                    };
+                    conflicts.push((kind_name, self.texts.text(r.gpu).to_owned(), r.second, kept, r.event_id.to_string(),
+                                    r.partition, r.offset, clash.reason()));
                     continue;
                 }
                 Admitted::First(slot) => slot,

@@ -64,7 +64,7 @@ pub fn parse<'a>(raw: &'a [u8], now_s: i64, expect: Kind, sites: &HashSet<String
             _ => return None,
         };
         if slots[slot].is_some() {
-            return None; // a repeated key (or both util_pct and power_w)
+            return None; // a repeated key (or both util_pct and power_w): the definition refuses it
         }
         slots[slot] = Some(*value);
     }
@@ -106,6 +106,9 @@ pub fn parse<'a>(raw: &'a [u8], now_s: i64, expect: Kind, sites: &HashSet<String
         return None;
     }
     reading.tenant = optional_text(slots[7]?)?;
+    if reading.tenant.is_some_and(|tenant| !is_id(tenant)) {
+        return None; // the definition refuses it with its reason
+    }
     reading.instance = optional_text(slots[8]?)?;
     reading.mem_mib = match slots[10]? {
         Value::Number(digits) if digits.iter().all(u8::is_ascii_digit) && digits.len() <= 13 => {
@@ -129,6 +132,15 @@ fn optional_text(value: Value<'_>) -> Option<Option<&str>> {
         Value::Text(text) if sized(text, MAX_TEXT) => Some(Some(text)),
         _ => None,
     }
+}
+
+/// The id syntax of schemas/ids.py (`ID_PATTERN`): an ASCII letter or digit, then up to 63
+/// ASCII letters, digits, `.`, `_` or `-`.
+pub fn is_id(text: &str) -> bool {
+    let b = text.as_bytes();
+    (1..=64).contains(&b.len())
+        && b[0].is_ascii_alphanumeric()
+        && b[1..].iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
 }
 
 /// 1..=limit characters (code points, as Python counts them).
@@ -354,6 +366,33 @@ mod tests {
                 assert_eq!(plain_ascii(u64::from_le_bytes(word)), plain, "{byte:#x} at {place}");
             }
         }
+    }
+
+    #[test]
+    fn ids_as_schemas_ids() {
+        for good in ["a", "A9", "tenant-01", "acme.cn_2", &"x".repeat(64)] {
+            assert!(is_id(good), "{good:?}");
+        }
+        for bad in ["", "-a", ".a", "_a", "a/b", "..", "a b", "a\0", "a\n", "\u{202e}a", "аcme", &"x".repeat(65)] {
+            assert!(!is_id(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn leaves_repeated_keys_and_non_id_tenants_to_the_definition() {
+        let sites: HashSet<String> = ["gz".to_owned()].into();
+        let models: HashSet<String> = ["A800".to_owned()].into();
+        let usage = |tenant: &str, extra: &str| {
+            format!(r#"{{"kind":"usage","event_id":"e1","ts":"2026-03-01T00:00:05Z","site":"gz","node":"n1","gpu_uuid":"g1","gpu_model":"A800","tenant":{tenant},"instance":null,"util_pct":50,"mem_used_mib":1{extra}}}"#)
+        };
+        let now = 1_772_323_205;
+        assert!(parse(usage(r#""acme""#, "").as_bytes(), now, Kind::Usage, &sites, &models).is_some());
+        assert!(parse(usage("null", "").as_bytes(), now, Kind::Usage, &sites, &models).is_some());
+        for tenant in [r#""a/b""#, r#""..""#, r#""a b""#, r#""аcme""#, r#""-x""#] {
+            assert!(parse(usage(tenant, "").as_bytes(), now, Kind::Usage, &sites, &models).is_none(), "{tenant}");
+        }
+        let twice = usage(r#""victim""#, r#","tenant":"attacker""#);
+        assert!(parse(twice.as_bytes(), now, Kind::Usage, &sites, &models).is_none());
     }
 
     #[test]

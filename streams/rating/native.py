@@ -197,8 +197,9 @@ def _with_kept_ids(conflicts: list[tuple], lookup: Lookup | None, now: datetime)
             unknown.setdefault(stream, set()).add((gpu, second))
     known = {stream: lookup.kept_event_ids(stream, keys) if lookup is not None else {}
              for stream, keys in unknown.items()}
-    return [(stream, gpu, second, kept if kept is not None else known[stream].get((gpu, second), ""), *rest, now)
-            for stream, gpu, second, kept, *rest in conflicts]
+    return [(stream, gpu, second, kept if kept is not None else known[stream].get((gpu, second), ""), event_id,
+             partition, offset, now, reason)
+            for stream, gpu, second, kept, event_id, partition, offset, reason in conflicts]
 
 
 def _push(core: Any, index: int, element: int, reading: Any, message: Message) -> None:

@@ -13,9 +13,15 @@ ReplacingMergeTree, see schemas/migrations/0001_init.sql):
   then the earlier offset wins), so the rows converge to the batch join of SPEC §4
   whatever the arrival order.
 
-Deduplication (SPEC §4): the same event_id on a stream is one reading; a second reading
-for the same (stream, gpu, second) is a conflict, recorded, and the first in partition
-order counts. State is kept for `horizon_s` behind the newest second seen and evicted
+Deduplication (SPEC §4), per stream: a reading whose event_id is held with the same
+content is a duplicate, counted and dropped. A conflict is recorded, and the first in
+partition order counts, when (a) the event_id is held with other content — `event_id
+reused` — or (b) another event_id already has the reading of its (gpu, second) — `second
+taken`. "Content" is what the Rust core holds of a reading (native/src/held.rs), so both
+raters judge alike: the (gpu_uuid, second), and for usage the tenant, instance and
+gpu_model, for power the site, node and power_mw (whole milliwatts). Not compared: the ts
+text beyond its second, util_pct, mem_used_mib, and a usage reading's site and node; a
+reading differing from the held one only there is a duplicate. State is kept for `horizon_s` behind the newest second seen and evicted
 after that, so memory is bounded by fleet size × horizon, not by the length of the run.
 """
 
@@ -34,6 +40,9 @@ from warehouse.blocks import encode_rows
 _OFFSET_SPAN = 1 << 48
 _JOINED = 1 << 50
 ZERO = Decimal(0)
+# The `reason` of a conflicts row (schemas/migrations/0010_conflict_reasons.sql).
+SECOND_TAKEN = "second taken"
+EVENT_ID_REUSED = "event_id reused"
 
 
 class Rules(Protocol):  # the part of billing_rules.RuleSet the rater needs
@@ -120,11 +129,11 @@ class Rater:
         """Drop everything held in memory, as a restart would (after a rebalance another worker
         may have rated these cards meanwhile): what is needed again is read from ClickHouse."""
         self.newest_second = 0
-        # (gpu, second) → first reading, per stream; event id → second, per stream.
+        # (gpu, second) → first reading, per stream; event id → its (gpu, second), per stream.
         self._usage: dict[tuple[str, int], _UsageSeen] = {}
         self._power: dict[tuple[str, int], _PowerSeen] = {}
-        self._usage_ids: dict[str, int] = {}
-        self._power_ids: dict[str, int] = {}
+        self._usage_ids: dict[str, tuple[str, int]] = {}
+        self._power_ids: dict[str, tuple[str, int]] = {}
         # Every (gpu, second) held, in the order its first reading of either stream came:
         # eviction takes both streams' readings of a (gpu, second) at once, from the front.
         # (The native core keeps one record per (gpu, second) the same way: native/src/held.rs.)
@@ -208,7 +217,8 @@ class Rater:
             for seen, ids in ((self._usage, self._usage_ids), (self._power, self._power_ids)):
                 held = seen.pop(key, None)
                 if held is not None:
-                    ids.pop(held.event_id, None)
+                    if ids.get(held.event_id) == key:
+                        del ids[held.event_id]
                     dropped += 1
         return dropped
 
@@ -289,22 +299,29 @@ class Rater:
     def _hold(self, seen: dict, ids: dict, key: tuple[str, int], reading: _UsageSeen | _PowerSeen) -> None:
         """Remember the first reading of one stream for `key`."""
         seen[key] = reading
-        ids[reading.event_id] = key[1]
+        # An id names the first (gpu, second) held with it; a stored reading read back with
+        # an id held for another one is kept, not indexed (as native/src/held.rs does).
+        ids.setdefault(reading.event_id, key)
         self._arrival.setdefault(key)
 
     @staticmethod
     def _is_first(seen: dict, ids: dict, reading: Any, key: tuple[str, int], partition: int, offset: int,
                   now: Any, out: Outcome) -> bool:
-        """SPEC §4 dedupe on one stream: the same event_id is a duplicate; another reading for
-        an already-seen (gpu, second) is a conflict, recorded, and the first one counts."""
-        if reading.event_id in ids:
-            out.duplicates += 1
+        """SPEC §4 dedupe on one stream (see the module docstring): a held event_id with the
+        same content is a duplicate; with other content, or another reading of an already-seen
+        (gpu, second), it is a conflict, recorded, and the first one counts."""
+        held_at = ids.get(reading.event_id)
+        if held_at is not None:
+            if held_at == key and _same_content(seen[held_at], reading):
+                out.duplicates += 1
+                return False
+            out.conflicts.append((reading.kind, reading.gpu_uuid, key[1], reading.event_id, reading.event_id,
+                                  partition, offset, now, EVENT_ID_REUSED))
             return False
         first = seen.get(key)
         if first is not None:
-            out.conflicts.append(
-                (reading.kind, reading.gpu_uuid, key[1], first.event_id, reading.event_id, partition, offset, now)
-            )
+            out.conflicts.append((reading.kind, reading.gpu_uuid, key[1], first.event_id, reading.event_id,
+                                  partition, offset, now, SECOND_TAKEN))
             return False
         return True
 
@@ -370,3 +387,11 @@ class Rater:
             power.site, power.node, "", ZERO, 0, ZERO, ZERO, power.power_mw, rate.band, rate.tariff_per_kwh,
             rate.pue, version, power.partition, power.offset, now,
         )
+
+
+def _same_content(held: _UsageSeen | _PowerSeen, reading: Any) -> bool:
+    """Whether `reading` says what the reading held for its (gpu, second) says, as far as it is
+    held: tenant, instance and model of a usage reading; site, node and milliwatts of power."""
+    if isinstance(held, _UsageSeen):
+        return (held.tenant, held.instance, held.gpu_model) == (reading.tenant, reading.instance, reading.gpu_model)
+    return (held.site, held.node, held.power_mw) == (reading.site, reading.node, reading.power_mw)

@@ -99,3 +99,60 @@ def test_bad_period_and_format(tmp_path):
     assert_one_line_error(gpubill("invoice", "run", "--period", "2026-13", cwd=tmp_path), "--period")
     done = gpubill("report", "cost-share", "--period", "2026-03", "--format", "xml", cwd=tmp_path)
     assert_one_line_error(done, "--format")
+
+
+# ------------------------------------------- issue 13: stream input cannot bend a bill
+
+
+def _usage_line(event_id: str, gpu: str, tenant: str, second: int = 5) -> str:
+    return (f'{{"kind":"usage","event_id":"{event_id}","ts":"2026-03-01T00:00:{second:02d}Z","site":"gz-guian",'
+            f'"node":"gz-n1","gpu_uuid":"{gpu}","gpu_model":"A800-80G","tenant":"{tenant}","instance":"i-1",'
+            f'"util_pct":50,"mem_used_mib":1024}}')
+
+
+def test_hostile_readings_are_dead_lettered_or_recorded_never_dropped_or_obeyed(gpubill, broker, tmp_path):
+    from kafka.partitioner.default import murmur2
+
+    from schemas.topics import TOPIC_POWER, TOPIC_USAGE
+    from tests.e2e.faults_helpers import count_rows, produce_raw
+
+    # "First in partition order" orders readings of one partition only: the card that reuses
+    # u-1 is one in GA1's partition (murmur2, as kafka-python's default partitioner).
+    partitions = int(gpubill.env["GPUBILL_PARTITIONS"])
+    assert (murmur2(b"GA3") & 0x7FFFFFFF) % partitions == (murmur2(b"GA1") & 0x7FFFFFFF) % partitions
+
+    lines = [
+        _usage_line("u-1", "GA1", "acme"),  # 1: counts
+        _usage_line("u-2", "\\ud800", "acme"),  # 2: a key replay cannot encode: dead-lettered by replay
+        _usage_line("u-3", "GA2", "acme")[:-1] + ',"tenant":"beta"}',  # 3: a key twice: dead letter
+        _usage_line("u-4", "GA2", "../beta"),  # 4: not an id: dead letter
+        _usage_line("u-1", "GA3", "beta"),  # 5: u-1 reused for another card: a conflict, recorded
+        "not json at all",  # 6: dead-lettered by replay
+        _usage_line("u-1", "GA1", "acme"),  # 7: a true duplicate of line 1
+        _usage_line("u-1", "GA1", "beta", second=6),  # 8: u-1 reused for another second: a conflict
+    ]
+    path = tmp_path / "hostile.ndjson"
+    path.write_text("\n".join(lines) + "\n")
+    replayed = gpubill.run("replay", str(path))
+    assert "replayed 6 readings" in replayed.stdout and "2 dead-lettered by replay" in replayed.stdout, replayed.stdout
+    assert "line 2 dead-lettered: gpu_uuid: cannot be encoded" in replayed.stderr, replayed.stderr
+    produce_raw(broker.bootstrap, [(TOPIC_POWER, b"n1", b"[]"), (TOPIC_USAGE, b"n1", b" [ ] ")])
+    gpubill.run("worker", "--drain", timeout=240)
+
+    letters = gpubill.json("dlq", "list", "--format", "json", "--limit", "50")
+    reasons = sorted(letter["reason"] for letter in letters)
+    assert len(reasons) == 6, reasons
+    assert sum(r.startswith("line 2: gpu_uuid: cannot be encoded as the Kafka key") for r in reasons) == 1, reasons
+    assert sum(r.startswith("line 6: kind: cannot be read") for r in reasons) == 1, reasons
+    assert reasons.count('duplicate key "tenant"') == 1, reasons
+    assert sum(r.startswith("tenant: must be an id") for r in reasons) == 1, reasons
+    assert sum(r.startswith("empty batch") for r in reasons) == 2, reasons
+
+    dsn = gpubill.env["GPUBILL_CLICKHOUSE"]
+    reused = ("SELECT count() FROM conflicts FINAL WHERE reason = 'event_id reused' AND kept_event_id = 'u-1' "
+              "AND conflicting_event_id = 'u-1' AND (gpu_uuid, toUnixTimestamp(second)) IN {keys}")
+    assert count_rows(dsn, reused.format(keys="(('GA3', 1772323205), ('GA1', 1772323206))")) == 2
+    assert count_rows(dsn, "SELECT count() FROM conflicts FINAL") == 2
+    assert count_rows(dsn, "SELECT count() FROM readings_usage FINAL") == 1  # line 1 alone counts
+    # no reading billed to "beta" (neither by a repeated key nor by a reused id)
+    assert count_rows(dsn, "SELECT count() FROM rated_seconds FINAL WHERE tenant = 'beta'") == 0

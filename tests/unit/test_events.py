@@ -17,7 +17,13 @@ import pytest
 
 from billing_rules import DEFAULT_RULES_DIR, load_rules
 from schemas.errors import InvalidReading
-from schemas.events import PowerReading, UsageReading, parse_reading, parse_ts
+from schemas.events import (
+    PowerReading,
+    UsageReading,
+    parse_reading,
+    parse_ts,
+    split_message,
+)
 
 RULES = load_rules(DEFAULT_RULES_DIR)
 SITES = frozenset(RULES.site_ids)
@@ -274,3 +280,41 @@ def test_ts_is_stored_only_when_it_says_more_than_the_second():
     for kept in ("2026-03-01T08:00:00+08:00", "2026-03-01T00:00:00.250Z", "2026-03-01t00:00:00z"):
         assert stored_ts(kept, march_1) == kept
     assert stored_ts("2026-03-01T00:00:01Z", march_1) == "2026-03-01T00:00:01Z"  # not this second's text
+
+
+# issue 13: duplicate keys, empty batches, tenant ids ------------------------------------
+
+
+@pytest.mark.parametrize(("raw", "reason"), [
+    (json.dumps(usage(tenant="victim")).encode()[:-1] + b', "tenant": "attacker"}', 'duplicate key "tenant"'),
+    (json.dumps(power(power_w=1)).encode()[:-1] + b', "power_w": 4999}', 'duplicate key "power_w"'),
+    (json.dumps(power()).encode()[:-1] + b', "x": {"a": 1, "a": 2}}', 'duplicate key "a"'),  # nested, too
+    (json.dumps(power()).encode()[:-1] + b', "\\u0074enant": 1, "tenant": 2}', 'duplicate key "tenant"'),  # escaped twin
+])
+def test_a_key_given_twice_is_refused(raw: bytes, reason: str) -> None:
+    with pytest.raises(InvalidReading) as refused:
+        parse(raw)
+    assert str(refused.value) == reason
+
+
+def test_a_key_twice_with_a_lone_surrogate_names_it_printably() -> None:
+    raw = json.dumps(power()).encode()[:-1] + b', "\\ud800": 1, "\\ud800": 2}'
+    with pytest.raises(InvalidReading, match=r'^duplicate key "\\ud800"$'):
+        parse(raw)
+
+
+@pytest.mark.parametrize("raw", [b"[]", b" [ ] ", b"[\n]"])
+def test_an_empty_batch_is_refused(raw: bytes) -> None:
+    with pytest.raises(InvalidReading, match="^empty batch"):
+        split_message(raw)
+
+
+@pytest.mark.parametrize("tenant", ["a/b", "..", "a\x00", "a\n", "\u202eemca", "\u0430cme", "a" * 65, "", " a"])
+def test_a_tenant_must_be_an_id(tenant: str) -> None:
+    with pytest.raises(InvalidReading, match="^tenant: must be an id"):
+        parse(json.dumps(usage(tenant=tenant)).encode())
+
+
+def test_a_tenant_in_the_id_syntax_and_no_tenant_are_accepted() -> None:
+    assert parse(json.dumps(usage(tenant="tenant-01.cn_x")).encode()).tenant == "tenant-01.cn_x"
+    assert parse(json.dumps(usage(tenant=None, instance=None)).encode()).tenant is None

@@ -191,3 +191,52 @@ def test_numbers_of_valid_readings_are_exact_on_the_fast_path(watts: Decimal, ut
         if len(number.as_tuple().digits) <= 15 and not on_edge:  # then the fast path must take it
             assert fast is not None
         assert_agree(raw)
+
+
+# issue 13: a key given twice, and tenants outside the id syntax -------------------------
+
+
+@pytest.mark.parametrize("raw", [
+    # the attacker's own tenant last: orjson would keep it
+    _encode(usage(tenant="victim"))[:-1] + b', "tenant": "attacker"}',
+    b'{"tenant": "attacker", ' + _encode(usage(tenant="victim"))[1:],
+    _encode(usage())[:-1] + b', "tenant" :"acme"}',  # the same value, spaced differently
+    _encode(usage())[:-1] + b',"util_pct":100}',
+    _encode(usage(tenant=None, instance=None))[:-1] + b', "tenant": null}',
+    _encode(power(power_w=1))[:-1] + b', "power_w": 4999}',
+    _encode(power())[:-1] + b', "kind": "power"}',
+    _encode(power(node='n"1'))[:-1] + b', "site": "gz-guian"}',  # an escaped quote among them
+])
+def test_a_key_given_twice_is_refused_never_last_one_wins(raw: bytes) -> None:
+    fast, slow = judge(raw)
+    assert fast is None
+    assert isinstance(slow, InvalidReading) and str(slow).startswith('duplicate key "'), slow
+
+
+@pytest.mark.parametrize("tenant", ["a/b", "..", "acme\x00", "acme\n", "\u202eemca", "\u0430cme", "-acme", ".acme",
+                                    "a" * 65, "ac me", "acme\u200b", "ＡＣＭＥ"])
+def test_a_tenant_outside_the_id_syntax_is_refused_by_both(tenant: str) -> None:
+    for raw in (json.dumps(usage(tenant=tenant)).encode(), json.dumps(usage(tenant=tenant), ensure_ascii=False).encode()):
+        fast, slow = judge(raw)
+        assert fast is None
+        assert isinstance(slow, InvalidReading) and str(slow).startswith("tenant: must be an id"), slow
+
+
+@pytest.mark.parametrize("tenant", ["acme", "tenant-01", "A", "9", "a.b_c-d", "x" * 64])
+def test_tenants_in_the_id_syntax_take_the_fast_path(tenant: str) -> None:
+    fast, slow = judge(json.dumps(usage(tenant=tenant)).encode())
+    assert fast is not None and fast.tenant == slow.tenant == tenant
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(["usage", "power"]), data=st.data(), space=st.sampled_from(["", " ", "\n\t"]),
+       value=st.sampled_from(['"attacker"', "null", "4999", '"gz-guian"', '"2026-03-01T00:00:05Z"', '"a\\"b"', "0"]))
+def test_any_key_twice_is_never_taken_by_the_fast_path(kind, data, space, value) -> None:
+    doc = usage() if kind == "usage" else power()
+    items = [f"{json.dumps(k)}{space}:{space}{json.dumps(v)}" for k, v in doc.items()]
+    name = data.draw(st.sampled_from(sorted(doc)))
+    items.insert(data.draw(st.integers(0, len(items))), f'"{name}"{space}:{space}{value}')
+    raw = ("{" + space + ("," + space).join(items) + "}").encode()
+    fast, slow = judge(raw)
+    assert fast is None
+    assert isinstance(slow, InvalidReading) and str(slow) == f'duplicate key "{name}"', slow

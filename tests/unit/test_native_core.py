@@ -62,7 +62,8 @@ def reading(draw, kind: str) -> bytes:
     if kind == "usage":
         fields |= {
             "gpu_model": f'"{draw(st.sampled_from(["A800-80G"] * 4 + ["H800-80G", "RTX-4090-24G", "TPU"]))}"',
-            "tenant": draw(st.sampled_from(['"acme"', '"acme"', '"beta"', "null", '""', '"t\\u00e9"'])),
+            "tenant": draw(st.sampled_from(['"acme"', '"acme"', '"beta"', "null", '""', '"t\\u00e9"', '"a/b"', '".."',
+                                            '"acme\\n"', '"x\\u202eq"', '"\u0430cme"', '"' + "t" * 65 + '"'])),
             "instance": draw(st.sampled_from(['"i-1"', "null", '"i-2"'])),
             "util_pct": draw(st.sampled_from(NUMBERS[:8] + NUMBERS)),
             "mem_used_mib": draw(st.sampled_from(["1024", "0", "1099511627776", "1099511627777", "1.0", "-1"])),
@@ -76,6 +77,9 @@ def reading(draw, kind: str) -> bytes:
     items = [f'"{k}": {v}' for k, v in fields.items()]
     if draw(st.integers(0, 30)) == 0:
         items.append(items[0])  # a repeated key
+    if draw(st.integers(0, 30)) == 0:  # a repeated key with another value: never "last one wins"
+        name = draw(st.sampled_from(sorted(fields)))
+        items.insert(draw(st.integers(0, len(items))), f'"{name}": ' + draw(st.sampled_from(['"attacker"', "4999", "null"])))
     space = draw(st.sampled_from(["", " ", "\n"]))
     return ("{" + space + ("," + space).join(items) + "}").encode()
 
@@ -234,5 +238,57 @@ def test_a_conflict_with_a_reading_of_an_earlier_batch_names_the_kept_id_from_cl
     # the second batch: "late" conflicts with "kept" (held by the core only as a hash), and a
     # second copy of "kept" is a duplicate
     assert got.outcome.conflicts == expected.outcome.conflicts == [
-        ("power", "GPU-a", T + 7, "kept", "late", 0, 1, NOW)]
+        ("power", "GPU-a", T + 7, "kept", "late", 0, 1, NOW, "second taken")]
     assert got.outcome.duplicates == expected.outcome.duplicates == 1
+
+
+@pytest.mark.parametrize("reused", [
+    (b'"GPU-b"', b"300", b"07"),  # another card
+    (b'"GPU-a"', b"300", b"08"),  # another second
+    (b'"GPU-a"', b"300.001", b"07"),  # another power, by one milliwatt
+])
+def test_a_reused_event_id_is_a_conflict_in_both_raters(reused):
+    def power(gpu: bytes, watts: bytes, second: bytes, offset: int) -> Message:
+        return Message(TOPIC_POWER, 0, offset, None, (
+            b'{"kind": "power", "event_id": "p-1", "ts": "2026-03-01T00:00:' + second + b'Z", '
+            b'"site": "gz-guian", "node": "node-01", "gpu_uuid": ' + gpu + b', "power_w": ' + watts + b'}'))
+
+    python, rust = Rater(RULES), NativeRater(RULES)
+    # across batches (the core holds the first only as hashes and interned texts) and within one
+    for batches in ([[power(b'"GPU-a"', b"300", b"07", 0)], [power(*reused, 1)]],
+                    [[power(b'"GPU-a"', b"300", b"07", 0), power(*reused, 1)]]):
+        python.forget()
+        rust.forget()
+        for batch in batches:
+            expected = process_batch(batch, python, known_sites=SITES, known_models=MODELS, now=NOW)
+            got = process_batch_native(batch, rust, now=NOW)
+        gpu, second = reused[0].strip(b'"').decode(), T + int(reused[2])
+        assert got.outcome.conflicts == expected.outcome.conflicts == [
+            ("power", gpu, second, "p-1", "p-1", 0, 1, NOW, "event_id reused")]
+        assert got.outcome.duplicates == expected.outcome.duplicates == 0
+        # the true duplicate stays a duplicate
+        again = [power(b'"GPU-a"', b"300.0", b"07", 2)]
+        expected = process_batch(again, python, known_sites=SITES, known_models=MODELS, now=NOW)
+        got = process_batch_native(again, rust, now=NOW)
+        assert (got.outcome.duplicates, got.outcome.conflicts) == (expected.outcome.duplicates, expected.outcome.conflicts) \
+            == (1, [])
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ((b'{"kind": "usage", "event_id": "u1", "ts": "2026-03-01T00:00:01Z", "site": "gz-guian", "node": "n1", '
+      b'"gpu_uuid": "GPU-a", "gpu_model": "A800-80G", "tenant": "victim", "instance": null, "util_pct": 5, '
+      b'"mem_used_mib": 1, "tenant": "attacker"}'), 'duplicate key "tenant"'),
+    ((b'{"kind": "usage", "event_id": "u1", "ts": "2026-03-01T00:00:01Z", "site": "gz-guian", "node": "n1", '
+      b'"gpu_uuid": "GPU-a", "gpu_model": "A800-80G", "tenant": "../etc", "instance": null, "util_pct": 5, '
+      b'"mem_used_mib": 1}'), "tenant: must be an id"),
+    (b" [ ] ", "empty batch"),
+])
+def test_what_the_definition_refuses_the_core_never_takes(value, reason):
+    messages = [Message(TOPIC_USAGE, 0, 4, None, value)]
+    others, *_ = NativeRater(RULES).core.parse(messages, [], T + 60)
+    assert others == [0]  # left to the definition
+    expected = process_batch(messages, Rater(RULES), known_sites=SITES, known_models=MODELS, now=NOW)
+    got = process_batch_native(messages, NativeRater(RULES), now=NOW)
+    assert [d.reason for d in got.deadletters] == [d.reason for d in expected.deadletters]
+    assert len(got.deadletters) == 1 and got.deadletters[0].reason.startswith(reason), got.deadletters[0].reason
+    assert not got.outcome.blocks

@@ -78,6 +78,19 @@ BAD = [
     # NOW + 601 s is refused; the clock is `now`, passed in
     ("future", TOPIC_USAGE, usage_bytes("G1", T + 3600 + 601, "u-x"), "ts:"),
     ("missing-field", TOPIC_USAGE, b'{"kind": "usage"}', "event_id: missing field"),
+    # issue 13: a key given twice is refused, never "last one wins" (here: bill the attacker)
+    ("tenant-twice", TOPIC_USAGE, usage_bytes("G1", T, "u-x", tenant="victim")[:-1] + b', "tenant": "attacker"}',
+     'duplicate key "tenant"'),
+    ("power-twice", TOPIC_POWER, power_bytes("G1", T, "p-x", 1)[:-1] + b', "power_w": 4999}', 'duplicate key "power_w"'),
+    ("empty-batch", TOPIC_POWER, b"[]", "empty batch"),
+    ("empty-batch-spaced", TOPIC_USAGE, b" [\n ] ", "empty batch"),
+    ("tenant-path", TOPIC_USAGE, usage_bytes("G1", T, "u-x", tenant="../acme"), "tenant: must be an id"),
+    ("tenant-slash", TOPIC_USAGE, usage_bytes("G1", T, "u-x", tenant="acme/x"), "tenant: must be an id"),
+    ("tenant-nul", TOPIC_USAGE, usage_bytes("G1", T, "u-x", tenant="acme\x00"), "tenant: must be an id"),
+    ("tenant-newline", TOPIC_USAGE, usage_bytes("G1", T, "u-x", tenant="acme\n"), "tenant: must be an id"),
+    ("tenant-rtl", TOPIC_USAGE, usage_bytes("G1", T, "u-x", tenant="\u202eemca"), "tenant: must be an id"),
+    ("tenant-lookalike", TOPIC_USAGE, usage_bytes("G1", T, "u-x", tenant="\u0430cme"), "tenant: must be an id"),
+    ("tenant-too-long", TOPIC_USAGE, usage_bytes("G1", T, "u-x", tenant="a" * 65), "tenant: must be an id"),
 ]
 
 
@@ -120,9 +133,18 @@ def test_a_reading_before_the_first_rule_is_dead_lettered_not_fatal() -> None:
     assert [row[5] for row in result.outcome.readings_power] == ["G1"] and len(result.outcome.rated) == 1
 
 
-def test_an_empty_batch_carries_no_reading_and_is_not_an_error() -> None:
+def test_an_empty_batch_is_dead_lettered_not_dropped() -> None:
     result = run([msg(TOPIC_POWER, 0, 0, b" [ ] ")])
-    assert result.deadletters == [] and result.outcome.rated == []
+    assert [(d.reason, d.index, d.message.value) for d in result.deadletters] == [
+        ("empty batch: a batch must hold at least one reading", 0, b" [ ] ")]
+    assert result.outcome.rated == []
+
+
+def test_a_repeated_key_in_one_element_refuses_that_element_alone() -> None:
+    twice = power_bytes("G2", T, "p-2", 1)[:-1] + b', "power_w": 4999}'
+    result = run([msg(TOPIC_POWER, 0, 0, b"[" + power_bytes("G1", T, "p-1") + b"," + twice + b"]")])
+    assert [(d.reason, d.message.value) for d in result.deadletters] == [('element 2: duplicate key "power_w"', twice)]
+    assert [(row[5], row[6]) for row in result.outcome.readings_power] == [("G1", 300_000)]
 
 
 def test_future_is_measured_from_now_passed_in() -> None:

@@ -228,14 +228,59 @@ def test_conflicts_are_recorded_and_the_first_is_kept() -> None:
     assert out.duplicates == 0
     assert [dict(zip(CONFLICTS, c)) for c in out.conflicts] == [
         {"stream": "usage", "gpu_uuid": "G1", "second": T, "kept_event_id": "u-first",
-         "conflicting_event_id": "u-second", "src_partition": 4, "src_offset": 11, "detected_at": NOW},
+         "conflicting_event_id": "u-second", "src_partition": 4, "src_offset": 11, "detected_at": NOW,
+         "reason": "second taken"},
         {"stream": "power", "gpu_uuid": "G1", "second": T, "kept_event_id": "p-first",
-         "conflicting_event_id": "p-second", "src_partition": 4, "src_offset": 21, "detected_at": NOW},
+         "conflicting_event_id": "p-second", "src_partition": 4, "src_offset": 21, "detected_at": NOW,
+         "reason": "second taken"},
     ]
     rows = [row(r) for r in out.rated]
     assert [(r["stream"], r["tenant"], r["energy_mj"]) for r in rows] == [("rent", "acme", 0), ("energy", "acme", 300_000)]
     assert [r[0] for r in out.readings_usage] == ["u-first"]
     assert [r[0] for r in out.readings_power] == ["p-first"]
+
+
+@pytest.mark.parametrize(("again", "what"), [
+    (lambda: usage("G3", T, "u-1"), "another card"),
+    (lambda: usage("G1", T + 1, "u-1"), "another second"),
+    (lambda: usage("G1", T, "u-1", "mallory"), "another tenant"),
+    (lambda: usage("G1", T, "u-1", None), "no tenant"),
+    (lambda: usage("G1", T, "u-1", instance="i-9"), "another instance"),
+    (lambda: usage("G1", T, "u-1", model="RTX4090"), "another model"),
+    (lambda: power("G3", T, "p-1"), "another card (power)"),
+    (lambda: power("G1", T, "p-1", Decimal("300.001")), "another power, by one milliwatt"),
+    (lambda: power("G1", T, "p-1", node="node-02"), "another node"),
+])
+def test_a_reused_event_id_with_other_content_is_a_conflict(again, what) -> None:
+    # An attacker (or a broken agent) reusing a known event_id must not make its reading
+    # vanish as a "duplicate": it is recorded, and the first reading still counts.
+    rater = Rater(RULES)
+    first = usage("G1", T, "u-1") if again().kind == "usage" else power("G1", T, "p-1")
+    out = feed(rater, (first, 2, 5), (again(), 2, 6))
+    reused = again()
+    assert out.duplicates == 0, what
+    assert [dict(zip(CONFLICTS, c)) for c in out.conflicts] == [
+        {"stream": reused.kind, "gpu_uuid": reused.gpu_uuid, "second": reused.second, "kept_event_id": first.event_id,
+         "conflicting_event_id": first.event_id, "src_partition": 2, "src_offset": 6, "detected_at": NOW,
+         "reason": "event_id reused"},
+    ], what
+    kept = out.readings_usage if first.kind == "usage" else out.readings_power
+    assert [(r[0], r[5]) for r in kept] == [(first.event_id, "G1")]
+    # the (gpu, second) the reused id named stays free for its own reading
+    later = usage(reused.gpu_uuid, reused.second, "u-own") if first.kind == "usage" else power(reused.gpu_uuid, reused.second, "p-own")
+    if (reused.gpu_uuid, reused.second) != ("G1", T):
+        assert feed(rater, (later, 2, 7)).conflicts == []
+
+
+def test_a_redelivery_differing_only_where_nothing_is_held_is_a_duplicate() -> None:
+    # Not compared (not held by either rater): ts text within the second, util_pct,
+    # mem_used_mib, a usage reading's node and site.
+    rater = Rater(RULES)
+    again = UsageReading.model_validate({**usage("G1", T, "u-1").model_dump(), "ts": iso(T, ".75"), "util_pct": 99,
+                                         "mem_used_mib": 7, "node": "node-09"})
+    out = feed(rater, (usage("G1", T, "u-1"), 0, 0), (again, 0, 1), (power("G1", T, "p-1"), 0, 2),
+               (power("G1", T, "p-1"), 0, 3))
+    assert (out.duplicates, out.conflicts) == (2, [])
 
 
 def test_same_second_on_another_gpu_is_no_conflict() -> None:
@@ -340,8 +385,11 @@ def test_preloaded_usage_attributes_power() -> None:
     energy = row(out.rated[0])
     assert (energy["tenant"], energy["instance"], energy["gpu_model"]) == ("acme", "i-5", "A800-80G")
     # a redelivery of the stored usage is a duplicate, not a second rent row
-    again = feed(rater, (usage("G1", T, "u-stored"), 1, 17))
-    assert (again.duplicates, again.rated) == (1, [])
+    again = feed(rater, (usage("G1", T, "u-stored", "acme", "i-5"), 1, 17))
+    assert (again.duplicates, again.rated, again.conflicts) == (1, [], [])
+    # the stored id with another tenant is a conflict, recorded
+    other = feed(rater, (usage("G1", T, "u-stored", "mallory", "i-5"), 1, 18))
+    assert (other.duplicates, other.rated, [c[-1] for c in other.conflicts]) == (0, [], ["event_id reused"])
 
 
 def test_preloaded_power_is_joined_when_its_usage_arrives() -> None:
