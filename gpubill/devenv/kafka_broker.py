@@ -12,7 +12,10 @@ one home directory (e.g. `./var/kafka`):
     <home>/broker.pid          pid of the running broker
 
 This module is the process's lifecycle (`LocalBroker.up` / `down`); whether a broker
-answers is asked of `kafka_probe`.
+answers is asked of `kafka_probe`. By default the broker speaks PLAINTEXT on loopback; given
+a `SaslSetup` (see `kafka_config`) it authenticates clients with SASL/SCRAM, enforces ACLs,
+and creates its SCRAM users when it formats its log directory (server.properties, which
+then holds the broker's secrets, is written 0600).
 
 Errors `LocalBroker` raises, all one line for users (see `gpubill.errors`), all importable
 from here:
@@ -42,8 +45,10 @@ from pathlib import Path
 
 from gpubill.devenv.kafka_config import (
     LOG4J2_PROPERTIES,
+    SaslSetup,
     new_cluster_id,
     render_server_properties,
+    scram_arguments,
 )
 from gpubill.devenv.kafka_install import (
     KAFKA_VERSION,
@@ -137,8 +142,10 @@ class LocalBroker:
         cache_dir: Path | None = None,
         java: str = "java",
         mvn: str = "mvn",
+        sasl: SaslSetup | None = None,
     ) -> None:
         self.home = Path(home).resolve()
+        self.sasl = sasl
         if bootstrap is None or (port is not None and bootstrap == DEFAULT_BOOTSTRAP):
             bootstrap = f"localhost:{port or 9092}"
         self.bootstrap = bootstrap
@@ -193,7 +200,7 @@ class LocalBroker:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            if probe_kafka(host, port, left):
+            if probe_kafka(host, port, left, before_auth=self.sasl is not None):
                 return True
         return False
 
@@ -226,6 +233,7 @@ class LocalBroker:
         """
         if self.is_up():
             return False
+        self._check_format_matches()  # before waiting on a running broker started the other way
         deadline = time.monotonic() + wait_s
         log_offset = self.log_file.stat().st_size if self.log_file.exists() else 0
         pid = self.running_pid()
@@ -258,10 +266,15 @@ class LocalBroker:
                     f"stop it, or set GPUBILL_KAFKA to a broker or a free localhost port"
                 )
         self.home.mkdir(parents=True, exist_ok=True)
-        self.properties_file.write_text(
-            render_server_properties(log_dir=self.data_dir, port=self.port, controller_port=self.controller_port),
-            encoding="utf-8",
+        self._check_format_matches()
+        properties = render_server_properties(
+            log_dir=self.data_dir, port=self.port, controller_port=self.controller_port, sasl=self.sasl
         )
+        # 0600 from the first byte: with SASL the file holds the broker's passwords.
+        self.properties_file.unlink(missing_ok=True)
+        descriptor = os.open(self.properties_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(properties)
         log4j = self.home / "log4j2.properties"
         log4j.write_text(LOG4J2_PROPERTIES, encoding="utf-8")
         classpath = f"{libs}/*"
@@ -282,22 +295,44 @@ class LocalBroker:
         self.pid_file.write_text(f"{process.pid}\n")
         return process.pid
 
+    def _secrets(self) -> list[str]:
+        """Every password of the SASL setup: never shown in a message."""
+        if self.sasl is None:
+            return []
+        return [self.sasl.controller_password, *(u.password for u in (self.sasl.broker, *self.sasl.users))]
+
+    def _check_format_matches(self) -> None:
+        """A log directory formatted without SCRAM users cannot serve SASL (nor the reverse)."""
+        if not self.format_marker.is_file():
+            return
+        formatted_sasl = "sasl" in self.format_marker.read_text().split()[1:]
+        if formatted_sasl != (self.sasl is not None):
+            raise BrokerStartFailed(
+                f"the Kafka home {self.home} was formatted {'with' if formatted_sasl else 'without'} SASL users; "
+                f"start it the same way, or remove {self.home} for a fresh broker"
+            )
+
     def _format(self, java: str, classpath: str) -> None:
         cluster_id = new_cluster_id()
+        # The SCRAM users go into the metadata log here: the only way to have them before
+        # the broker first starts. (Their passwords are on this short-lived command line.)
+        users = scram_arguments(self.sasl) if self.sasl is not None else []
         try:
             result = subprocess.run(
                 [java, BROKER_HEAP, "-cp", classpath, "kafka.tools.StorageTool", "format",
-                 "-t", cluster_id, "-c", str(self.properties_file), "--ignore-formatted"],
+                 "-t", cluster_id, "-c", str(self.properties_file), "--ignore-formatted", *users],
                 capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, check=False,
             )  # fmt: skip
         except subprocess.TimeoutExpired as exc:
             raise BrokerStartFailed(f"formatting the Kafka log directory {self.data_dir} took over 120 s") from exc
         if result.returncode != 0:
             lines = [l for l in (result.stdout + result.stderr).splitlines() if l.strip() and "SLF4J" not in l]
+            for secret in self._secrets():
+                lines = [l.replace(secret, "***") for l in lines]
             raise BrokerStartFailed(
                 f"formatting the Kafka log directory {self.data_dir} failed: {' | '.join(lines[-3:])}"
             )
-        self.format_marker.write_text(f"{cluster_id}\n")
+        self.format_marker.write_text(f"{cluster_id}\n" + ("sasl\n" if self.sasl is not None else ""))
 
     def down(self, wait_s: float = 30.0) -> bool:
         """Stop the broker this home started: SIGTERM, then SIGKILL after `wait_s`.

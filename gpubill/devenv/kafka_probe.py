@@ -4,6 +4,11 @@
 sends a Metadata request that names no topics and reads just enough of the answer to see
 that a broker listed itself. Pure socket code, no Kafka client; every call is bounded by
 its `timeout_s`.
+
+A SASL listener answers nothing but ApiVersions and the SASL handshake before a client has
+logged in (it closes the connection on a Metadata request), so `probe_kafka(...,
+before_auth=True)` asks ApiVersions instead: the probe never needs, and never sends,
+credentials.
 """
 
 from __future__ import annotations
@@ -52,13 +57,26 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
     return bytes(chunks)
 
 
-def probe_kafka(host: str, port: int, timeout_s: float) -> bool:
-    """True when a Kafka broker at host:port answers a metadata request naming ≥ 1 broker."""
+def _api_versions_request(correlation_id: int) -> bytes:
+    """An ApiVersions v0 request (api key 18): allowed before SASL authentication."""
+    client_id = b"gpubill-probe"
+    payload = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
+    return struct.pack(">i", len(payload)) + payload
+
+
+def probe_kafka(host: str, port: int, timeout_s: float, *, before_auth: bool = False) -> bool:
+    """True when a Kafka broker at host:port answers a metadata request naming ≥ 1 broker.
+
+    `before_auth`: for a SASL listener, true when it answers ApiVersions without error.
+    """
     deadline = time.monotonic() + timeout_s
     try:
         with socket.create_connection((host, port), timeout=max(0.05, timeout_s)) as sock:
             sock.settimeout(max(0.05, deadline - time.monotonic()))
-            sock.sendall(_metadata_request(correlation_id=7))
+            if before_auth:
+                sock.sendall(_api_versions_request(correlation_id=7))
+            else:
+                sock.sendall(_metadata_request(correlation_id=7))
             (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
             if size < 12 or size > 10_000_000:
                 return False
@@ -66,6 +84,10 @@ def probe_kafka(host: str, port: int, timeout_s: float) -> bool:
             response = _recv_exactly(sock, min(size, 4096))
     except (OSError, ConnectionError, struct.error):
         return False
+    if before_auth:
+        # correlation_id int32, error_code int16, api_keys array int32 length
+        correlation_id, error_code, api_count = struct.unpack(">ihi", response[:10])
+        return correlation_id == 7 and error_code == 0 and api_count > 0
     # correlation_id int32, throttle_time_ms int32, brokers array int32 length
     correlation_id, _throttle, broker_count = struct.unpack(">iii", response[:12])
     return correlation_id == 7 and broker_count > 0

@@ -15,12 +15,13 @@ from kafka.errors import KafkaError
 
 from schemas.topics import PIPELINE_TOPICS
 from streams.errors import KafkaUnreachable, TopicsNotCreated
-from streams.kafka.settings import TIMEOUT_MS, KafkaSettings
+from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options
 
 
 def ensure_pipeline_topics(settings: KafkaSettings) -> None:
     """Create the readings and dead-letter topics when missing (replication 1 locally)."""
-    ensure_topics(settings.kafka, {topic: settings.partitions for topic in PIPELINE_TOPICS})
+    ensure_topics(settings.kafka, {topic: settings.partitions for topic in PIPELINE_TOPICS},
+                  options=client_options(settings, client="kafka-python"))
 
 
 def group_offsets(settings: KafkaSettings, topics: Iterable[str]) -> dict[tuple[str, int], tuple[int, int]]:
@@ -32,6 +33,7 @@ def group_offsets(settings: KafkaSettings, topics: Iterable[str]) -> dict[tuple[
             enable_auto_commit=False,
             request_timeout_ms=TIMEOUT_MS + 1000,
             bootstrap_timeout_ms=TIMEOUT_MS,
+            **client_options(settings, client="kafka-python"),
         )
     except KafkaError as exc:
         raise KafkaUnreachable(settings.kafka, str(exc)) from exc
@@ -53,12 +55,13 @@ def drain_targets(settings: KafkaSettings, topics: Iterable[str]) -> dict[tuple[
     return {tp: (committed, end) for tp, (committed, end) in group_offsets(settings, topics).items() if end > committed}
 
 
-def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.0) -> None:
+def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.0, *,
+                  options: dict | None = None) -> None:
     """Create the topics that do not exist yet ({name: partitions}, replication 1).
 
     Existing topics are left as they are, whatever their partition count. Returns once
     every topic is visible in the cluster metadata; raises KafkaUnreachable when no broker
-    answers within `timeout_s`.
+    answers within `timeout_s`. `options`: the client's security (`client_options`).
     """
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError, TopicAlreadyExistsError
@@ -71,6 +74,7 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.
             client_id="gpubill-admin",
             request_timeout_ms=timeout_ms,
             bootstrap_timeout_ms=timeout_ms,
+            **(options or {}),
         )
     except KafkaError as exc:
         raise KafkaUnreachable(bootstrap, type(exc).__name__) from exc

@@ -85,6 +85,7 @@ class Feeder:
     on_committed: Callable[[dict[tuple[str, int], int]], None] = lambda positions: None
     on_revoked: Callable[[], None] = lambda: None
     consumer: AIOKafkaConsumer | None = None  # made by run() unless given (tests give a fake)
+    security: dict[str, Any] = field(default_factory=dict)  # streams.kafka.settings.client_options
     generation: int = 0
     _pending: deque = field(default_factory=deque)
     _slots: asyncio.Semaphore | None = None
@@ -113,6 +114,7 @@ class Feeder:
             partition_assignment_strategy=(RangePartitionAssignor,),
             # Each partition's fetch as one RecordSet, read in place by the native core.
             value_deserializer=records.RECORD_SETS,
+            **self.security,
         )
         await self.consumer.start()
         self.consumer.subscribe(topics=list(self.routes), listener=_Listener(self))

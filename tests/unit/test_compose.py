@@ -1,15 +1,21 @@
 """Structural checks of compose.yaml, the Dockerfile and deploy/ (no Docker engine needed).
 
 These read the files the way `docker compose` would (YAML, `${VAR:-default}`
-interpolation with the defaults, `$$` escapes) and check that the pieces agree with
-each other: the addresses the gpubill processes use are the ones the Kafka and
-ClickHouse services actually listen on, every dependency and build context exists, and
-the read-only finance user really is read-only.
+interpolation with the defaults, `${VAR:?message}` with a made-up secret per required
+variable, `$$` escapes) and check that the pieces agree with each other: the addresses
+the gpubill processes use are the ones the Kafka and ClickHouse services actually listen
+on, every dependency and build context exists — and that the deployment is safe by
+default: every password is required (none has a default), each container gets only its
+own secrets, every published port is on loopback, Kafka authenticates (SCRAM) and
+authorises (ACLs), the application's ClickHouse user cannot manage access, and the
+finance user is read-only and limited.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import os
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -21,6 +27,8 @@ import yaml  # pyyaml, in the `test` extra
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
 APP_SERVICES = ("worker", "scheduler")
+GPUBILL_SERVICES = ("migrate", "worker", "scheduler")  # containers of the gpubill image
+DEPLOY = ROOT / "deploy"
 TOPIC_PARTITIONS = 8  # gpu.usage.v1 / gpu.power.v1 / gpu.deadletter.v1
 
 VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<default>[^}]*))?\}")
@@ -42,12 +50,20 @@ def services(compose: dict) -> dict:
     return compose["services"]
 
 
+def fake_secret(name: str) -> str:
+    """The value a required variable gets here: distinct per variable, hex like a real one."""
+    return "s" + hashlib.sha256(name.encode()).hexdigest()[:31]
+
+
 def interpolate(value: object) -> str:
-    """The value as compose resolves it with no variables set: `${X:-d}` → d, `$$` → `$`."""
+    """The value as compose resolves it with only the required variables set: `${X:-d}` → d,
+    `${X:?msg}` → fake_secret(X), `$$` → `$`."""
     text = str(value)
 
     def sub(match: re.Match) -> str:
-        assert match.group("op") in (":-", "-"), f"{match.group(0)} has no default; compose would need it set"
+        if match.group("op") in (":?", "?"):
+            return fake_secret(match.group("name"))
+        assert match.group("op") in (":-", "-"), f"{match.group(0)}: give it a default or make it required"
         return match.group("default")
 
     return VAR.sub(sub, text.replace("$$", "\0")).replace("\0", "$")
@@ -110,6 +126,11 @@ def volume_mounts(service: dict) -> list[tuple[str, str]]:
     return mounts
 
 
+def referenced(value: object) -> set[str]:
+    """The variables a raw compose value names."""
+    return {m.group("name") for m in VAR.finditer(str(value))}
+
+
 def published_targets(service: dict) -> set[int]:
     targets = set()
     for item in service.get("ports") or []:
@@ -125,9 +146,10 @@ def published_targets(service: dict) -> set[int]:
 # ------------------------------------------------------------------------------ services
 
 
-def test_the_four_services_exist(services: dict) -> None:
-    assert {"kafka", "clickhouse", "worker", "scheduler"} <= set(services)
+def test_the_services_exist(services: dict) -> None:
+    assert {"kafka", "kafka-init", "clickhouse", "migrate", "worker", "scheduler"} <= set(services)
     assert services["kafka"]["image"] == "apache/kafka:4.1.1"
+    assert services["kafka-init"]["image"] == services["kafka"]["image"]
     assert re.fullmatch(r"clickhouse/clickhouse-server:2[56]\.\d+(\.\d+)*", services["clickhouse"]["image"]), (
         "ClickHouse must be pinned to a 25.x/26.x tag"
     )
@@ -142,16 +164,12 @@ def test_migrations_run_once_before_the_app_services(services: dict) -> None:
     migrate = services["migrate"]
     assert command(migrate) == ["db", "migrate"]
     assert migrate.get("restart", "no") == "no"
-    assert env(migrate) == env(services["worker"])  # the same database
+    # the same database, as the one user that may change its schema
+    migrate_dsn, app_dsn = urlsplit(env(migrate)["GPUBILL_CLICKHOUSE"]), urlsplit(env(services["worker"])["GPUBILL_CLICKHOUSE"])
+    assert (migrate_dsn.hostname, migrate_dsn.port, migrate_dsn.path) == (app_dsn.hostname, app_dsn.port, app_dsn.path)
+    assert migrate_dsn.username == "gpubill_migrate" and app_dsn.username == "gpubill"
     for name in APP_SERVICES:
         assert depends_on(services[name]).get("migrate", {}).get("condition") == "service_completed_successfully", name
-
-
-def test_every_variable_has_a_default(compose: dict) -> None:
-    text = COMPOSE.read_text(encoding="utf-8").replace("$$", "")
-    for match in VAR.finditer(text):
-        assert match.group("op") in (":-", "-"), f"{match.group(0)}: give it a default"
-    assert "${GPUBILL_CH_PASSWORD:-" in text
 
 
 def test_depends_on_points_at_existing_services_with_valid_conditions(services: dict) -> None:
@@ -169,7 +187,10 @@ def test_depends_on_points_at_existing_services_with_valid_conditions(services: 
     for name in APP_SERVICES:
         deps = depends_on(services[name])
         assert deps.get("clickhouse", {}).get("condition") == "service_healthy", name
-    assert depends_on(services["worker"]).get("kafka", {}).get("condition") == "service_healthy"
+    worker = depends_on(services["worker"])
+    assert worker.get("kafka", {}).get("condition") == "service_healthy"
+    assert worker.get("kafka-init", {}).get("condition") == "service_completed_successfully"
+    assert depends_on(services["kafka-init"]).get("kafka", {}).get("condition") == "service_healthy"
 
 
 def test_every_build_context_has_a_dockerfile(services: dict) -> None:
@@ -188,41 +209,191 @@ def test_every_build_context_has_a_dockerfile(services: dict) -> None:
     assert built >= 2
 
 
-def test_named_volumes_are_declared(compose: dict, services: dict) -> None:
+def test_named_volumes_and_mounted_files_exist(compose: dict, services: dict) -> None:
     declared = set(compose.get("volumes") or {})
     for name, svc in services.items():
         for source, _target in volume_mounts(svc):
-            if source and not source.startswith((".", "/", "~")):
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), f"{name} mounts {source}, which is missing"
+            elif source and not source.startswith(("/", "~")):
                 assert source in declared, f"{name} uses undeclared volume {source}"
     assert any(t == "/var/lib/clickhouse" for _, t in volume_mounts(services["clickhouse"]))
+
+
+# ------------------------------------------------------------------------------ secrets
+
+
+def test_every_password_is_required_and_none_has_a_default(compose: dict) -> None:
+    text = COMPOSE.read_text(encoding="utf-8").replace("$$", "")
+    passwords = [m for m in VAR.finditer(text) if "PASSWORD" in m.group("name")]
+    assert len({m.group("name") for m in passwords}) >= 9
+    for match in passwords:
+        assert match.group("op") == ":?", f"{match.group(0)}: a password must be required (${{VAR:?message}})"
+        assert match.group("default").strip(), f"{match.group(0)}: say how to set it"
+    for match in VAR.finditer(text):
+        assert match.group("op") in (":-", "-", ":?", "?"), f"{match.group(0)}: give it a default or make it required"
+
+
+def test_no_default_password_anywhere_in_compose_or_deploy() -> None:
+    files = [COMPOSE, *sorted(p for p in DEPLOY.rglob("*") if p.is_file())]
+    for path in files:
+        text = path.read_text(encoding="utf-8").lower()
+        for word in ("change-me", "changeme", "password123", "secret123"):
+            assert word not in text, f"{path.relative_to(ROOT)} holds a default password ({word})"
+    for path in DEPLOY.rglob("*.xml"):
+        for password in ET.parse(path).getroot().iter("password"):
+            assert password.get("from_env") and not (password.text or "").strip(), (
+                f"{path.relative_to(ROOT)}: a password comes from the environment, never the file"
+            )
+        for tag in ("password_sha256_hex", "password_double_sha1_hex"):
+            assert next(ET.parse(path).getroot().iter(tag), None) is None, f"{path.name}: no fixed {tag}"
+
+
+def test_each_container_gets_only_its_own_secrets(services: dict) -> None:
+    def secrets(name: str) -> set[str]:
+        return {v for value in raw_env(services[name]).values() for v in referenced(value) if "PASSWORD" in v}
+
+    assert secrets("worker") == {"GPUBILL_CH_PASSWORD", "GPUBILL_KAFKA_WORKER_PASSWORD"}
+    assert secrets("scheduler") == {"GPUBILL_CH_PASSWORD"}  # no Kafka at all
+    assert secrets("migrate") == {"GPUBILL_CH_MIGRATE_PASSWORD"}
+    assert secrets("kafka-init") == {"GPUBILL_KAFKA_ADMIN_PASSWORD"}
+    assert "GPUBILL_CH_ADMIN_PASSWORD" in secrets("clickhouse")
+    for name in ("worker", "scheduler", "migrate", "kafka-init", "kafka"):
+        assert "GPUBILL_CH_ADMIN_PASSWORD" not in secrets(name), name
+    for name in ("clickhouse", "migrate", "worker", "scheduler"):
+        assert not {s for s in secrets(name) if s.startswith("GPUBILL_KAFKA_") and s != "GPUBILL_KAFKA_WORKER_PASSWORD"}
+
+
+def test_no_secret_is_on_a_command_line(services: dict) -> None:
+    for name, svc in services.items():
+        lines = [command(svc)]
+        if "healthcheck" in svc:
+            test = svc["healthcheck"]["test"]
+            lines.append(test if isinstance(test, list) else [test])
+        for line in lines:
+            text = " ".join(map(str, line))
+            assert "PASSWORD" not in text.upper() and "--password" not in text, f"{name}: {text}"
+            assert not referenced(text), f"{name}: no variable is expanded into a command line"
+
+
+def test_every_published_port_is_on_loopback(services: dict) -> None:
+    for name, svc in services.items():
+        for item in svc.get("ports") or []:
+            if isinstance(item, dict):
+                assert item.get("host_ip") == "127.0.0.1", f"{name}: {item}"
+            else:
+                assert str(item).startswith("127.0.0.1:"), f"{name}: {item} is published on every interface"
+
+
+def test_app_settings_load_and_say_sasl(services: dict, monkeypatch) -> None:
+    """What gpubill reads from each container's environment is valid settings."""
+    from gpubill.config import load_settings
+
+    for name in GPUBILL_SERVICES:
+        for key in [k for k in os.environ if k.startswith("GPUBILL_")]:
+            monkeypatch.delenv(key)
+        monkeypatch.setenv("GPUBILL_SETTINGS", "/nonexistent/gpubill.toml")
+        for key, value in env(services[name]).items():
+            monkeypatch.setenv(key, value)
+        settings = load_settings()
+        if name == "worker":
+            assert settings.kafka_security_protocol == "SASL_PLAINTEXT" and settings.kafka_username == "worker"
+            assert settings.kafka_password.get_secret_value() == fake_secret("GPUBILL_KAFKA_WORKER_PASSWORD")
+            assert fake_secret("GPUBILL_KAFKA_WORKER_PASSWORD") not in repr(settings)
+        else:
+            assert settings.kafka_password is None
 
 
 # ------------------------------------------------------------------------------ Kafka
 
 
+def _server_properties(services: dict) -> dict[str, str]:
+    """deploy/kafka/start.sh's server.properties as the kafka service renders it."""
+    script = (DEPLOY / "kafka" / "start.sh").read_text(encoding="utf-8")
+    body = re.search(r'cat > "\$conf_dir/server.properties" <<PROPERTIES\n(.*?)\nPROPERTIES\n', script, re.DOTALL).group(1)
+    values = {**env(services["kafka"]), "data_dir": "/var/lib/kafka/data",
+              "scram": "org.apache.kafka.common.security.scram.ScramLoginModule required",
+              "plain": "org.apache.kafka.common.security.plain.PlainLoginModule required"}
+
+    def sub(match: re.Match) -> str:
+        assert match.group(1) in values, f"start.sh uses ${{{match.group(1)}}}, which the kafka service does not set"
+        return values[match.group(1)]
+
+    props = {}
+    for line in body.splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            props[key] = re.sub(r"\$\{([A-Za-z_]+)\}", sub, value)
+    return props
+
+
+def _scram_users() -> set[str]:
+    script = (DEPLOY / "kafka" / "start.sh").read_text(encoding="utf-8")
+    return set(re.findall(r'--add-scram "SCRAM-SHA-(?:256|512)=\[name=([\w.-]+),password=', script))
+
+
 def test_kafka_is_a_single_node_kraft_broker(services: dict) -> None:
+    props = _server_properties(services)
     kenv = env(services["kafka"])
-    node_id = kenv["KAFKA_NODE_ID"]
-    assert set(kenv["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
-    listen = listeners(kenv["KAFKA_LISTENERS"])
-    controller_names = kenv["KAFKA_CONTROLLER_LISTENER_NAMES"].split(",")
+    assert props["node.id"] == "1"
+    assert set(props["process.roles"].split(",")) == {"broker", "controller"}
+    listen = listeners(props["listeners"])
+    controller_names = props["controller.listener.names"].split(",")
     assert controller_names and all(n in listen for n in controller_names)
-    assert "PLAINTEXT" in listen
-    # every listener has a security protocol
-    protocols = dict(item.split(":") for item in kenv["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    protocols = dict(item.split(":") for item in props["listener.security.protocol.map"].split(","))
     assert set(listen) <= set(protocols)
-    # the quorum is this node, reached on its controller listener
-    voters = kenv["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")
+    # the quorum is this node, reached on its controller listener, on loopback
+    voters = props["controller.quorum.voters"].split(",")
     assert len(voters) == 1
     voter_id, _, voter_address = voters[0].partition("@")
-    assert voter_id == node_id
+    assert voter_id == props["node.id"]
     voter_host, voter_port = host_port(voter_address)
-    assert voter_host in service_names(services, "kafka")
+    assert voter_host in {"localhost", "127.0.0.1"} and listen["CONTROLLER"][0] == "127.0.0.1"
     assert voter_port == listen[controller_names[0]][1]
     # a controller listener is never advertised to clients
-    advertised = listeners(kenv["KAFKA_ADVERTISED_LISTENERS"])
+    advertised = listeners(props["advertised.listeners"])
     assert not set(advertised) & set(controller_names)
     assert set(advertised) <= set(listen)
+    assert props["inter.broker.listener.name"] in advertised
+    assert kenv["KAFKA_LISTENERS"] == props["listeners"]
+
+
+def test_kafka_authenticates_every_listener_and_authorises_with_acls(services: dict) -> None:
+    props = _server_properties(services)
+    protocols = dict(item.split(":") for item in props["listener.security.protocol.map"].split(","))
+    assert set(protocols.values()) == {"SASL_PLAINTEXT"}, "no PLAINTEXT listener: every client logs in"
+    mechanisms = props["sasl.enabled.mechanisms"].split(",")
+    assert set(mechanisms) <= {"SCRAM-SHA-256", "SCRAM-SHA-512"}
+    for name in protocols:
+        if name == "CONTROLLER":
+            assert props["listener.name.controller.sasl.enabled.mechanisms"] == "PLAIN"
+            assert props["sasl.mechanism.controller.protocol"] == "PLAIN"
+            assert 'username="controller"' in props["listener.name.controller.plain.sasl.jaas.config"]
+            continue
+        for mechanism in mechanisms:
+            jaas = props[f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config"]
+            assert jaas.startswith("org.apache.kafka.common.security.scram.ScramLoginModule required")
+            assert jaas.endswith(";")
+    inter = props["inter.broker.listener.name"].lower()
+    broker_jaas = props[f"listener.name.{inter}.{props['sasl.mechanism.inter.broker.protocol'].lower()}.sasl.jaas.config"]
+    assert f'password="{fake_secret("GPUBILL_KAFKA_BROKER_PASSWORD")}"' in broker_jaas
+    assert props["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    assert props["auto.create.topics.enable"] == "false"
+    supers = {p.removeprefix("User:") for p in props["super.users"].split(";")}
+    assert supers == {"broker", "controller", "admin"}
+    assert {"broker", "admin", "worker", "node-agent"} == _scram_users()
+
+
+def test_kafka_internal_topics_have_replication_factor_one(services: dict) -> None:
+    props = _server_properties(services)
+    assert props["offsets.topic.replication.factor"] == "1"
+    assert props["transaction.state.log.min.isr"] == "1"
+    assert props["group.initial.rebalance.delay.ms"] == "0"
+    assert props["log.retention.ms"] == "-1"
+    for key, value in props.items():
+        if key.endswith(("replication.factor", "min.isr")) or key == "min.insync.replicas":
+            assert value == "1", f"{key}={value} cannot be met by one broker"
 
 
 def test_kafka_cluster_id_is_a_valid_kraft_id(services: dict) -> None:
@@ -231,18 +402,7 @@ def test_kafka_cluster_id_is_a_valid_kraft_id(services: dict) -> None:
     assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16
 
 
-def test_kafka_internal_topics_have_replication_factor_one(services: dict) -> None:
-    kenv = env(services["kafka"])
-    assert kenv["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "1"
-    assert kenv["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "1"
-    assert kenv["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "1"
-    assert kenv["KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS"] == "0"
-    for key, value in kenv.items():
-        if key.endswith("REPLICATION_FACTOR") or key.endswith("MIN_ISR") or key == "KAFKA_MIN_INSYNC_REPLICAS":
-            assert value == "1", f"{key}={value} cannot be met by one broker"
-
-
-def test_kafka_healthcheck_asks_a_port_the_broker_listens_on(services: dict) -> None:
+def test_kafka_healthcheck_logs_in_from_a_file(services: dict) -> None:
     kafka = services["kafka"]
     test = kafka["healthcheck"]["test"]
     text = " ".join(test) if isinstance(test, list) else test
@@ -250,82 +410,187 @@ def test_kafka_healthcheck_asks_a_port_the_broker_listens_on(services: dict) -> 
     bootstrap = re.search(r"--bootstrap-server\s+(\S+)", text)
     assert bootstrap
     _host, port = host_port(bootstrap.group(1))
-    assert port in {p for _, p in listeners(env(kafka)["KAFKA_LISTENERS"]).values()}
+    assert port in {p for _, p in listeners(_server_properties(services)["listeners"]).values()}
+    config = re.search(r"--command-config\s+(\S+)", text).group(1)
+    assert config == "/tmp/gpubill-kafka/client.properties"
+    assert 'cat > "$conf_dir/client.properties"' in (DEPLOY / "kafka" / "start.sh").read_text(encoding="utf-8")
 
 
-def test_app_services_use_the_advertised_plaintext_listener(services: dict) -> None:
-    kenv = env(services["kafka"])
-    listen = listeners(kenv["KAFKA_LISTENERS"])
-    advertised = listeners(kenv["KAFKA_ADVERTISED_LISTENERS"])
-    protocols = dict(item.split(":") for item in kenv["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+def test_app_services_use_an_advertised_listener_with_its_protocol(services: dict) -> None:
+    props = _server_properties(services)
+    listen = listeners(props["listeners"])
+    advertised = listeners(props["advertised.listeners"])
+    protocols = dict(item.split(":") for item in props["listener.security.protocol.map"].split(","))
     inside = {name: address for name, address in advertised.items() if address[0] in service_names(services, "kafka")}
     assert inside, "no listener is advertised under the kafka service's name"
-    for name in APP_SERVICES:
-        for server in env(services[name])["GPUBILL_KAFKA"].split(","):
-            host, port = host_port(server.strip())
-            matches = [ln for ln, address in inside.items() if address == (host, port)]
-            assert matches, f"{name}: {server} is not advertised by the kafka service ({advertised})"
-            listener = matches[0]
-            assert listen[listener][1] == port, f"{name}: the broker listens for {listener} on {listen[listener][1]}"
-            assert protocols[listener] == "PLAINTEXT", "gpubill speaks PLAINTEXT to Kafka"
+    wenv = env(services["worker"])
+    for server in wenv["GPUBILL_KAFKA"].split(","):
+        host, port = host_port(server.strip())
+        matches = [ln for ln, address in inside.items() if address == (host, port)]
+        assert matches, f"worker: {server} is not advertised by the kafka service ({advertised})"
+        assert listen[matches[0]][1] == port
+        assert protocols[matches[0]] == wenv["GPUBILL_KAFKA_SECURITY_PROTOCOL"]
+    assert wenv["GPUBILL_KAFKA_SASL_MECHANISM"] in props["sasl.enabled.mechanisms"].split(",")
+    assert wenv["GPUBILL_KAFKA_USERNAME"] in _scram_users()
+    assert env(services["kafka-init"])["KAFKA_BOOTSTRAP"] == wenv["GPUBILL_KAFKA"]
+
+
+def _acls() -> list[list[str]]:
+    lines = (DEPLOY / "kafka" / "acls.txt").read_text(encoding="utf-8").splitlines()
+    return [line.split() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_acls_give_each_role_only_what_it_needs(services: dict) -> None:
+    from schemas.topics import PIPELINE_TOPICS, READING_TOPICS, TOPIC_DEADLETTER
+
+    rows = _acls()
+    assert rows and all(len(row) == 5 for row in rows)
+    for principal, operation, resource, pattern, name in rows:
+        assert principal in _scram_users() - {"broker", "admin"}, principal
+        assert resource in ("topic", "group", "cluster", "transactional-id") and pattern in ("literal", "prefixed")
+        assert name != "*" and not (pattern == "prefixed" and len(name) < 5), "no wildcard grants"
+    agent = {(op, res, pat, name) for who, op, res, pat, name in rows if who == "node-agent"}
+    assert agent == {("Write", "topic", "literal", topic) for topic in READING_TOPICS.values()}
+    worker = {(op, res, pat, name) for who, op, res, pat, name in rows if who == "worker"}
+    assert {("Read", "topic", "literal", topic) for topic in PIPELINE_TOPICS} <= worker
+    assert ("Write", "topic", "literal", TOPIC_DEADLETTER) in worker
+    assert not {("Write", "topic", "literal", topic) for topic in READING_TOPICS.values()} & worker
+    group = env(services["worker"])["GPUBILL_GROUP"]
+    assert any(res == "group" and op == "Read" and (name == group or (pat == "prefixed" and group.startswith(name)))
+               for op, res, pat, name in worker), "the worker may not join its group"
+
+
+def test_kafka_init_creates_the_pipeline_topics() -> None:
+    from schemas.topics import PIPELINE_TOPICS
+
+    script = (DEPLOY / "kafka" / "init.sh").read_text(encoding="utf-8")
+    listed = re.search(r"for topic in ([^;]+); do", script).group(1).split()
+    assert tuple(listed) == PIPELINE_TOPICS
+    assert "acls.txt" in script and "--if-not-exists" in script
+
+
+def test_kafka_scripts_are_bash_that_parses() -> None:
+    import shutil
+    import subprocess
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    for script in (DEPLOY / "kafka").glob("*.sh"):
+        done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, f"{script.name}: {done.stderr}"
 
 
 # ------------------------------------------------------------------------------ ClickHouse
 
 
-def test_app_dsns_point_at_the_clickhouse_service(services: dict) -> None:
-    ch = services["clickhouse"]
-    chenv = env(ch)
+def _users_files(services: dict) -> dict[str, ET.Element]:
+    found = {}
+    for source, target in volume_mounts(services["clickhouse"]):
+        if target.startswith("/etc/clickhouse-server/users.d/") and source.startswith("./deploy/"):
+            assert target.endswith(".xml") and source.endswith(".xml")
+            root = ET.parse(ROOT / source).getroot()
+            assert root.tag == "clickhouse"
+            found[Path(source).name] = root
+    assert found, "clickhouse mounts no users.d file from ./deploy/"
+    return found
+
+
+def _user(services: dict, name: str) -> tuple[ET.Element, ET.Element]:
+    for root in _users_files(services).values():
+        user = root.find(f"users/{name}")
+        if user is not None:
+            return root, user
+    pytest.fail(f"no <users><{name}> in the mounted users files")
+
+
+def _password_var(services: dict, user: ET.Element) -> str:
+    """The compose variable the user's password comes from (via the container's env)."""
+    password = user.find("password")
+    assert password is not None and password.get("from_env")
+    container_var = password.get("from_env")
+    names = referenced(raw_env(services["clickhouse"]).get(container_var, ""))
+    assert len(names) == 1, f"{container_var} is not set from one compose variable"
+    return names.pop()
+
+
+def test_app_dsns_point_at_the_clickhouse_service_as_their_users(services: dict) -> None:
+    chenv = env(services["clickhouse"])
     assert chenv["CLICKHOUSE_DB"] == "gpubill"
-    for name in APP_SERVICES:
+    for name, user in (("worker", "gpubill"), ("scheduler", "gpubill"), ("migrate", "gpubill_migrate")):
         dsn = urlsplit(env(services[name])["GPUBILL_CLICKHOUSE"])
         assert dsn.scheme == "http"
         assert dsn.hostname in service_names(services, "clickhouse")
         assert dsn.port == 8123
         assert dsn.path.strip("/") == chenv["CLICKHOUSE_DB"]
-        assert unquote(dsn.username or "") == chenv["CLICKHOUSE_USER"]
-        assert unquote(dsn.password or "") == chenv["CLICKHOUSE_PASSWORD"]
-        # …and the same variable feeds both, so changing it keeps them in step
-        assert "${GPUBILL_CH_PASSWORD" in raw_env(services[name])["GPUBILL_CLICKHOUSE"]
-        assert raw_env(ch)["CLICKHOUSE_PASSWORD"].startswith("${GPUBILL_CH_PASSWORD")
+        assert unquote(dsn.username or "") == user
+        # the same compose variable feeds the DSN and the user's password on the server
+        var = _password_var(services, _user(services, user)[1])
+        assert unquote(dsn.password or "") == fake_secret(var)
+        assert var in referenced(raw_env(services[name])["GPUBILL_CLICKHOUSE"])
+    assert chenv["CLICKHOUSE_USER"] not in ("gpubill", "gpubill_migrate", "finance")
 
 
-def test_clickhouse_healthcheck_uses_the_admin_user(services: dict) -> None:
+def test_the_application_user_cannot_manage_access_nor_leave_its_database(services: dict) -> None:
+    for name in ("gpubill", "gpubill_migrate"):
+        _root, user = _user(services, name)
+        assert (user.findtext("access_management") or "0") == "0", name
+        grants = [q.text.strip() for q in user.findall("grants/query")]
+        assert grants, name
+        for grant in grants:
+            assert re.fullmatch(r"GRANT [A-Z ,]+ ON gpubill\.\*", grant), f"{name}: {grant}"
+            assert not re.search(r"\bALL\b|ACCESS|GRANT OPTION|SYSTEM|USER|ROLE|DATABASE|DICTIONARY", grant[6:])
+    app = " ".join(q.text for q in _user(services, "gpubill")[1].findall("grants/query"))
+    # what the code needs: reads, inserts, lightweight DELETE / ALTER … DELETE / DROP PARTITION
+    for privilege in ("SELECT", "INSERT", "ALTER DELETE", "CREATE TABLE", "DROP TABLE"):
+        assert privilege in app
+    assert "CREATE VIEW" not in app and "ALTER," not in app and not app.rstrip().endswith("ALTER ON gpubill.*")
+    assert "CREATE VIEW" in " ".join(q.text for q in _user(services, "gpubill_migrate")[1].findall("grants/query"))
+
+
+def test_users_accept_only_the_compose_network_and_loopback(compose: dict, services: dict) -> None:
+    subnet = interpolate("${GPUBILL_SUBNET:-172.30.64.0/24}")
+    configured = [c["subnet"] for c in compose["networks"]["default"]["ipam"]["config"]]
+    assert [interpolate(s) for s in configured] == [subnet], configured
+    chenv = env(services["clickhouse"])
+    for name in ("gpubill", "gpubill_migrate", "finance", "healthcheck"):
+        _root, user = _user(services, name)
+        ips = []
+        for ip in user.findall("networks/ip"):
+            ips.append(chenv[ip.get("from_env")] if ip.get("from_env") else (ip.text or "").strip())
+        assert ips and set(ips) <= {subnet, "127.0.0.1", "::1"}, f"{name}: {ips}"
+        assert not user.findall("networks/host_regexp") and not user.findall("networks/host")
+    assert {ip.text for ip in _user(services, "healthcheck")[1].findall("networks/ip")} == {"127.0.0.1", "::1"}
+
+
+def test_clickhouse_healthcheck_needs_no_password(services: dict) -> None:
     hc = services["clickhouse"]["healthcheck"]
     test = " ".join(hc["test"]) if isinstance(hc["test"], list) else hc["test"]
-    assert "SELECT 1" in test
-    # `$$` so the container's shell, not compose, expands the credentials
-    assert "$$CLICKHOUSE_USER" in test and "$$CLICKHOUSE_PASSWORD" in test
+    assert "--user healthcheck" in test and "EXISTS DATABASE gpubill" in test
+    root, user = _user(services, "healthcheck")
+    assert user.find("no_password") is not None
+    profile = root.find(f"profiles/{user.findtext('profile')}")
+    assert profile is not None and profile.findtext("readonly") == "1"
+    assert [q.text for q in user.findall("grants/query")] == ["GRANT SHOW DATABASES ON gpubill.*"]
 
 
-def _finance_file(services: dict) -> tuple[Path, str]:
-    ch = services["clickhouse"]
-    for source, target in volume_mounts(ch):
-        if target.startswith("/etc/clickhouse-server/users.d/") and source.startswith("./deploy/"):
-            return ROOT / source, target
-    pytest.fail("clickhouse mounts no users.d file from ./deploy/")
-
-
-def test_finance_user_file_exists_and_is_read_only(services: dict) -> None:
-    path, target = _finance_file(services)
-    assert path.is_file(), f"{path} (mounted at {target}) is missing"
-    assert target.endswith(".xml") and path.suffix == ".xml"
-    root = ET.parse(path).getroot()
-    assert root.tag == "clickhouse"
-    user = root.find("users/finance")
-    assert user is not None, "no <users><finance> in the finance user file"
-    profile_name = user.findtext("profile")
-    profile = root.find(f"profiles/{profile_name}")
-    assert profile is not None, f"profile {profile_name} is not defined in the same file"
+def test_finance_user_is_read_only_limited_and_cannot_lift_its_limits(services: dict) -> None:
+    root, user = _user(services, "finance")
+    profile = root.find(f"profiles/{user.findtext('profile')}")
+    assert profile is not None, "the finance profile is defined in the same file"
     assert profile.findtext("readonly") == "1"
     assert (user.findtext("access_management") or "0") == "0"
-    grants = [q.text.strip() for q in user.findall("grants/query")]
-    assert grants == ["GRANT SELECT ON gpubill.*"], grants
-    # the password comes from the container's environment, which compose fills in
-    password = user.find("password")
-    assert password is not None and password.get("from_env")
-    assert password.get("from_env") in env(services["clickhouse"])
-    assert "${GPUBILL_FINANCE_PASSWORD" in raw_env(services["clickhouse"])[password.get("from_env")]
+    assert [q.text.strip() for q in user.findall("grants/query")] == ["GRANT SELECT ON gpubill.*"]
+    limits = ("max_execution_time", "max_memory_usage", "max_result_rows", "max_concurrent_queries_for_user")
+    for limit in limits:
+        assert int(profile.findtext(limit)) > 0, limit
+    assert profile.findtext("result_overflow_mode") == "throw"
+    constraints = profile.find("constraints")
+    for setting in ("readonly", *limits):
+        node = constraints.find(setting)
+        assert node is not None and (node.find("readonly") is not None or node.find("const") is not None), setting
+    quota = root.find(f"quotas/{user.findtext('quota')}")
+    assert quota is not None and int(quota.findtext("interval/duration")) > 0 and int(quota.findtext("interval/queries")) > 0
+    assert _password_var(services, user) == "GPUBILL_FINANCE_PASSWORD"
 
 
 # ------------------------------------------------------------------------------ workers
@@ -336,21 +601,29 @@ def test_workers_scale_out_in_one_consumer_group(services: dict) -> None:
     replicas = (worker.get("deploy") or {}).get("replicas", 1)
     assert 2 <= replicas <= TOPIC_PARTITIONS
     assert "container_name" not in worker, "a fixed container_name prevents replicas"
-    # same env for every gpubill process; the group ties the workers together
-    assert env(services["worker"]) == env(services["scheduler"])
-    assert env(worker)["GPUBILL_GROUP"]
+    assert env(worker)["GPUBILL_GROUP"] == env(services["scheduler"])["GPUBILL_GROUP"]
+    assert env(worker)["GPUBILL_CLICKHOUSE"] == env(services["scheduler"])["GPUBILL_CLICKHOUSE"]
 
 
-def test_worker_metrics_port_is_exposed(services: dict) -> None:
+def test_worker_metrics_are_scraped_in_the_network_and_published_on_loopback(services: dict) -> None:
     worker = services["worker"]
-    port = int(env(worker).get("GPUBILL_METRICS_PORT", "9464"))
+    wenv = env(worker)
+    port = int(wenv.get("GPUBILL_METRICS_PORT", "9464"))
     assert port in published_targets(worker)
+    assert wenv["GPUBILL_METRICS_HOST"] == "0.0.0.0"  # Prometheus is another container
     for item in worker.get("ports") or []:
         # a fixed host port would collide between replicas
-        assert isinstance(item, dict) or str(item).count(":") == 0, f"fixed host port {item} breaks replicas"
+        assert isinstance(item, dict) and "published" not in item and item["host_ip"] == "127.0.0.1", item
+
+
+def test_metrics_bind_loopback_unless_told() -> None:
+    from gpubill.config import Settings
+
+    assert Settings().metrics_host == "127.0.0.1"
 
 
 # ------------------------------------------------------------------------------ image
+
 
 
 def test_dockerfile_installs_the_project_as_non_root_with_gpubill_entrypoint() -> None:

@@ -16,11 +16,19 @@ from gpubill.devenv.kafka_broker import (
     LocalBroker,
     MavenMissing,
 )
-from gpubill.devenv.kafka_config import new_cluster_id, render_server_properties
+from gpubill.devenv.kafka_config import (
+    SaslSetup,
+    ScramUser,
+    new_cluster_id,
+    render_server_properties,
+    scram_arguments,
+)
 from gpubill.devenv.kafka_install import jars_fingerprint, parse_java_major, render_pom
 from gpubill.devenv.kafka_probe import split_bootstrap
 from gpubill.errors import USER_ERRORS
 from streams.errors import KafkaUnreachable
+from streams.kafka.settings import client_options, kafka_security, security_problem
+from streams.worker import broker_credentials as faust_credentials
 
 
 @pytest.mark.parametrize(
@@ -199,3 +207,145 @@ def test_cluster_ids_never_start_with_a_dash(monkeypatch):
     monkeypatch.setattr(kafka_local.uuid, "uuid4", lambda: next(draws))
     cluster_id = kafka_local.new_cluster_id()
     assert not cluster_id.startswith("-") and len(cluster_id) == 22
+
+
+# --------------------------------------------------------------------------- SASL/SCRAM
+
+
+def _props(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def _sasl() -> SaslSetup:
+    return SaslSetup(broker=ScramUser("broker", "broker-pw-123456"), controller_password="ctl-pw-1234567",
+                     users=(ScramUser("worker", "worker-pw-12345", "SCRAM-SHA-256"),), super_users=("admin",))
+
+
+def test_the_default_broker_stays_plaintext_without_an_authorizer(tmp_path):
+    props = _props(render_server_properties(log_dir=tmp_path, port=19092, controller_port=19093))
+    assert props["listener.security.protocol.map"] == "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    assert not [key for key in props if "sasl" in key or "authorizer" in key or key == "super.users"]
+
+
+def test_a_sasl_broker_authenticates_every_listener_and_enforces_acls(tmp_path):
+    props = _props(render_server_properties(log_dir=tmp_path, port=19092, controller_port=19093, sasl=_sasl()))
+    assert props["listeners"] == "SASL_PLAINTEXT://localhost:19092,CONTROLLER://localhost:19093"
+    assert props["advertised.listeners"] == "SASL_PLAINTEXT://localhost:19092"
+    assert "PLAINTEXT:PLAINTEXT" not in props["listener.security.protocol.map"]
+    assert props["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    assert props["super.users"] == "User:broker;User:controller;User:admin"  # not the worker
+    jaas = props["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"]
+    assert 'username="broker" password="broker-pw-123456";' in jaas
+    assert props["listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config"].endswith("required;")
+    assert 'user_controller="ctl-pw-1234567"' in props["listener.name.controller.plain.sasl.jaas.config"]
+    assert scram_arguments(_sasl()) == [
+        "--add-scram", "SCRAM-SHA-512=[name=broker,password=broker-pw-123456]",
+        "--add-scram", "SCRAM-SHA-256=[name=worker,password=worker-pw-12345]",
+    ]
+
+
+@pytest.mark.parametrize("password", ['has"quote-in-it', "comma,in-it-123", "bracket]-in-it1", "space in it 123",
+                                      "new\nline-in-it", "short", "eq=sign-in-it-1", "back\\slash-in-it"])
+def test_a_password_that_would_break_out_of_jaas_or_format_arguments_is_refused(password):
+    with pytest.raises(ValueError, match="password"):
+        ScramUser("worker", password)
+    assert password not in repr(ScramUser("worker", "fine-password-1"))
+
+
+@pytest.mark.parametrize("name", ["", "a b", "x,y", "x=y", "é", "a" * 65])
+def test_a_scram_user_name_outside_the_safe_characters_is_refused(name):
+    with pytest.raises(ValueError):
+        ScramUser(name, "fine-password-1")
+
+
+def test_a_sasl_setup_hides_its_secrets_and_refuses_clashing_names():
+    assert "pw" not in repr(_sasl())
+    with pytest.raises(ValueError, match="distinct"):
+        SaslSetup(broker=ScramUser("worker", "broker-pw-123456"), controller_password="ctl-pw-1234567",
+                  users=(ScramUser("worker", "worker-pw-12345"),))
+
+
+@pytest.mark.parametrize(
+    ("protocol", "mechanism", "username", "password", "cafile", "problem"),
+    [
+        ("PLAINTEXT", "SCRAM-SHA-512", None, None, None, None),
+        ("SASL_PLAINTEXT", "SCRAM-SHA-256", "w", "pw", None, None),
+        ("SASL_PLAINTEXT", "SCRAM-SHA-512", "w", None, None, "needs GPUBILL_KAFKA_USERNAME and GPUBILL_KAFKA_PASSWORD"),
+        ("SASL_PLAINTEXT", "SCRAM-SHA-512", None, "pw", None, "needs GPUBILL_KAFKA_USERNAME"),
+        ("PLAINTEXT", "SCRAM-SHA-512", "w", "pw", None, "are set but GPUBILL_KAFKA_SECURITY_PROTOCOL is PLAINTEXT"),
+        ("SASL_PLAINTEXT", "PLAIN", "w", "pw", None, "sends the password in clear"),
+        ("SASL_SSL", "PLAIN", "w", "pw", None, None),
+        ("SASL_PLAINTEXT", "GSSAPI", "w", "pw", None, "GPUBILL_KAFKA_SASL_MECHANISM must be one of"),
+        ("HTTP", "SCRAM-SHA-512", None, None, None, "GPUBILL_KAFKA_SECURITY_PROTOCOL must be one of"),
+        ("SASL_PLAINTEXT", "SCRAM-SHA-512", "w", "pw", "/etc/hostname", "no TLS"),
+        ("SASL_SSL", "SCRAM-SHA-512", "w", "pw", "/nonexistent/ca.pem", "not a readable file"),
+        ("SASL_PLAINTEXT", "SCRAM-SHA-512", "a,b=c", "pw", None, "may not contain"),
+    ],
+)
+def test_kafka_security_combinations(protocol, mechanism, username, password, cafile, problem):
+    found = security_problem(protocol, mechanism, username, password, cafile)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found
+        if password:
+            assert password not in found.replace("GPUBILL_KAFKA_PASSWORD", "")
+
+
+def test_client_options_carry_the_credentials_to_both_libraries():
+    from types import SimpleNamespace
+
+    plain = SimpleNamespace(kafka="k:1", group="g", partitions=1)  # no security attributes at all
+    assert client_options(plain, client="kafka-python") == {"security_protocol": "PLAINTEXT"}
+    assert faust_credentials(plain) is None
+    secret = "s3cret-" + "x" * 10
+    sasl = SimpleNamespace(kafka="k:1", group="g", partitions=1, kafka_security_protocol="SASL_SSL",
+                           kafka_sasl_mechanism="SCRAM-SHA-256", kafka_username="worker", kafka_password=secret,
+                           kafka_cafile=None)
+    expected = {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": "worker",
+                "sasl_plain_password": secret}
+    assert client_options(sasl, client="kafka-python") == expected  # system CAs: no ssl_cafile
+    aio = client_options(sasl, client="aiokafka")
+    assert {k: v for k, v in aio.items() if k != "ssl_context"} == expected
+    assert aio["ssl_context"].check_hostname is True
+    credentials = faust_credentials(sasl)
+    assert (credentials.username, credentials.password, credentials.mechanism.value) == ("worker", secret, "SCRAM-SHA-256")
+    assert credentials.protocol.value == "SASL_SSL"
+    assert secret not in repr(credentials) and secret not in repr(kafka_security(sasl))
+    assert secret not in kafka_security(sasl).describe()
+
+
+def test_settings_refuse_sasl_without_a_password_in_one_line(monkeypatch):
+    from gpubill.config import load_settings
+    from gpubill.errors import ConfigError
+
+    monkeypatch.setenv("GPUBILL_SETTINGS", "/nonexistent/gpubill.toml")
+    monkeypatch.setenv("GPUBILL_KAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("GPUBILL_KAFKA_USERNAME", "worker")
+    with pytest.raises(ConfigError, match="needs GPUBILL_KAFKA_USERNAME and GPUBILL_KAFKA_PASSWORD") as refused:
+        load_settings()
+    assert "\n" not in str(refused.value)
+    monkeypatch.setenv("GPUBILL_KAFKA_PASSWORD", "a-real-secret-123")
+    settings = load_settings()
+    assert "a-real-secret-123" not in repr(settings) and "a-real-secret-123" not in str(settings.model_dump())
+
+
+def test_a_home_formatted_plaintext_is_not_started_with_sasl(tmp_path):
+    home = tmp_path / "kafka"
+    home.mkdir()
+    (home / ".formatted").write_text("eU1WfJb6Rc6QR1qrhbIfqg\n")
+    broker = LocalBroker(home, port=19592, sasl=_sasl())
+    with pytest.raises(BrokerStartFailed, match="formatted without SASL users"):
+        broker._check_format_matches()
+    LocalBroker(home, port=19592)._check_format_matches()  # the same way: fine
+
+
+def test_kafka_up_sasl_without_sasl_settings_is_a_one_line_error(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "GPUBILL_HOME": str(tmp_path), "GPUBILL_KAFKA": "localhost:19594",
+           "GPUBILL_SETTINGS": str(tmp_path / "none.toml")}
+    done = subprocess.run([sys.executable, "-m", "gpubill.cli", "kafka", "up", "--sasl"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0
+    assert done.stderr.strip().count("\n") == 0 and "GPUBILL_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT" in done.stderr
+    assert not (tmp_path / "kafka").exists()  # nothing started, nothing written

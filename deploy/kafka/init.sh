@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The compose `kafka-init` service (one-shot, as the super user `admin`): creates the
+# pipeline's topics and the ACLs of acls.txt. Idempotent: run it again after editing
+# acls.txt (`docker compose run --rm kafka-init`); it adds, it never removes.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+bin="${KAFKA_BIN:-/opt/kafka/bin}"
+umask 077
+config="$(mktemp)"
+trap 'rm -f "$config"' EXIT
+cat > "$config" <<PROPERTIES
+security.protocol=SASL_PLAINTEXT
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="${KAFKA_ADMIN_PASSWORD:?}";
+PROPERTIES
+
+# schemas/topics.py: PIPELINE_TOPICS (tests/unit/test_compose.py keeps this list in step).
+for topic in gpu.usage.v1 gpu.power.v1 gpu.deadletter.v1; do
+    "$bin/kafka-topics.sh" --bootstrap-server "$KAFKA_BOOTSTRAP" --command-config "$config" \
+        --create --if-not-exists --topic "$topic" --partitions "${KAFKA_PARTITIONS:-8}" --replication-factor 1
+done
+
+while read -r principal operation resource pattern name; do
+    [[ -z "${principal:-}" || "$principal" == \#* ]] && continue
+    case "$resource" in
+        topic) target=(--topic "$name") ;;
+        group) target=(--group "$name") ;;
+        cluster) target=(--cluster) ;;
+        transactional-id) target=(--transactional-id "$name") ;;
+        *) echo "init.sh: unknown resource $resource in acls.txt" >&2; exit 2 ;;
+    esac
+    "$bin/kafka-acls.sh" --bootstrap-server "$KAFKA_BOOTSTRAP" --command-config "$config" --add \
+        --allow-principal "User:$principal" --operation "$operation" --resource-pattern-type "$pattern" \
+        "${target[@]}" > /dev/null
+    echo "allowed User:$principal $operation on $resource $pattern $name"
+done < "$here/acls.txt"
