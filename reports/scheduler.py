@@ -5,6 +5,10 @@ The job does not trust its trigger to have fired at the right moment: every time
 period ago — that has no completed billing run yet. A scheduler that was down on the 1st
 therefore catches up when it comes back, and a run that already happened is not redone
 (and would change nothing if it were: see reports/invoicing.py).
+
+An `invoice run` started by hand beside it is safe: runs take turns through the invoicing
+lease (reports/invoice_lock.py). The job waits its turn; when another run holds the lease
+too long it logs that and tries again at its next hour.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any, Callable
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from reports.invoice_lock import LeaseError
 from reports.invoicing import RunReport, run_period
 from reports.rollup import RollupReport, roll_up
 
@@ -46,7 +51,11 @@ def run_due(db: Any, rules: Any, now: datetime | None = None) -> list[RunReport]
     for period in due_periods(rules, int(now.timestamp()), completed):
         if period not in with_data:
             continue
-        report = run_period(db, rules, period, now=now)
+        try:
+            report = run_period(db, rules, period, now=now, on_wait=log.info)
+        except LeaseError as exc:
+            log.warning("billing run %s postponed to the next hour: %s", period, exc)
+            break
         log.info("billing run %s: %d invoices created, %d already final", period, len(report.created), len(report.existing))
         reports.append(report)
     return reports
