@@ -157,9 +157,15 @@ class RuleSet:
     def site(self, site_id: str) -> SiteInfo:
         return self._site(site_id).info
 
-    def credit_grants(self, tenant: str) -> tuple[CreditGrant, ...]:
-        """Every credit `tenant` has been granted: the new-tenant credits, then its contract's."""
-        return self._new_tenant_credits + self._tenant_credits.get(tenant, ())
+    def credit_grants(self, tenant: str, *, new_tenant: bool) -> tuple[CreditGrant, ...]:
+        """Every credit `tenant` has been granted: billing.toml's new-tenant credits when
+        `new_tenant` (the caller decides who qualifies: reports/tenants.py, registered and
+        active), then its contract's in contracts.toml, which an explicit contract grants
+        whatever the registry says. Keyword and required, so no caller grants the trial credit
+        to every id by default.
+        """
+        trial = self._new_tenant_credits if new_tenant else ()
+        return trial + self._tenant_credits.get(tenant, ())
 
     # prices of one second ---------------------------------------------------------------
 

@@ -7,7 +7,8 @@ the fen by hand. The test rules (tests/e2e/rules) price May 2026 (31 days) as:
     acme  A800-80G hourly   ¥3600/h                    = ¥1 per second
     beta  RTX4090 monthly   ¥2,678,400 / 2,678,400 s   = ¥1 per second, contract discount 10 %
     gz-guian  PUE 1.12, ¥330/kWh flat; 1 kWh = 3,600,000,000 mJ; VAT 6 %
-    credits: the ¥10 trial for every tenant; acme's onboarding credit expired with 2026-03
+    credits: the ¥10 trial for every registered tenant (test_faults.py registers both);
+             acme's onboarding credit expired with 2026-03
 
 so rent in yuan is the number of rented seconds and electricity is
 mJ × 1.12 × 330 / 3.6e9.

@@ -45,6 +45,8 @@ def test_archive_verify_retention_leaves_a_period_as_it_was(gpubill, tmp_path):
     for part in ("readings_part1.ndjson", "readings_part2.ndjson"):
         gpubill.run("replay", str(FIXTURES / part))
         gpubill.run("worker", "--drain")
+    for tenant in ("acme", "beta"):  # registered, as in test_pipeline_e2e.py: beta spends the trial credit
+        gpubill.run("tenant", "add", tenant, "--name", tenant.title())
     gpubill.run("invoice", "run", "--period", MARCH)
     gpubill.run("rollup")
 

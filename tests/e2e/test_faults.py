@@ -7,8 +7,8 @@ plain Python, and the May 2026 invoices equal figures computed here with Fractio
 (tests/e2e/faults_helpers.py says how). In the test rules both tenants pay ¥1 per rented
 second in May (acme A800-80G hourly ¥3600/h; beta RTX4090 monthly ¥2,678,400 over the
 2,678,400 s of May, less its 10 % discount); energy costs mJ × 1.12 × ¥330 / 3.6e9; each
-tenant's first invoice spends the ¥10 trial credit (acme's onboarding credit expired with
-March); VAT 6 %.
+tenant's first invoice spends the ¥10 trial credit (both are registered before the invoice
+run; acme's onboarding credit expired with March); VAT 6 %.
 
 Longer than 400 lines on purpose: one file per fault suite, each case a short scenario on
 the shared set-up of faults_helpers.py, read top to bottom as the list of faults survived.
@@ -95,6 +95,8 @@ def assert_billed_exactly(gpubill, truth, *, deadletters: int = 0) -> None:
     assert stored_figures(dsn) == truth_figures(truth)
     assert count_rows(dsn, "SELECT count() FROM conflicts FINAL") == 0
     assert count_rows(dsn, "SELECT count() FROM deadletters FINAL") == deadletters
+    for tenant in ("acme", "beta"):  # registered and active: each first invoice spends the trial credit
+        gpubill.run("tenant", "add", tenant, "--name", tenant.title())
     created = gpubill.run("invoice", "run", "--period", PERIOD)
     assert "2 invoices created" in created.stdout, created.stdout
     for tenant in ("acme", "beta"):

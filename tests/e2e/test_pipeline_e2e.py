@@ -9,6 +9,7 @@ is worked out by hand from the fixture and the test rules (tests/e2e/rules):
                            ¥2,678,400 / 2,592,000 = ¥31/30 per second in April (30 d);
                            contract discount 10 % (its own invoice line)
     gz-guian  PUE 1.12, ¥330/kWh;  1 kWh = 3,600,000,000 mJ;  VAT 6 %;  trial credit ¥10
+              (both tenants are registered before the first invoice run: `gpubill tenant add`)
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ def test_readings_to_invoices_to_the_fen(gpubill):
     gpubill.run("replay", str(FIXTURES / "readings_part2.ndjson"))
     gpubill.run("worker", "--drain")
 
-    # -- 2. invoice March: acme first (sorted), then beta; numbers are gap-free
+    # -- 2. invoice March: acme first (sorted), then beta; numbers are gap-free. Both are
+    #   registered first, as customers are: only a registered, active tenant gets the trial
+    gpubill.run("tenant", "add", "acme", "--name", "Acme")
+    gpubill.run("tenant", "add", "beta", "--name", "Beta 有限公司")
     gpubill.run("invoice", "run", "--period", "2026-03")
     acme = gpubill.json("invoice", "show", "--period", "2026-03", "--tenant", "acme", "--format", "json")
     beta = gpubill.json("invoice", "show", "--period", "2026-03", "--tenant", "beta", "--format", "json")

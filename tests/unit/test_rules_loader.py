@@ -38,7 +38,9 @@ def test_shipped_rules_load() -> None:
     gz = rules.site("gz-guian")
     assert (gz.id, gz.name, gz.timezone, gz.green_share) == ("gz-guian", "Gui'an, Guizhou", "Asia/Shanghai", Decimal("0.85"))
     assert rules.vat_rate("2026-03") == Decimal("0.06")
-    assert rules.credit_grants("anyone") == (CreditGrant("trial", Decimal("10.00"), "New-user trial credit", None),)
+    assert rules.credit_grants("anyone", new_tenant=True) == (
+        CreditGrant("trial", Decimal("10.00"), "New-user trial credit", None),)
+    assert rules.credit_grants("anyone", new_tenant=False) == ()  # not registered: no trial credit
     assert len(rules.digest) == 64
 
 

@@ -1,0 +1,143 @@
+"""`gpubill tenant add | list | suspend | resume | unknown`: the tenant registry (reports/tenants.py).
+
+Only a registered, active tenant receives the trial credit; readings of any well-formed id
+are rated and invoiced either way. `unknown` lists the ids with usage that are not
+registered, so the operator can register them before the month's invoice run.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC
+from fractions import Fraction
+
+import typer
+
+from gpubill.cli.common import check_format, check_period, connect, err, out, read_rules, terminal_text
+from gpubill.config import load_settings
+from gpubill.errors import GpubillError
+
+app = typer.Typer(help="The tenant registry: who receives the trial credit.", no_args_is_help=True)
+
+
+@app.command("add")
+def tenant_add(
+    tenant: str = typer.Argument(..., metavar="ID", help="Tenant id as readings carry it (letters, digits, . _ -)."),
+    name: str = typer.Option(..., "--name", help="Display name, in any script (at most 100 characters)."),
+    note: str = typer.Option("", "--note", help="Why: who asked, a ticket (at most 200 characters)."),
+) -> None:
+    """Register a tenant as active. Re-adding it under the same name changes nothing; under another is an error."""
+    from reports.tenants import add_tenant, check_display_name, check_note, check_tenant_id
+
+    checked = check_tenant_id(tenant), check_display_name(name), check_note(note)  # before opening anything
+    with connect(load_settings()) as database:
+        registered, added = add_tenant(database, *checked[:2], note=checked[2])
+    if added:
+        out.print(f"registered {registered.tenant} ({terminal_text(registered.display_name)}): active", highlight=False)
+    else:
+        out.print(f"{registered.tenant} is already registered as {terminal_text(registered.display_name)} "
+                  f"({registered.status}); nothing changed", highlight=False)
+
+
+@app.command("list")
+def tenant_list(
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+    status: str = typer.Option("", "--status", help="Only active or suspended tenants."),
+) -> None:
+    """Every registered tenant, by id."""
+    from reports.tenants import STATUSES, list_tenants
+
+    check_format(fmt, "table", "json")
+    if status and status not in STATUSES:
+        raise GpubillError(f"--status: {status[:40]!a} is not one of {', '.join(STATUSES)}")
+    with connect(load_settings()) as database:
+        tenants = list_tenants(database, status=status or None)
+    if fmt == "json":
+        _print_json([{"tenant": t.tenant, "display_name": t.display_name, "status": t.status,
+                      "created_at": _iso(t.created_at), "updated_at": _iso(t.updated_at), "note": t.note}
+                     for t in tenants])
+        return
+    from rich.table import Table
+
+    table = Table("tenant", "display name", "status", "registered", "changed", "note")
+    for t in tenants:
+        table.add_row(t.tenant, terminal_text(t.display_name), t.status, _iso(t.created_at), _iso(t.updated_at),
+                      terminal_text(t.note, 60))
+    out.print(table)
+    err.print(f"{len(tenants)} tenants")
+
+
+def _change_status(tenant: str, status: str, note: str) -> None:
+    from reports.tenants import check_note, check_tenant_id, set_status
+
+    checked = check_tenant_id(tenant), check_note(note)
+    with connect(load_settings()) as database:
+        changed, did = set_status(database, checked[0], status, note=checked[1])
+    out.print(f"{changed.tenant} is {changed.status}" + ("" if did else " already; nothing changed"))
+
+
+@app.command("suspend")
+def tenant_suspend(
+    tenant: str = typer.Argument(..., metavar="ID"),
+    note: str = typer.Option("", "--note", help="Why (replaces the last note)."),
+) -> None:
+    """Suspend a tenant: still rated and invoiced in full, without the trial credit while suspended."""
+    from reports.tenants import SUSPENDED
+
+    _change_status(tenant, SUSPENDED, note)
+
+
+@app.command("resume")
+def tenant_resume(
+    tenant: str = typer.Argument(..., metavar="ID"),
+    note: str = typer.Option("", "--note", help="Why (replaces the last note)."),
+) -> None:
+    """Make a suspended tenant active again (what it had left of the trial credit is usable again)."""
+    from reports.tenants import ACTIVE
+
+    _change_status(tenant, ACTIVE, note)
+
+
+@app.command("unknown")
+def tenant_unknown(
+    period: str = typer.Option(..., help="Billing period YYYY-MM."),
+    fmt: str = typer.Option("table", "--format", help="table or json."),
+) -> None:
+    """Tenant ids with rated usage in the period that are not registered (no trial credit), most charges first."""
+    from billing_rules import MJ_PER_KWH, format_quantity, gpu_hours
+    from reports.tenants import unregistered_usage
+
+    check_format(fmt, "table", "json")
+    check_period(period)
+    settings = load_settings()
+    rules = read_rules(settings)
+    with connect(settings) as database:
+        found = unregistered_usage(database, rules, period)
+    listed = [u for u in found if u.well_formed]
+    malformed = len(found) - len(listed)
+    if fmt == "json":
+        _print_json([{"tenant": u.tenant, "rented_gpu_seconds": u.rented_seconds, "energy_mj": u.energy_mj,
+                      "charges_cny": str(u.charges)} for u in listed])
+    else:
+        from rich.table import Table
+
+        table = Table("tenant", "GPU-seconds", "GPU-hours", "energy kWh", "charges CNY (before credit, VAT)")
+        for u in listed:
+            table.add_row(u.tenant, str(u.rented_seconds), format_quantity(gpu_hours(u.rented_seconds)),
+                          format_quantity(Fraction(u.energy_mj, MJ_PER_KWH)), str(u.charges))
+        out.print(table)
+        err.print(f"{len(listed)} unregistered tenants with usage in {period}; register with "
+                  "`gpubill tenant add ID --name NAME` before the invoice run")
+    if malformed:
+        err.print(f"{malformed} more ids with usage are outside the id syntax and cannot be registered "
+                  "(rated before ids were checked)")
+
+
+def _print_json(rows: list[dict]) -> None:
+    import orjson
+
+    sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _iso(moment) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

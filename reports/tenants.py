@@ -1,0 +1,269 @@
+"""The tenant registry: who is a customer of record, by name and status (migration 0011).
+
+A reading names its tenant by an id in the id syntax (schemas/ids.py), and any such id is
+rated. Only a *registered* id is a customer of record:
+
+- the trial credit (billing.toml `new_tenant_credit`) goes to a tenant that is registered
+  and active when the invoice run runs (`trial_tenants`; reports/invoicing.py asks);
+- a suspended tenant is still rated and invoiced in full (it owes what it used), without
+  the trial credit on invoices issued while it is suspended; resumed, whatever it had not
+  spent of the trial is usable again (spending is read from its invoices);
+- a well-formed id that is not registered is rated, kept and invoiced like any other, only
+  without the trial credit; `unregistered_usage` lists those of a period, so the operator
+  can register them (`gpubill tenant unknown`, then `gpubill tenant add`).
+
+Contract credits named per tenant in contracts.toml are granted whatever the registry says:
+an explicit contract is already the operator's registration of intent.
+
+Every write checks the id (`check_tenant_id`) and the display name and note
+(`check_display_name`, `check_note`) before anything reaches the database; values travel as
+query parameters. Nothing is ever deleted: each change writes the whole row again with a
+later `updated_at`, and the latest row is the tenant.
+
+    ReportsError                       (reports/errors.py)
+    ├── NotFound                       suspend / resume of an id that is not registered
+    └── TenantRefused                  base of this module's refusals
+        ├── InvalidTenant              an id, display name or note that may not be stored
+        └── TenantExists               `add` of a registered id under another display name
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from billing_rules import build_invoice
+from reports.errors import NotFound, ReportsError
+from reports.rated import rated_source
+from schemas.ids import MAX_ID_LEN, is_id
+
+ACTIVE, SUSPENDED = "active", "suspended"
+STATUSES = (ACTIVE, SUSPENDED)
+MAX_NAME_CHARS = 100
+MAX_NOTE_CHARS = 200
+# Format characters that are part of spelling: ZWNJ in Persian and Indic scripts, ZWJ in
+# Indic scripts and emoji. Every other format character (bidi overrides and isolates,
+# zero-width space, BOM …) can disguise a name in a terminal or on a PDF, and is refused.
+_SPELLING_FORMAT_CHARS = frozenset("\u200c\u200d")
+# Control, surrogate, private-use, unassigned, line and paragraph separator characters.
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+COLUMNS = ("tenant", "display_name", "status", "created_at", "updated_at", "note")
+_SELECT = f"SELECT {', '.join(COLUMNS)} FROM tenants FINAL"
+
+
+class TenantRefused(ReportsError):
+    """Base of the registry's refusals: the message says what to change."""
+
+
+class InvalidTenant(TenantRefused):
+    """An id outside the id syntax, or a display name or note that may not be stored."""
+
+
+class TenantExists(TenantRefused):
+    """`add_tenant` for an id already registered under another display name."""
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One registered tenant, as its latest row says."""
+
+    tenant: str
+    display_name: str
+    status: str  # active | suspended
+    created_at: datetime  # UTC
+    updated_at: datetime  # UTC
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class UnregisteredTenant:
+    """A tenant id with rated usage in a period and no registration: what registering it is about."""
+
+    tenant: str
+    well_formed: bool  # in the id syntax, so it can be registered (rated data from before the syntax may not be)
+    rented_seconds: int  # GPU-seconds rented in the period
+    energy_mj: int  # IT energy allocated to it, mJ
+    charges: Decimal  # rent + electricity − discounts of the period, before credits and VAT, in CNY
+
+
+# ------------------------------------------------------------------------- checks (pure)
+
+
+def check_tenant_id(value: object) -> str:
+    """`value` when it is an id in the id syntax; InvalidTenant with a one-line reason if not."""
+    if is_id(value):
+        return value  # type: ignore[return-value]
+    if not isinstance(value, str) or not value:
+        raise InvalidTenant("tenant id is empty: give an ASCII letter or digit, then letters, digits, '.', '_' or '-'")
+    shown = _shown(value)
+    if len(value) > MAX_ID_LEN:
+        raise InvalidTenant(f"tenant id {shown} is {len(value)} characters long: at most {MAX_ID_LEN}")
+    for ch in value:
+        if not ch.isascii():
+            hint = " (a look-alike letter is not the same id)" if ch.isalpha() else ""
+            raise InvalidTenant(f"tenant id {shown} has the non-ASCII character {_named(ch)}: "
+                                f"ids are ASCII letters, digits, '.', '_' and '-'{hint}")
+    raise InvalidTenant(f"tenant id {shown} is not an id: an ASCII letter or digit, then up to "
+                        f"{MAX_ID_LEN - 1} letters, digits, '.', '_' or '-'")
+
+
+def check_display_name(value: str) -> str:
+    """The name as stored: NFC, without surrounding blanks, 1 to MAX_NAME_CHARS characters of
+    any script, none of them a control, bidi or other invisible formatting character."""
+    return _checked_text("display name", value, MAX_NAME_CHARS, empty_ok=False)
+
+
+def check_note(value: str) -> str:
+    """A note as stored: like a display name, but may be empty and up to MAX_NOTE_CHARS characters."""
+    return _checked_text("note", value, MAX_NOTE_CHARS, empty_ok=True)
+
+
+def _checked_text(what: str, value: str, limit: int, *, empty_ok: bool) -> str:
+    if not isinstance(value, str):
+        raise InvalidTenant(f"{what} must be text")
+    text = unicodedata.normalize("NFC", value).strip()
+    for position, ch in enumerate(text, start=1):
+        category = unicodedata.category(ch)
+        if category in _REFUSED_CATEGORIES or (category == "Cf" and ch not in _SPELLING_FORMAT_CHARS):
+            raise InvalidTenant(f"{what} has {_named(ch)} at character {position}: control and invisible "
+                                "formatting characters are refused (they can disguise a name)")
+    if not text and not empty_ok:
+        raise InvalidTenant(f"{what} is empty: give the tenant's name, in any script")
+    if len(text) > limit:
+        raise InvalidTenant(f"{what} is {len(text)} characters long: at most {limit}")
+    return text
+
+
+def _shown(value: str) -> str:
+    """`value` safe to print in one line: ASCII escapes for everything else, at most 40 characters."""
+    return ascii(value[:40]) + ("…" if len(value) > 40 else "")
+
+
+def _named(ch: str) -> str:
+    fallback = "a control character" if unicodedata.category(ch) == "Cc" else "unnamed"
+    return f"U+{ord(ch):04X} ({unicodedata.name(ch, fallback)})"
+
+
+# ------------------------------------------------------------------------- SQL (pure)
+
+
+def tenant_sql(*, one: bool = False, status: str | None = None) -> str:
+    """The latest row of every registered tenant (of `status` only; with `one`, of {t:String})."""
+    where = [condition for condition, wanted in (("tenant = {t:String}", one), ("status = {s:String}", status))
+             if wanted]
+    return _SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY tenant"
+
+
+def unregistered_sql(source: str) -> str:
+    """`source` (a reports.rated relation) restricted to tenant ids that are not registered.
+
+    '' (unallocated energy) is nobody's and not listed. Any registered id counts, whatever
+    its status: a suspended tenant is known."""
+    return f"(SELECT * FROM {source} WHERE tenant != '' AND tenant NOT IN (SELECT tenant FROM tenants))"
+
+
+# ------------------------------------------------------------------------- reads and writes
+
+
+def list_tenants(db: Any, *, status: str | None = None) -> list[Tenant]:
+    """Every registered tenant (of `status` only), by id."""
+    return [_tenant(row) for row in db.query(tenant_sql(status=status), {"s": status} if status else None)]
+
+
+def find_tenant(db: Any, tenant: str) -> Tenant | None:
+    """The registered tenant `tenant`, or None."""
+    rows = db.query(tenant_sql(one=True), {"t": check_tenant_id(tenant)})
+    return _tenant(rows[0]) if rows else None
+
+
+def registered_tenants(db: Any) -> frozenset[str]:
+    """Every registered id, whatever its status."""
+    return frozenset(row[0] for row in db.query("SELECT DISTINCT tenant FROM tenants"))
+
+
+def trial_tenants(db: Any) -> frozenset[str]:
+    """The ids that receive billing.toml's new-tenant credit now: registered and active."""
+    return frozenset(t.tenant for t in list_tenants(db, status=ACTIVE))
+
+
+def add_tenant(db: Any, tenant: str, display_name: str, *, note: str = "",
+               now: datetime | None = None) -> tuple[Tenant, bool]:
+    """Register `tenant` as active; returns (the tenant, whether this call registered it).
+
+    Idempotent: adding a registered id with the same display name changes nothing (its
+    status stays what it is) and returns (it, False), so provisioning can be re-run. A
+    registered id under another display name is TenantExists: two customers claiming one
+    id, or a typo, must be noticed, not silently renamed.
+    """
+    tenant, name, note = check_tenant_id(tenant), check_display_name(display_name), check_note(note)
+    existing = find_tenant(db, tenant)
+    if existing is not None:
+        if existing.display_name == name:
+            return existing, False
+        raise TenantExists(f"tenant {tenant} is already registered as {existing.display_name!r} "
+                           f"({existing.status}); it was not changed")
+    at = _utc(now)
+    added = Tenant(tenant, name, ACTIVE, at, at, note)
+    _write(db, added)
+    return added, True
+
+
+def set_status(db: Any, tenant: str, status: str, *, note: str = "", now: datetime | None = None) -> tuple[Tenant, bool]:
+    """Make registered `tenant` `status`; returns (the tenant, whether it changed). NotFound
+    when it is not registered. The note replaces the last one when given."""
+    if status not in STATUSES:
+        raise InvalidTenant(f"status {_shown(status)} is not one of {', '.join(STATUSES)}")
+    tenant, note = check_tenant_id(tenant), check_note(note)
+    existing = find_tenant(db, tenant)
+    if existing is None:
+        raise NotFound(f"tenant {tenant} is not registered; register it with `gpubill tenant add {tenant} --name NAME`")
+    if existing.status == status:
+        return existing, False
+    # Strictly later than the row it replaces, so the replacement wins even within a millisecond.
+    at = max(_utc(now), existing.updated_at + timedelta(milliseconds=1))
+    changed = Tenant(tenant, existing.display_name, status, existing.created_at, at, note or existing.note)
+    _write(db, changed)
+    return changed, True
+
+
+def unregistered_usage(db: Any, rules: Any, period: str) -> list[UnregisteredTenant]:
+    """Tenant ids with rated usage in `period` that are not registered, most charges first.
+
+    Read exactly as the invoice run reads (reports/rated.py); the charges are what
+    `billing_rules.build_invoice` makes of the usage, before credits and VAT.
+    """
+    # Imported here: reports.invoicing imports this module (trial_tenants) at its top.
+    from reports.invoicing import _usage_by_tenant
+
+    rules.period_bounds(period)  # validates the period
+    source, params = rated_source(db, rules, period)
+    rent, energy = _usage_by_tenant(db, (unregistered_sql(source), params))
+    found = []
+    for tenant in set(rent) | set(energy):
+        draft = build_invoice(tenant, period, rent[tenant], energy[tenant], (), Decimal(0), Decimal(0))
+        found.append(UnregisteredTenant(
+            tenant=tenant, well_formed=is_id(tenant), rented_seconds=sum(u.seconds for u in rent[tenant]),
+            energy_mj=sum(u.energy_mj for u in energy[tenant]), charges=draft.net,
+        ))
+    return sorted(found, key=lambda u: (-u.charges, -u.rented_seconds, u.tenant))
+
+
+def _write(db: Any, tenant: Tenant) -> None:
+    db.insert("tenants", [tuple(getattr(tenant, column) for column in COLUMNS)], COLUMNS)
+
+
+def _tenant(row: Iterable[Any]) -> Tenant:
+    tenant, name, status, created, updated, note = row
+    return Tenant(tenant, name, status, _utc(created), _utc(updated), note)
+
+
+def _utc(moment: datetime | None) -> datetime:
+    """`moment` (now when None) as an aware UTC datetime to the millisecond, as the table keeps it."""
+    moment = moment or datetime.now(UTC)
+    moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
