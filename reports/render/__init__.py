@@ -12,13 +12,32 @@ the cost-share row dicts), never the reverse; this package exports renderers onl
     render_cost_share(rows, fmt, ...)    table (text), csv, json
 
 An unknown ``fmt`` raises ``ValueError("unknown format ...")``. The pieces live in
-``reports.render.usage``, ``.invoice`` and ``.cost_share``, with number formatting in
-``.format`` and PDF drawing in ``.pdf``.
+``reports.render.usage``, ``.invoice`` and ``.cost_share``, with number and text
+formatting (terminal text, CSV cells) in ``.format`` and PDF drawing in ``.pdf``.
+
+The renderers are imported on first use (PEP 562), so that the command line can use
+``reports.render.format`` without loading pyarrow and fpdf2.
 """
 
-from reports.render.cost_share import render_cost_share, render_cost_share_table
-from reports.render.invoice import invoice_to_dict, render_invoice
-from reports.render.usage import render_usage
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_HOMES = {
+    "invoice_to_dict": "reports.render.invoice",
+    "render_cost_share": "reports.render.cost_share",
+    "render_cost_share_table": "reports.render.cost_share",
+    "render_invoice": "reports.render.invoice",
+    "render_usage": "reports.render.usage",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'reports.render' has no attribute {name!r}")
+    return getattr(import_module(_HOMES[name]), name)
+
 
 __all__ = [
     "invoice_to_dict",

@@ -24,7 +24,16 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from reports.render.format import fraction_str, grouped, money_str, percent_str, plain, quantity_str
+from reports.render.format import (
+    csv_cell,
+    fraction_str,
+    grouped,
+    money_str,
+    percent_str,
+    plain,
+    quantity_str,
+    terminal_text,
+)
 
 __all__ = ["COST_SHARE_COLUMNS", "WHAT_IF_COLUMNS", "render_cost_share", "render_cost_share_table"]
 
@@ -144,9 +153,9 @@ def render_cost_share_table(
         return "-" if r.get(key) is None else grouped(r[key], places)
 
     for r in joined:
-        cells = [
-            str(r.get("site", "")),
-            str(r.get("gpu_model", "")),
+        cells = [  # site and model names come from the data: shown, never read as markup
+            terminal_text(r.get("site", "")),
+            terminal_text(r.get("gpu_model", "")),
             "-" if r.get("cards") is None else f"{int(r['cards']):,}",
             num(r, "rented_gpu_hours", 2),
             num(r, "rent_revenue", 2),
@@ -157,7 +166,8 @@ def render_cost_share_table(
             num(r, "total_kwh", 1),
         ]
         if has_what_if:
-            cells += [str(r.get("what_if_site") or "-"), num(r, "what_if_rent", 2), num(r, "what_if_electricity", 2),
+            cells += [terminal_text(r.get("what_if_site") or "-"), num(r, "what_if_rent", 2),
+                      num(r, "what_if_electricity", 2),
                       num(r, "saving", 2)]
         table.add_row(*cells)
     return table
@@ -172,7 +182,7 @@ def _cost_share_csv(rows: Sequence[Mapping[str, Any]], what_if: Sequence[Mapping
     writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\r\n", restval="")
     writer.writeheader()
     for r in joined:
-        writer.writerow({k: ("" if v is None else v) for k, v in _row_strings(r).items()})
+        writer.writerow({k: ("" if v is None else csv_cell(v)) for k, v in _row_strings(r).items()})
     return buf.getvalue()
 
 
@@ -182,10 +192,10 @@ def render_cost_share(
     """The cost-share report as text: ``table`` (rich, 160 columns), ``csv`` or ``json``.
 
     JSON is ``{"rows": [...], "what_if": [...] | null}``; CSV joins the what-if columns
-    onto the rows by (site, gpu_model).
+    onto the rows by (site, gpu_model), text cells safe from formula injection.
     """
     if fmt == "table":
-        console = Console(record=True, width=160, file=io.StringIO(), color_system=None)
+        console = Console(record=True, width=160, file=io.StringIO(), color_system=None, emoji=False)
         console.print(render_cost_share_table(rows, what_if))
         return console.export_text()
     if fmt == "csv":

@@ -9,18 +9,25 @@ the way it was printed.
 - quantities (GPU-hours, kWh): at least six decimals, more are kept, never cut;
 - unit prices: exactly six decimals;
 - rates (PUE, VAT): as given, with at least two decimals (``"1.12"``, ``"0.06"``);
-- PDF text: latin-1 only, since the PDFs use a core font.
+- PDF text: latin-1 only, since the PDFs use a core font;
+- terminal text (:func:`terminal_text`): rich markup escaped, control characters shown as
+  ``\\x1b`` (a backslash doubled), never sent raw, since tenants, sites, reasons and dead letters come from outside;
+- CSV cells (:func:`csv_cell`): text that a spreadsheet would run as a formula is quoted
+  with a leading ``'`` (OWASP CSV injection); plain decimal numbers stay numbers.
 """
 
 from __future__ import annotations
 
 import enum
+import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 __all__ = [
     "as_decimal",
+    "csv_cell",
     "fraction_str",
     "grouped",
     "latin1",
@@ -30,7 +37,9 @@ __all__ = [
     "quantity_str",
     "rate_str",
     "round_half_up",
+    "terminal_text",
     "unit_price_str",
+    "visible_text",
 ]
 
 _STEP = {n: Decimal(1).scaleb(-n) for n in range(0, 13)}
@@ -134,3 +143,62 @@ def renderer_for(renderers: Mapping[str, Callable[[Any], bytes]], fmt: str, what
         return renderers[fmt]
     except KeyError:
         raise ValueError(f"unknown format {fmt!r} for {what}; use one of: {', '.join(renderers)}") from None
+
+
+# Characters that act on a terminal instead of being shown: C0 and C1 controls, DEL (category
+# Cc), line and paragraph separators, and the bidirectional overrides and isolates that
+# reorder what a reader sees (Trojan Source).
+_INVISIBLE = frozenset("\u061c\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e"
+                       "\u2066\u2067\u2068\u2069")
+
+
+def _visible(char: str) -> str:
+    if char in _INVISIBLE or unicodedata.category(char) == "Cc":
+        code = ord(char)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return char
+
+
+def visible_text(value: object, keep: str = "") -> str:
+    """`value` as text with every control character (but those in `keep`) written as ``\\x1b``,
+    ``\\u202e``: what `terminal_text` does without the markup, for text written to a terminal
+    by other means (a CSV or JSON report on stdout keeps ``keep="\\n\\t"``)."""
+    text = "" if value is None else str(plain(value))
+    return "".join(c if c in keep else _visible(c) for c in text)
+
+
+def terminal_text(value: object, limit: int | None = None) -> str:
+    """`value` as text that a rich console prints exactly as it is, whatever it holds.
+
+    Control characters (ESC, CR, BEL, NUL, C1, bidi overrides) become visible escapes such as
+    ``\\x1b``, and a backslash is shown doubled, as Python writes it (so a ``\\x1b`` on
+    screen always was an ESC); rich markup (``[bold red]``, ``[/x]``) is escaped, so the
+    text can go into an f-string printed with markup, or into a rich Table cell. ``limit``
+    cuts the visible text to that many characters before the markup is escaped (so no
+    escape is cut in half).
+    """
+    from rich.markup import escape  # rich is imported by every caller that prints anyway
+
+    text = "" if value is None else str(plain(value))
+    shown = visible_text(text.replace("\\", "\\\\"))
+    return escape(shown if limit is None else shown[:limit])
+
+
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+_FORMULA_START = ("=", "+", "-", "@")
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell that no spreadsheet runs as a formula (OWASP: prefix such text with ``'``).
+
+    Text starting with ``=``, ``+``, ``-``, ``@`` or a control character (TAB, CR, ...) gets
+    a leading ``'``. A plain decimal number (``-1.00``, ``42``) is left alone: a spreadsheet
+    reads it as the number it is, which finance needs, and it cannot hold a formula. Values
+    that are not text (ints, None) pass through.
+    """
+    if not isinstance(value, str) or not value or _NUMBER.fullmatch(value):
+        return value
+    first = value[0]
+    if first in _FORMULA_START or unicodedata.category(first) == "Cc":
+        return "'" + value
+    return value

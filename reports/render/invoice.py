@@ -25,6 +25,7 @@ import orjson
 from billing_rules import InvoiceLine, IssuedInvoice
 from reports.render.format import (
     as_decimal,
+    csv_cell,
     latin1,
     money_str,
     plain,
@@ -83,16 +84,20 @@ def invoice_json(inv: IssuedInvoice) -> bytes:
 
 
 def invoice_csv(inv: IssuedInvoice) -> bytes:
-    """One row per line, then ``subtotal``, ``net``, ``tax`` and ``total`` rows (amount only)."""
+    """One row per line, then ``subtotal``, ``net``, ``tax`` and ``total`` rows (amount only).
+
+    Text cells a spreadsheet would run as a formula get a leading ``'``; amounts such as
+    ``-10.00`` stay numbers (:func:`reports.render.format.csv_cell`).
+    """
     d = invoice_to_dict(inv)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=INVOICE_CSV_COLUMNS, lineterminator="\r\n", restval="")
     writer.writeheader()
     for line in d["lines"]:
-        writer.writerow({k: ("" if v is None else v) for k, v in line.items()})
+        writer.writerow({k: ("" if v is None else csv_cell(v)) for k, v in line.items()})
     vat = _vat_label(inv.vat_rate)
     for key, description in (("subtotal", "Subtotal"), ("net", "Net"), ("tax", vat), ("total", "Total")):
-        writer.writerow({"kind": key, "description": description, "amount": d[key]})
+        writer.writerow({"kind": key, "description": description, "amount": csv_cell(d[key])})
     return buf.getvalue().encode("utf-8")
 
 

@@ -22,7 +22,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from reports.render.format import grouped, latin1, money_str, renderer_for, round_half_up
+from reports.render.format import csv_cell, grouped, latin1, money_str, renderer_for, round_half_up
 from reports.render.pdf import MUTED, RULE, ReportPDF, draw_bar_chart, draw_table
 from reports.usage_model import UsageReport, UsageRow, UsageTotals
 
@@ -73,12 +73,16 @@ def _totals_strings(totals: UsageTotals) -> dict[str, str]:
 
 
 def usage_csv(report: UsageReport) -> bytes:
-    """Header plus one line per row; no total line, so the file stays machine-friendly."""
+    """Header plus one line per row; no total line, so the file stays machine-friendly.
+
+    Instance and GPU names come from the readings: a cell a spreadsheet would run as a
+    formula is written with a leading ``'`` (:func:`reports.render.format.csv_cell`).
+    """
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=USAGE_COLUMNS, lineterminator="\r\n")
     writer.writeheader()
     for row in report.rows:
-        writer.writerow(_row_strings(row))
+        writer.writerow({k: csv_cell(v) for k, v in _row_strings(row).items()})
     return buf.getvalue().encode("utf-8")
 
 
