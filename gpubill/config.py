@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gpubill.errors import ConfigError
@@ -58,9 +58,60 @@ class Settings(BaseSettings):
     metrics_port: int = Field(9464, ge=0, le=65535, description="Prometheus port of the worker (0: off)")
     http_port: int = Field(8080, ge=0, le=65535, description="port of the download service")
     group: str = Field("gpubill-rating", description="consumer group of the workers")
+    # How gpubill's Kafka clients authenticate (streams/kafka/settings.py turns these into
+    # client arguments): PLAINTEXT for the local broker, SASL_* with SCRAM for a real cluster.
+    kafka_security_protocol: str = Field("PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+    kafka_sasl_mechanism: str = Field("SCRAM-SHA-512", description="SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN (TLS only)")
+    kafka_username: str | None = Field(None, description="SASL user of this process")
+    kafka_password: SecretStr | None = Field(None, validate_default=True, description="its password (never logged)")
+    kafka_cafile: str | None = Field(None, description="CA bundle (PEM) to trust for TLS; default: the system's")
+    metrics_host: str = Field("127.0.0.1", description="address the worker's metrics server binds (0.0.0.0: every "
+                              "interface, for a scraper in another container)")
     retain_periods: int | None = Field(
         None, ge=1, description="`gpubill retention apply` keeps the per-second rows of the latest N billing periods "
         "(the current one included) and drops older ones once archived; unset: keep everything")
+    file_mode: int = Field(0o640, description="mode of the files gpubill writes, octal like 0640 or 0600 "
+                           "(directories it creates get the matching 0750/0700); never readable by others")
+    # `gpubill clickhouse serve` (gpubill/devenv/ch_gateway.py): its users' passwords and limits
+    gateway_password: SecretStr | None = Field(None, description="password of the gateway's read-write user "
+                                               "`gpubill`; unset: generated into the state directory on first start")
+    gateway_finance_password: SecretStr | None = Field(None, description="password of the gateway's read-only "
+                                                       "user `finance`; unset: generated like gateway_password")
+    gateway_max_body_mb: int = Field(256, ge=1, le=16384, description="largest request body the gateway accepts, "
+                                     "on the wire and decompressed (MiB)")
+    gateway_max_execution_s: int = Field(300, ge=1, le=86400, description="max_execution_time of every statement "
+                                         "through the gateway (s)")
+    gateway_max_memory_mb: int = Field(4096, ge=16, description="max_memory_usage of every statement through the "
+                                       "gateway (MiB)")
+    gateway_max_connections: int = Field(64, ge=1, le=4096, description="concurrent connections the gateway "
+                                         "serves; more are answered 503")
+
+    @field_validator("kafka_password")
+    @classmethod
+    def _kafka_security_fits(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        """The Kafka security settings fit together (checked by streams.kafka.settings)."""
+        from streams.kafka.settings import security_problem
+
+        data = info.data
+        problem = security_problem(
+            str(data.get("kafka_security_protocol", "")).upper(), str(data.get("kafka_sasl_mechanism", "")).upper(),
+            data.get("kafka_username"), value.get_secret_value() if value else None, data.get("kafka_cafile"))
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("file_mode", mode="before")
+    @classmethod
+    def _octal_file_mode(cls, value: Any) -> int:
+        """GPUBILL_FILE_MODE=0640 is octal (not 640 decimal); checked by reports.outputs.check_file_mode."""
+        from reports.outputs import check_file_mode
+
+        if isinstance(value, str):
+            text = value.strip().lower().removeprefix("0o")
+            if not text or any(c not in "01234567" for c in text):
+                raise ValueError(f"{value!r} is not an octal file mode like 0640")
+            value = int(text, 8)
+        return check_file_mode(value)
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):

@@ -3,7 +3,9 @@
 1. a Kafka broker (the local one is started unless GPUBILL_KAFKA names another);
 2. a simulated mixed fleet (RTX 4090, A800, H800) for the last hours of last month;
 3. `gpubill worker --drain` in a child process: readings → Faust → chDB;
-4. the month is invoiced; invoices, usage reports and the cost share go to ./out/;
+4. the simulated tenants are registered (as an operator registers customers, so each
+   receives the trial credit) and the month is invoiced; invoices, usage reports and the
+   cost share go to ./out/;
 5. the cost-share table, with the East-coast what-if, is printed.
 """
 
@@ -21,9 +23,12 @@ from rich.progress import Progress
 
 from warehouse.connection import open_database
 from gpubill.config import Settings
+from reports.render.format import terminal_text
 from gpubill.errors import GpubillError
 
 DEMO_MODELS = ["RTX4090", "A800-80G", "H800-80G"]
+# The simulator names its tenants tenant-01 … tenant-NN (gpubill/devenv/simulator.py).
+DEMO_TENANTS = {f"tenant-{k:02d}": f"Demo tenant {k}" for k in range(1, 5)}
 WHAT_IF_SITE = "sh-east"
 
 
@@ -32,7 +37,9 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
     from gpubill.devenv.kafka_broker import LocalBroker
     from reports.cost_share import cost_share, store_cost_share, what_if
     from reports.invoicing import list_invoices, run_period, write_invoice_files
+    from reports.outputs import output_name, path_inside, write_output
     from reports.render import render_cost_share, render_usage
+    from reports.tenants import add_tenant
     from reports.usage_report import usage_report
     from streams.kafka.admin import ensure_pipeline_topics
     from streams.kafka.producers import produce_readings
@@ -54,7 +61,7 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
     total = cards * minutes * 60 * 2
     err.print(f"[bold]1/4[/bold] simulating {cards} cards × {minutes} min in {period} → Kafka ({total:,} readings)")
     readings = simulate_fleet(gpus=cards, gpu_model=DEMO_MODELS[0], models=DEMO_MODELS, minutes=minutes,
-                              start=start_s, tenants=4, site="gz-guian", seed=2026)
+                              start=start_s, tenants=len(DEMO_TENANTS), site="gz-guian", seed=2026)
     with Progress(console=err, transient=True) as progress:
         task = progress.add_task("producing", total=total)
         produce_readings(settings, readings, progress=lambda n: progress.advance(task, n))
@@ -65,24 +72,28 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
         raise GpubillError(f"the worker failed (exit {drained.returncode}); see its messages above")
 
     out_dir = settings.out_path
-    err.print(f"[bold]3/4[/bold] invoicing {period} and writing reports under {out_dir}/")
+    err.print(f"[bold]3/4[/bold] invoicing {period} and writing reports under {terminal_text(out_dir)}/")
     with open_database(settings.clickhouse) as database:
+        for tenant, name in DEMO_TENANTS.items():  # a re-run finds them registered: nothing changes
+            add_tenant(database, tenant, name, note="gpubill demo")
         run = run_period(database, rules, period)
-        (out_dir / "usage").mkdir(parents=True, exist_ok=True)
-        write_invoice_files(database, period, out_dir / "invoices")
+        mode = settings.file_mode
+        write_invoice_files(database, period, out_dir / "invoices", file_mode=mode)
         invoices = list_invoices(database, period)
         for number, tenant, total_cny in invoices:
             report = usage_report(database, rules, tenant, period)
             for fmt in ("csv", "json", "parquet", "pdf"):
-                (out_dir / "usage" / f"{tenant}_{period}.{fmt}").write_bytes(render_usage(report, fmt))
+                write_output(path_inside(out_dir / "usage", output_name(None, tenant, period, fmt)),
+                             render_usage(report, fmt), mode)
         rows = cost_share(database, rules, period)
         store_cost_share(database, period, rows)
         compared = what_if(database, rules, period, rows, other_site=WHAT_IF_SITE)
-    (out_dir / f"cost-share_{period}.csv").write_text(render_cost_share(rows, "csv", what_if=compared))
-    (out_dir / f"cost-share_{period}.json").write_text(render_cost_share(rows, "json", what_if=compared))
+    for fmt in ("csv", "json"):
+        write_output(path_inside(out_dir, output_name("cost-share", None, period, fmt)),
+                     render_cost_share(rows, fmt, what_if=compared), mode)
 
     err.print(f"[bold]4/4[/bold] {len(run.created)} invoices created, {len(run.existing)} already final")
     for number, tenant, total_cny in invoices:
-        out.print(f"  {number}  {tenant:<12} {total_cny:>12} CNY")
+        out.print(f"  {terminal_text(number)}  {terminal_text(tenant):<12} {total_cny:>12} CNY", highlight=False)
     sys.stdout.write(render_cost_share(rows, "table", what_if=compared) + "\n")
-    out.print(f"[dim]done in {time.monotonic() - started:.0f}s; files under {out_dir}/[/dim]")
+    out.print(f"[dim]done in {time.monotonic() - started:.0f}s; files under {terminal_text(out_dir)}/[/dim]")

@@ -6,15 +6,26 @@ Steps for `run_period(db, rules, period)`:
    a finalized invoice is never changed, so re-running a period is a no-op for it.
 2. For the other tenants, read rated usage (rent seconds, allocated energy) and any late
    data for earlier, already-finalized periods (as adjustments with a reference to their
-   period), and the credit still available; `billing_rules.build_invoice` does the money.
+   period), and the credit still available (the new-tenant trial credit only for a tenant
+   registered and active at the run: reports/tenants.py); `billing_rules.build_invoice`
+   does the money.
 3. Number the invoice (sequential per year, no gaps: the next number is read from the
    stored invoices just before the write) and write its lines, then its header row. The
-   header is the commit point: lines without a header are leftovers of a crash and are
-   deleted before the tenant is invoiced again.
+   header is the commit point: lines without a header are leftovers of a crash.
+
+Steps 1-3 run under the invoicing lease (reports/invoice_lock.py): one invoice run at a
+time per database, whichever process starts it (`gpubill invoice run`, the scheduler).
+Holding it, a run first deletes every line whose invoice has no header (the leftovers of a
+run that crashed, of any period, so that they count neither as credit spent nor as billed),
+and checks that it still holds the lease (the fence) just before each header. So numbers
+are never issued twice, a tenant is invoiced once per period, and numbering has no gaps:
+a number is only taken by a header, and a crashed run's number is re-used by the next.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -34,9 +45,12 @@ from billing_rules import (
     credit_balances,
 )
 from reports.errors import NotFound
+from reports.invoice_lock import invoicing_lease
+from reports.outputs import DEFAULT_FILE_MODE, make_dirs, output_name, path_inside, write_output
 from reports.queries import energy_usage_sql, rent_usage_sql, tenants_with_charges_sql
 from reports.rated import coverage, rated_source, source_of
 from reports.rollup import roll_up
+from reports.tenants import registered_tenants, trial_tenants
 
 CURRENCY = "CNY"
 CHARGE_KINDS = ("rent", "discount", "electricity")
@@ -58,6 +72,7 @@ class RunReport:
     period: str
     created: list[str] = field(default_factory=list)   # invoice numbers written by this run
     existing: list[str] = field(default_factory=list)  # invoices that were already final
+    unregistered: list[str] = field(default_factory=list)  # tenants invoiced (without trial credit) but not registered
 
 
 def _usage_by_tenant(db: Any, source: tuple[str, dict]) -> tuple[dict, dict]:
@@ -155,17 +170,28 @@ def _adjustment(line: InvoiceLine, ref: str, amount: Decimal, quantity: Decimal)
 
 
 def run_period(db: Any, rules: Any, period: str, *, now: datetime | None = None,
-               progress: Callable[[str], None] | None = None) -> RunReport:
-    """Invoice every tenant with charges (or pending adjustments) in `period`. Idempotent."""
+               progress: Callable[[str], None] | None = None,
+               on_wait: Callable[[str], None] | None = None) -> RunReport:
+    """Invoice every tenant with charges (or pending adjustments) in `period`. Idempotent,
+    and safe beside another run: it waits for the invoicing lease (saying so to `on_wait`)."""
     rules.period_bounds(period)  # validates the period string
     now = now or datetime.now(timezone.utc)
-    report = RunReport(period=period)
     roll_up(db, rules, period=period)  # not needed for exactness (reads are exact), only for speed
+    with invoicing_lease(db, on_wait=on_wait) as fence:
+        delete_stray_lines(db)
+        return _invoice_period(db, rules, period, now, fence, progress)
+
+
+def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Callable[[], None],
+                    progress: Callable[[str], None] | None) -> RunReport:
+    """run_period's work, holding the lease; `fence` is called before each header."""
+    report = RunReport(period=period)
     existing = {row[0]: row[1] for row in db.query(
         "SELECT tenant, number FROM invoices FINAL WHERE period = {p:String}", {"p": period})}
     source = source_of(coverage(db, rules, period), rules)
     tenants = {row[0] for row in db.query(tenants_with_charges_sql(source[0]), source[1])}
     late = late_periods(db, period)
+    trial, registered = trial_tenants(db), registered_tenants(db)  # as the registry is at this run
     tenants |= set(late)
     rent, energy = _usage_by_tenant(db, source)
     for tenant in sorted(tenants):
@@ -175,12 +201,15 @@ def run_period(db: Any, rules: Any, period: str, *, now: datetime | None = None,
         adjustments = pending_adjustments(db, rules, tenant, period, late.get(tenant, []))
         if not rent.get(tenant) and not energy.get(tenant) and not adjustments:
             continue
-        credits = credit_balances(rules.credit_grants(tenant), _credit_spent(db, tenant, period), period)
+        grants = rules.credit_grants(tenant, new_tenant=tenant in trial)
+        credits = credit_balances(grants, _credit_spent(db, tenant, period), period)
         draft = build_invoice(
             tenant, period, rent.get(tenant, ()), energy.get(tenant, ()), adjustments, credits, rules.vat_rate(period)
         )
-        number = _write_invoice(db, draft, now)
+        number = _write_invoice(db, draft, now, fence)
         report.created.append(number)
+        if tenant not in registered:
+            report.unregistered.append(tenant)
         if progress:
             progress(number)
     db.insert("billing_runs", [[period, now, len(report.created) + len(report.existing)]], ["period", "completed_at", "invoices"])
@@ -197,22 +226,53 @@ def _credit_spent(db: Any, tenant: str, period: str) -> dict[str, Decimal]:
     return {credit_id or "": Decimal(spent) for credit_id, spent in rows}
 
 
-def _write_invoice(db: Any, draft: InvoiceDraft, now: datetime) -> str:
+_STRAY_SQL = (
+    "SELECT DISTINCT number, tenant, period FROM invoice_lines "
+    "WHERE (number, tenant, period) NOT IN (SELECT number, tenant, period FROM invoices FINAL)"
+)
+
+
+def delete_stray_lines(db: Any) -> list[tuple[str, str, str]]:
+    """Delete the lines whose invoice has no header — what a run that crashed between an
+    invoice's lines and its header left — and return their (number, tenant, period).
+    Call it holding the invoicing lease: then no run is about to write their header."""
+    stray = [tuple(row) for row in db.query(_STRAY_SQL)]
+    if stray:  # a DELETE is a mutation of the table: only when there is something to delete
+        db.command("DELETE FROM invoice_lines WHERE (number, tenant, period) NOT IN "
+                   "(SELECT number, tenant, period FROM invoices FINAL)")
+    return stray
+
+
+def _write_invoice(db: Any, draft: InvoiceDraft, now: datetime, fence: Callable[[], None]) -> str:
+    """Number the draft, write its lines, then (if `fence` passes) its header: the commit
+    point. Needs the invoicing lease and no stray lines of the tenant (run_period sees to both)."""
     year = int(draft.period[:4])
-    db.command(
-        "DELETE FROM invoice_lines WHERE tenant = {t:String} AND period = {p:String}",
-        {"t": draft.tenant, "p": draft.period},
-    )
     seq = int(db.query("SELECT max(seq) FROM invoices FINAL WHERE year = {y:UInt16}", {"y": year})[0][0] or 0) + 1
     number = f"GB-{year}-{seq:06d}"
     rows = [(number, draft.tenant, draft.period, line_no, *_stored_fields(line))
             for line_no, line in enumerate(draft.lines, start=1)]
     db.insert("invoice_lines", rows, LINE_COLUMNS)
+    _pause_before_header()
+    fence()
     db.insert("invoices", [(
         number, year, seq, draft.tenant, draft.period, "finalized", now, CURRENCY, draft.subtotal, draft.credit_used,
         draft.net, draft.tax, draft.total, draft.vat_rate,
     )], HEADER_COLUMNS)
     return number
+
+
+def _pause_before_header() -> None:
+    """Fault injection for the crash tests: while $GPUBILL_FAILPOINTS/invoice-header exists,
+    wait the seconds written in it between an invoice's lines and its header (and say so in
+    invoice-header.reached). Unset in production: costs one getenv."""
+    directory = os.environ.get("GPUBILL_FAILPOINTS")
+    if directory:
+        try:
+            delay_s = float(Path(directory, "invoice-header").read_text() or 0)
+        except (OSError, ValueError):
+            return
+        Path(directory, "invoice-header.reached").touch()
+        time.sleep(delay_s)
 
 
 def _stored_fields(line: InvoiceLine) -> tuple:
@@ -266,18 +326,22 @@ def load_invoice(db: Any, tenant: str, period: str) -> IssuedInvoice:
     )
 
 
-def write_invoice_files(db: Any, period: str, out_dir: Path) -> list[Path]:
-    """Render every invoice of `period` as JSON, CSV and PDF into `out_dir` (NUMBER_TENANT_PERIOD.fmt)."""
+def write_invoice_files(db: Any, period: str, out_dir: Path, *, file_mode: int = DEFAULT_FILE_MODE) -> list[Path]:
+    """Render every invoice of `period` as JSON, CSV and PDF into `out_dir`, with `file_mode`.
+
+    Named NUMBER_TENANT_PERIOD.fmt by `reports.outputs.output_name`: a tenant or number that
+    is not an id (a `/`, `..`, NUL, 250 characters) is named by its hash, so every invoice
+    gets its own files inside `out_dir`.
+    """
     from reports.render import render_invoice
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(out_dir, file_mode)
     written = []
     for number, tenant, _ in list_invoices(db, period):
         invoice = load_invoice(db, tenant, period)
         for fmt in ("json", "csv", "pdf"):
-            path = out_dir / f"{number}_{tenant}_{period}.{fmt}"
-            path.write_bytes(render_invoice(invoice, fmt))
-            written.append(path)
+            path = path_inside(out_dir, output_name(number, tenant, period, fmt))
+            written.append(write_output(path, render_invoice(invoice, fmt), file_mode))
     return written
 
 

@@ -14,7 +14,7 @@ class Metrics:
         self.readings_in = Counter("gpubill_readings_in_total", "Messages read, per topic", ["topic"], registry=registry)
         self.deadletters = Counter("gpubill_deadletters_total", "Messages dead-lettered", registry=registry)
         self.duplicates = Counter("gpubill_duplicates_total", "Readings dropped as duplicates (same event_id)", registry=registry)
-        self.conflicts = Counter("gpubill_conflicts_total", "Readings for an already-seen (stream, gpu, second)", registry=registry)
+        self.conflicts = Counter("gpubill_conflicts_total", "Readings refused as conflicts: an already-seen (stream, gpu, second) or a reused event_id", registry=registry)
         self.unallocated = Counter("gpubill_unallocated_seconds_total", "Energy seconds rated without a tenant (yet)", registry=registry)
         self.flush_seconds = Histogram("gpubill_flush_seconds", "Time to write one batch to ClickHouse", registry=registry)
         self.batch_rows = Histogram(
@@ -33,6 +33,17 @@ class Metrics:
             "gpubill_fast_record_sets",
             "1 while fetches are handed on as whole record sets (streams/kafka/record_sets.py); 0: record by record",
             registry=registry,
+        )
+        # Counts only, labelled "current" / "previous" billing period: a tenant id is never a
+        # label (anyone who can send a reading could mint ids, and so time series).
+        self.unregistered_tenants = Gauge(
+            "gpubill_unregistered_tenants",
+            "Tenant ids with rated usage in the billing period that are not registered (gpubill tenant unknown)",
+            ["period"], registry=registry,
+        )
+        self.unregistered_seconds = Gauge(
+            "gpubill_unregistered_rented_seconds", "GPU-seconds rented in the billing period by those tenant ids",
+            ["period"], registry=registry,
         )
         self.state_bytes = Gauge(
             "gpubill_dedupe_state_bytes", "Memory the readings held in the dedupe horizon take (native core)",
@@ -59,14 +70,40 @@ class Metrics:
         for (topic, partition), highwater in highwaters.items():
             self.consumer_lag.labels(topic, str(partition)).set(max(highwater - positions.get((topic, partition), 0), 0))
 
+    def unregistered(self, counts: dict[str, tuple[int, int]], current: str, previous: str) -> None:
+        """Set the unregistered-tenant gauges from `unregistered_counts` (0 for a period without any)."""
+        for label, period in (("current", current), ("previous", previous)):
+            tenants, seconds = counts.get(period, (0, 0))
+            self.unregistered_tenants.labels(label).set(tenants)
+            self.unregistered_seconds.labels(label).set(seconds)
+
     @staticmethod
-    def serve(port: int) -> None:
-        """Serve /metrics on `port` (0: not at all); a taken port is a one-line error."""
+    def serve(port: int, host: str = "127.0.0.1") -> None:
+        """Serve /metrics on `host`:`port` (0: not at all); a taken port is a one-line error.
+
+        Loopback unless told otherwise (GPUBILL_METRICS_HOST): the counters name topics and
+        volumes, nothing for every interface of a laptop to show."""
         if port:
             try:
-                start_http_server(port)
+                start_http_server(port, addr=host)
             except OSError as exc:
                 raise MetricsPortUnavailable(
                     f"GPUBILL_METRICS_PORT: cannot serve metrics on port {port} ({exc.strerror}); "
                     "choose another port or 0 to turn metrics off"
                 ) from None
+
+
+# v_unregistered_usage (migration 0011): rated usage of tenant ids that are not registered.
+# `gpubill tenant unknown` applies the same filter to the invoice run's source to price it
+# (reports/tenants.py `unregistered_sql`; tests/unit/test_tenants.py holds the two equal).
+UNREGISTERED_SQL = (
+    "SELECT period, count(), sum(rented_seconds) FROM v_unregistered_usage "
+    "WHERE period IN ({current:String}, {previous:String}) GROUP BY period"
+)
+
+
+def unregistered_counts(database, current: str, previous: str) -> dict[str, tuple[int, int]]:
+    """Period → (unregistered tenant ids with rated usage, GPU-seconds they rented), for the
+    `current` and `previous` billing periods: one query, run by the worker once a minute."""
+    rows = database.query(UNREGISTERED_SQL, {"current": current, "previous": previous})
+    return {period: (int(tenants), int(seconds)) for period, tenants, seconds in rows}

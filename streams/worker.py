@@ -29,13 +29,20 @@ from typing import Any, Callable
 import faust
 from aiokafka.errors import KafkaError
 
+from billing_rules.periods import previous_period
 from schemas.topics import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE
 from streams.deadletters import deadletter_row_from_record
 from streams.errors import StreamsError
 from streams.kafka import record_sets
 from streams.kafka.feeder import Batch, Feeder
 from streams.kafka.record_sets import expand
-from streams.kafka.settings import KafkaSettings
+from streams.kafka.settings import (
+    KafkaSettings,
+    client_options,
+    kafka_security,
+    ssl_context,
+)
+from streams.metrics import unregistered_counts
 from streams.pipeline import Pipeline
 from streams.rating.protocol import BatchResult, EncodedOutcome, utcnow
 from streams.rules_watcher import RULES_POLL_S, RulesWatcher
@@ -43,6 +50,7 @@ from streams.rules_watcher import RULES_POLL_S, RulesWatcher
 log = logging.getLogger("gpubill.worker")
 
 LAG_POLL_S = 5.0
+UNREGISTERED_POLL_S = 60.0
 
 
 def _tune_garbage_collector() -> None:
@@ -77,6 +85,16 @@ class _App(faust.App):
         return False
 
 
+def broker_credentials(settings: KafkaSettings) -> Any:
+    """Faust's `broker_credentials` for the settings' Kafka security (None: PLAINTEXT)."""
+    security = kafka_security(settings)
+    context = ssl_context(security.cafile) if security.tls else None
+    if security.sasl:  # Faust says SASL_SSL exactly when it is given a TLS context
+        return faust.SASLCredentials(username=security.username, password=security.password,
+                                     mechanism=security.mechanism, ssl_context=context)
+    return faust.SSLCredentials(context) if security.tls else None
+
+
 def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
     """Create the Faust app with its two agents, each reading batches from its own channel.
 
@@ -99,6 +117,7 @@ def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
         web_enabled=False,
         topic_partitions=settings.partitions,
         producer_acks=-1,
+        broker_credentials=broker_credentials(settings),
     )
     # No Kafka consumer of Faust's own: the feeder consumes. A Faust consumer would join a
     # group of its own with every worker, and each worker starting or stopping would pause
@@ -166,6 +185,7 @@ def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
         settings.kafka, settings.group,
         routes={TOPIC_USAGE: feed_readings, TOPIC_POWER: feed_readings, TOPIC_DEADLETTER: feed_deadletters},
         on_committed=pipeline.record, on_revoked=pipeline.rater.forget,
+        security=client_options(settings, client="aiokafka"),
     )
     return app
 
@@ -259,6 +279,23 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
             ends = await feeder.lag()
             if ends:
                 pipeline.metrics.lag(ends, pipeline.positions)
+
+    if pipeline.metrics is not None and pipeline.sink is not None:
+
+        @app.timer(UNREGISTERED_POLL_S)
+        async def count_unregistered() -> None:
+            """Tenant ids with usage but no registration, for the gauges: one query a minute in the
+            writer thread (queued behind the batches handed to it, as `up`'s jobs are), never
+            work per reading. A failure is logged and the gauges keep their last values."""
+            current = pipeline.rules.period_of(int(utcnow().timestamp()))
+            previous = previous_period(current)
+            try:
+                counts = await asyncio.get_running_loop().run_in_executor(
+                    pipeline.writer, unregistered_counts, pipeline.sink.database, current, previous)
+            except Exception:  # noqa: BLE001 - a gauge must never stop the worker
+                log.warning("could not count unregistered tenants for the metrics", exc_info=True)
+                return
+            pipeline.metrics.unregistered(counts, current, previous)
 
     for task in extra_tasks or []:
         app.task(task)

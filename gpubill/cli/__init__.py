@@ -14,6 +14,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill db migrate, clickhouse serve      db.py
     gpubill demo                              demo.py
     gpubill archive [verify], retention apply archive.py
+    gpubill tenant add | list | suspend | resume | unknown   tenant.py
 
 common.py holds the consoles and helpers they share; gpubill/logs.py the JSON log lines of
 the long-running commands. Every error a user can cause derives from one of the bases in
@@ -27,10 +28,11 @@ import os
 import sys
 
 import typer
-from rich.markup import escape
 
-from gpubill.cli import archive, bench, db, demo, dlq, invoice, kafka, processes, producers, report, rollup, rules
-from gpubill.cli.common import err
+from gpubill.cli import (
+    archive, bench, db, demo, dlq, invoice, kafka, processes, producers, report, rollup, rules, tenant,
+)
+from gpubill.cli.common import err, terminal_text
 from gpubill.errors import USER_ERRORS
 from gpubill.logs import quiet_libraries
 
@@ -56,6 +58,7 @@ app.command()(rollup.rollup)
 app.command()(demo.demo)
 app.add_typer(kafka.app, name="kafka")
 app.add_typer(invoice.app, name="invoice")
+app.add_typer(tenant.app, name="tenant")
 app.add_typer(report.app, name="report")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(rules.app, name="rules")
@@ -74,7 +77,7 @@ def main() -> None:
     except USER_ERRORS as exc:
         # One line: details (a broker's log tail, say) are in the files the message names.
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        err.print(f"[red]error:[/red] {escape(first)}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/red] {terminal_text(first)}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

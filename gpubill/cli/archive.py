@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpubill.cli.common import check_period, connect, err, out, read_rules
+from gpubill.cli.common import check_period, connect, err, out, read_rules, terminal_text
 from gpubill.config import load_settings
 from gpubill.errors import GpubillError
 
@@ -49,10 +49,12 @@ def archive(
     settings = load_settings()
     rules = read_rules(settings)
     with connect(settings) as database:
-        summary = write_archive(database, rules, period, out_dir, progress=lambda line: err.print(f"[dim]{line}[/dim]"))
+        summary = write_archive(database, rules, period, out_dir,
+                                progress=lambda line: err.print(f"[dim]{terminal_text(line)}[/dim]"))
     counts = ", ".join(f"{table} {rows}" for table, rows in summary.rows.items())
-    out.print(f"{period}: {summary.files} files ({counts} rows) in {summary.directory}; "
-              f"next: gpubill archive verify {summary.directory}", highlight=False, soft_wrap=True)
+    directory = terminal_text(summary.directory)
+    out.print(f"{period}: {summary.files} files ({terminal_text(counts)} rows) in {directory}; "
+              f"next: gpubill archive verify {directory}", highlight=False, soft_wrap=True)
 
 
 @app.command("verify")
@@ -65,8 +67,9 @@ def verify(directory: Annotated[Path, typer.Argument(help="The archive's directo
     with connect(settings) as database:
         done = verify_archive(database, rules, directory)
     against = "and the database's rows" if done.against_db else "(the period's rows were dropped: files only)"
-    out.print(f"ok: {done.period}, {done.files} files, {done.rows} rows match the manifest {against}; "
-              f"manifest sha256 {done.manifest_sha256[:12]}", highlight=False, soft_wrap=True)
+    # the period and checksum are read from the archive's manifest: a file from outside
+    out.print(f"ok: {terminal_text(done.period)}, {done.files} files, {done.rows} rows match the manifest {against}; "
+              f"manifest sha256 {terminal_text(done.manifest_sha256[:12])}", highlight=False, soft_wrap=True)
 
 
 @retention_app.command("apply")
@@ -98,11 +101,13 @@ def retention_apply(
                 _print(apply_retention(database, rules, each, dry_run=dry_run))
             except ReportsError as exc:
                 refused += 1
-                err.print(f"[red]{each}: refused:[/red] {exc}", highlight=False, soft_wrap=True)
+                err.print(f"[red]{terminal_text(each)}: refused:[/red] {terminal_text(exc)}", highlight=False,
+                          soft_wrap=True)
     if refused:
         raise GpubillError(f"{refused} periods older than the latest {keep} kept their per-second rows (reasons above)")
 
 
 def _print(result: RetentionResult) -> None:
     rows = ", ".join(f"{table} {n}" for table, n in result.rows.items()) or "no rows left"
-    out.print(f"{result.period}: {result.status} ({rows}); archive {result.archive}", highlight=False, soft_wrap=True)
+    out.print(f"{terminal_text(result.period)}: {terminal_text(result.status)} ({terminal_text(rows)}); "
+              f"archive {terminal_text(result.archive)}", highlight=False, soft_wrap=True)

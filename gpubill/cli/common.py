@@ -2,6 +2,12 @@
 
 `out` is stdout (results: tables, figures, files' contents); `err` is stderr (progress,
 "wrote FILE", errors), so a command's output can be piped.
+
+Text that came from outside (tenants, sites, nodes, GPUs, instances, reasons, dead letters,
+paths, messages that quote input) is printed through `terminal_text` — markup escaped,
+control characters made visible — never as is: `out.print(f"{terminal_text(tenant)} ...")`,
+or `table.add_row(terminal_text(site), ...)`. Files are written by `emit` (or
+`reports.outputs.write_output`) with GPUBILL_FILE_MODE.
 """
 
 from __future__ import annotations
@@ -14,14 +20,20 @@ from typing import TYPE_CHECKING, Optional
 from rich.console import Console
 
 from billing_rules import RuleSet, load_rules
-from gpubill.config import Settings
+from gpubill.config import Settings, load_settings
 from gpubill.errors import GpubillError
+from reports.outputs import write_output
+from reports.render.format import terminal_text, visible_text
 
 if TYPE_CHECKING:  # the client is imported by the commands that open the database, not by --help
     from warehouse.connection import Database
 
-out = Console()
-err = Console(stderr=True)
+# emoji off: a tenant named ":fire:" is printed as ":fire:"
+out = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
+
+__all__ = ["check_format", "check_period", "connect", "emit", "err", "out", "print_figures", "read_rules",
+           "terminal_text"]
 
 PERIOD = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
 
@@ -54,17 +66,19 @@ def check_format(fmt: str, *allowed: str) -> str:
 
 
 def emit(data: bytes | str, out_file: Optional[Path], *, binary: bool = False) -> None:
-    """Write a rendered report to `out_file`, or to stdout when it is text."""
+    """Write a rendered report to `out_file` (whole, with GPUBILL_FILE_MODE), or to stdout when it is text."""
     raw = data.encode() if isinstance(data, str) else data
     if out_file:
-        out_file.parent.mkdir(parents=True, exist_ok=True)
-        out_file.write_bytes(raw)
-        err.print(f"wrote {out_file}")
+        write_output(out_file, raw, load_settings().file_mode)
+        err.print(f"wrote {terminal_text(out_file)}", highlight=False)
     elif binary:
         raise GpubillError("this format is binary: give --out FILE")
     else:
-        sys.stdout.write(raw.decode())
-        if not raw.endswith(b"\n"):
+        text = raw.decode()
+        if sys.stdout.isatty():  # on a screen, a report's text cannot drive the terminal; piped: as it is
+            text = visible_text(text.replace("\r\n", "\n"), keep="\n\t")
+        sys.stdout.write(text)
+        if not text.endswith("\n"):
             sys.stdout.write("\n")
 
 
@@ -76,4 +90,4 @@ def print_figures(result: dict, as_json: bool) -> None:
         sys.stdout.write(orjson.dumps(result).decode() + "\n")
         return
     for name, value in result.items():
-        out.print(f"{name:>20}  {value}")
+        out.print(f"{terminal_text(name):>20}  {terminal_text(value)}", highlight=False)

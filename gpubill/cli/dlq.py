@@ -7,7 +7,7 @@ from datetime import timezone
 
 import typer
 
-from gpubill.cli.common import check_format, connect, out
+from gpubill.cli.common import check_format, connect, out, terminal_text
 from gpubill.config import load_settings
 
 app = typer.Typer(help="Dead-lettered input.", no_args_is_help=True)
@@ -45,5 +45,7 @@ def dlq_list(
             where = f"{row['source_topic']} line {row['source_line']}"
         if row["source_index"]:
             where += f" element {row['source_index']}"
-        table.add_row(row["dead_at"], where, row["reason"], row["original"][:60])
+        # topic, reason and original bytes are the sender's: shown, never interpreted
+        table.add_row(row["dead_at"], terminal_text(where), terminal_text(row["reason"]),
+                      terminal_text(row["original"], limit=60))
     out.print(table)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from gpubill.cli.common import check_format, check_period, connect, emit, err, out, read_rules
+from gpubill.cli.common import check_format, check_period, connect, emit, err, out, read_rules, terminal_text
 from gpubill.config import load_settings
 
 app = typer.Typer(help="Monthly invoices.", no_args_is_help=True)
@@ -24,12 +24,18 @@ def invoice_run(
     settings = load_settings()
     rules = read_rules(settings)
     with connect(settings) as database:
-        report = run_period(database, rules, check_period(period), progress=lambda n: err.print(f"[dim]{n}[/dim]"))
+        report = run_period(database, rules, check_period(period),
+                            progress=lambda n: err.print(f"[dim]{terminal_text(n)}[/dim]"),
+                            on_wait=lambda message: err.print(terminal_text(message), highlight=False))
         out.print(f"{period}: {len(report.created)} invoices created, {len(report.existing)} already final")
+        if report.unregistered:
+            err.print(f"{len(report.unregistered)} of them for tenants that are not registered (no trial credit); "
+                      f"see `gpubill tenant unknown --period {period}`", highlight=False)
         for number, tenant, total in list_invoices(database, period):
-            out.print(f"  {number}  {tenant:<24} {total:>14} CNY")
+            out.print(f"  {terminal_text(number)}  {terminal_text(tenant):<24} {total:>14} CNY", highlight=False)
         if out_dir:
-            write_invoice_files(database, period, out_dir)
+            written = write_invoice_files(database, period, out_dir, file_mode=settings.file_mode)
+            err.print(f"wrote {len(written)} files to {terminal_text(out_dir)}", highlight=False)
 
 
 @app.command("show")

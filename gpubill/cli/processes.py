@@ -54,7 +54,7 @@ def worker(
         database.close()
         return
     if not drain:
-        Metrics.serve(settings.metrics_port)
+        Metrics.serve(settings.metrics_port, settings.metrics_host)
     pipeline = _pipeline(settings, rules, database, metrics=not drain)
     if not drain:
         _start_from_committed(settings, pipeline)
@@ -95,7 +95,7 @@ def up() -> None:
     rules = read_rules(settings)
     ensure_pipeline_topics(settings)
     database = connect(settings)
-    Metrics.serve(settings.metrics_port)
+    Metrics.serve(settings.metrics_port, settings.metrics_host)
     pipeline = _pipeline(settings, rules, database, metrics=True)
     _start_from_committed(settings, pipeline)
 

@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from billing_rules import load_rules
-from gpubill.cli.common import check_format, check_period, connect, emit, out, read_rules
+from gpubill.cli.common import check_format, check_period, connect, emit, out, read_rules, terminal_text
 from gpubill.config import load_settings
 from gpubill.errors import GpubillError
 
@@ -68,6 +68,7 @@ def audit(period: str = typer.Option(..., help="Billing period YYYY-MM.")) -> No
     from rich.table import Table
 
     from reports.audit import audit as run_audit
+    from reports.audit import conflicts_of
 
     settings = load_settings()
     rules = read_rules(settings)
@@ -75,15 +76,26 @@ def audit(period: str = typer.Option(..., help="Billing period YYYY-MM.")) -> No
 
     with connect(settings) as database:
         figures, differences = run_audit(database, rules, check_period(period))
+        conflicts = conflicts_of(database, rules, period)
         retained = period in retained_periods(database)
     source = "from rollups: retention dropped the raw readings after archiving them" if retained else "from raw readings"
     table = Table("tenant", "rented GPU-s", "energy mJ", "rent", "electricity", title=f"Audit {period} ({source})")
     for tenant, f in sorted(figures.items()):
-        table.add_row(tenant or "(unallocated)", f"{f.rent_seconds:,}", f"{f.energy_mj:,}", str(f.rent), str(f.electricity))
+        table.add_row(terminal_text(tenant) if tenant else "(unallocated)", f"{f.rent_seconds:,}", f"{f.energy_mj:,}",
+                      str(f.rent), str(f.electricity))
     out.print(table)
+    if conflicts.count:  # SPEC §4: recorded, and the first reading counted; shown, never invisible
+        reasons = ", ".join(f"{n:,} {terminal_text(reason)}" for reason, n in conflicts.by_reason.items())
+        out.print(f"conflicts of {period}: {conflicts.count:,} ({reasons}); first {len(conflicts.examples)}:", highlight=False)
+        for example in conflicts.examples:
+            out.print(f"  CONFLICT {terminal_text(example.describe())}", highlight=False)
+    else:
+        out.print(f"conflicts of {period}: none", highlight=False)
     if differences:
         for d in differences:
-            out.print(f"DIFFERENCE {d.tenant or '(unallocated)'} {d.what}: raw {d.raw} vs rated {d.rated}", highlight=False)
+            who = terminal_text(d.tenant) if d.tenant else "(unallocated)"
+            out.print(f"DIFFERENCE {who} {terminal_text(d.what)}: raw {terminal_text(d.raw)} vs rated "
+                      f"{terminal_text(d.rated)}", highlight=False)
         raise GpubillError(f"audit of {period}: {len(differences)} differences between raw readings and rated data")
     if retained:
         out.print(f"audit of {period}: clean — no rows written after retention; the raw readings are checked by "

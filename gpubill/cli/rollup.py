@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from gpubill.cli.common import check_period, connect, err, out, read_rules
+from gpubill.cli.common import check_period, connect, err, out, read_rules, terminal_text
 from gpubill.config import load_settings
 
 
@@ -22,7 +22,7 @@ def rollup(period: Optional[str] = typer.Option(None, help="Only this billing pe
     rules = read_rules(settings)
     with connect(settings) as database:
         report = roll_up(database, rules, period=check_period(period) if period else None,
-                         progress=lambda p, hour: err.print(f"[dim]rolled up {p} {_iso(hour)}[/dim]"))
+                         progress=lambda p, hour: err.print(f"[dim]rolled up {terminal_text(p)} {_iso(hour)}[/dim]"))
     out.print(f"{len(report.hours)} hours rolled up")
     if report.frozen:
         err.print(f"[red]{len(report.frozen)} hours were written after retention dropped their period's per-second "

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from gpubill.cli.common import out, read_rules
+from gpubill.cli.common import out, read_rules, terminal_text
 from gpubill.config import load_settings
 
 app = typer.Typer(help="Billing rule sets.", no_args_is_help=True)
@@ -19,6 +19,7 @@ def rules_check(directory: Optional[Path] = typer.Argument(None, help="Rules dir
     settings = load_settings()
     rules = read_rules(settings, directory)
     out.print(
-        f"rules OK: {len(rules.site_ids)} sites ({', '.join(rules.site_ids)}), "
-        f"{len(rules.model_ids)} models ({', '.join(rules.model_ids)}), billing time zone {rules.billing_tz}"
+        f"rules OK: {len(rules.site_ids)} sites ({terminal_text(', '.join(rules.site_ids))}), "
+        f"{len(rules.model_ids)} models ({terminal_text(', '.join(rules.model_ids))}), "
+        f"billing time zone {terminal_text(rules.billing_tz)}", highlight=False,
     )
