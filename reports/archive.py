@@ -45,6 +45,7 @@ from typing import Any
 
 from billing_rules.errors import BillingRulesError
 from reports.errors import ReportsError
+from reports.outputs import DEFAULT_FILE_MODE, make_dirs
 from reports.rated import hour_range, retained_periods, second_range
 from schemas.tables import PIPELINE_TABLES
 
@@ -214,7 +215,7 @@ def _write_hour(db: Any, out_dir: Path, table: str, columns: list[tuple[str, str
         "SETTINGS output_format_parquet_compression_method = 'zstd'", params, "Parquet")
     relative = f"{table}/{datetime.fromtimestamp(hour, UTC):%Y%m%dT%H}.parquet"
     path = out_dir / relative
-    path.parent.mkdir(exist_ok=True)
+    make_dirs(path.parent)
     _write_durably(path, data, written)
     in_file = file_checksum(db, path, columns)  # the rows as they will be read back, compared by the caller
     return {"path": relative, "table": table, "hour": hour, "rows": in_file.rows,
@@ -227,13 +228,16 @@ def _empty_directory(out_dir: Path) -> tuple[Path, bool]:
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise ArchiveError(f"--out {out_dir}: not an empty directory; an archive is written into a new or empty one")
     created = not out_dir.exists()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(out_dir)
     return out_dir, created
 
 
 def _write_durably(path: Path, data: bytes, written: list[Path]) -> None:
-    """Write and fsync: after retention the archive is the only copy of these rows."""
-    with open(path, "xb") as handle:
+    """Write (a new file, mode 0640 whatever the umask) and fsync: after retention the
+    archive is the only copy of these rows."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, DEFAULT_FILE_MODE)
+    os.fchmod(fd, DEFAULT_FILE_MODE)
+    with os.fdopen(fd, "wb") as handle:
         written.append(path)
         handle.write(data)
         handle.flush()

@@ -24,8 +24,6 @@ a number is only taken by a header, and a crashed run's number is re-used by the
 
 from __future__ import annotations
 
-import os
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -45,6 +43,7 @@ from billing_rules import (
     credit_balances,
 )
 from reports.errors import NotFound
+from reports.failpoints import pause_at
 from reports.invoice_lock import invoicing_lease
 from reports.outputs import DEFAULT_FILE_MODE, make_dirs, output_name, path_inside, write_output
 from reports.queries import energy_usage_sql, rent_usage_sql, tenants_with_charges_sql
@@ -262,17 +261,8 @@ def _write_invoice(db: Any, draft: InvoiceDraft, now: datetime, fence: Callable[
 
 
 def _pause_before_header() -> None:
-    """Fault injection for the crash tests: while $GPUBILL_FAILPOINTS/invoice-header exists,
-    wait the seconds written in it between an invoice's lines and its header (and say so in
-    invoice-header.reached). Unset in production: costs one getenv."""
-    directory = os.environ.get("GPUBILL_FAILPOINTS")
-    if directory:
-        try:
-            delay_s = float(Path(directory, "invoice-header").read_text() or 0)
-        except (OSError, ValueError):
-            return
-        Path(directory, "invoice-header.reached").touch()
-        time.sleep(delay_s)
+    """The failpoint `invoice-header` (reports/failpoints.py): between an invoice's lines and its header."""
+    pause_at("invoice-header")
 
 
 def _stored_fields(line: InvoiceLine) -> tuple:

@@ -22,13 +22,11 @@ still being written is not rolled up over and over.
 from __future__ import annotations
 
 import logging
-import os
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable
 
+from reports.failpoints import pause_at
 from reports.rated import grouped_sql, hour_range, retained_periods
 from warehouse import writes
 
@@ -122,17 +120,8 @@ def drop_superseded(db: Any, periods: list[str]) -> None:
 
 
 def _pause_before_publish() -> None:
-    """Fault injection for the e2e kill test: while $GPUBILL_FAILPOINTS/rollup-publish exists,
-    wait the seconds written in it between writing an hour's rows and publishing them (and say
-    so in rollup-publish.reached). Unset in production: costs one getenv."""
-    directory = os.environ.get("GPUBILL_FAILPOINTS")
-    if directory:
-        try:
-            delay_s = float(Path(directory, "rollup-publish").read_text() or 0)
-        except (OSError, ValueError):
-            return
-        Path(directory, "rollup-publish.reached").touch()
-        time.sleep(delay_s)
+    """The failpoint `rollup-publish` (reports/failpoints.py): between writing an hour's rows and publishing them."""
+    pause_at("rollup-publish")
 
 
 def _iso(second: int) -> str:

@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from gpubill.cli.common import err, out, print_figures
+from gpubill.cli.common import err, out, print_figures, terminal_text
 
 app = typer.Typer(help="Benchmarks (measured figures, not tests).", no_args_is_help=True)
 
@@ -51,7 +51,7 @@ def bench_pipeline_command(
     from gpubill.bench.pipeline import bench_pipeline
 
     result = bench_pipeline(gpus, seconds, freshness_rate=freshness_rate, freshness_s=freshness_s, port=port,
-                            gateway=gateway, say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
+                            gateway=gateway, say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)
 
 
@@ -65,7 +65,7 @@ def bench_rating_command(
     """The native core alone, no broker or database: readings/s of core time, state memory at a full horizon."""
     from gpubill.bench.rating import bench_rating
 
-    result = bench_rating(gpus, seconds, batch_s=batch_s, say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
+    result = bench_rating(gpus, seconds, batch_s=batch_s, say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)
 
 
@@ -91,5 +91,5 @@ def bench_month_command(
 
     result = bench_month(gpus, days, per_second_hours=per_second_hours or 24 * per_second_days,
                          period=check_period(period), tenant_cards=tenant_cards, keep=Path(keep) if keep else None,
-                         say=lambda msg: err.print(f"[dim]{msg}[/dim]"))
+                         say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)

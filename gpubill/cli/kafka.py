@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from gpubill.cli.common import err, out
+from gpubill.cli.common import err, out, terminal_text
 from gpubill.config import Settings, load_settings
 from gpubill.errors import ConfigError
 
@@ -69,9 +69,9 @@ def kafka_up(
     """Start the local broker (idempotent) and wait until it answers."""
     settings = load_settings()
     broker = _local_broker(settings, sasl=sasl)
-    started = broker.up(wait_s=wait_s, progress=lambda msg: err.print(f"[dim]{msg}[/dim]"))
+    started = broker.up(wait_s=wait_s, progress=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     how = f" (SASL/SCRAM, super user {settings.kafka_username})" if sasl else ""
-    out.print(f"Kafka broker {'started' if started else 'already up'} at {settings.kafka}{how}")
+    out.print(f"Kafka broker {'started' if started else 'already up'} at {terminal_text(settings.kafka)}{terminal_text(how)}")
 
 
 @app.command("down")

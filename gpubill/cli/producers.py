@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from gpubill.cli.common import err, out, read_rules
+from gpubill.cli.common import err, out, read_rules, terminal_text
 from gpubill.config import Settings, load_settings
 from gpubill.errors import GpubillError
 from streams.errors import InputFileError
@@ -73,16 +73,16 @@ def replay(file: Path = typer.Argument(..., help="NDJSON file: one JSON reading 
     settings = load_settings()
     ensure_pipeline_topics(settings)
     with Progress(console=err, transient=True) as progress:
-        task = progress.add_task(f"replaying {file.name}", total=file.stat().st_size)
+        task = progress.add_task(f"replaying {terminal_text(file.name)}", total=file.stat().st_size)
         report = replay_file(settings, file, progress=lambda n: progress.advance(task, n))
     for number, reason in report.refused[:_SHOWN]:
-        err.print(f"line {number} dead-lettered: {reason}", highlight=False, markup=False)
+        err.print(f"line {number} dead-lettered: {terminal_text(reason)}", highlight=False)
     if len(report.refused) > _SHOWN:
         err.print(f"… and {len(report.refused) - _SHOWN} more lines dead-lettered (see `gpubill dlq list`)")
     # Exit 0 even then (SPEC §8): a dead-lettered line is kept with its reason, not lost.
     out.print(
-        f"replayed {report.total} readings from {file} "
+        f"replayed {report.total} readings from {terminal_text(file)} "
         f"({', '.join(f'{t}: {n}' for t, n in sorted(report.produced.items())) or 'none'}); "
         f"{report.deadlettered} dead-lettered by replay",
-        highlight=False, markup=False,
+        highlight=False,
     )
