@@ -115,15 +115,15 @@ def check_tenant_id(value: object) -> str:
 def check_display_name(value: str) -> str:
     """The name as stored: NFC, without surrounding blanks, 1 to MAX_NAME_CHARS characters of
     any script, none of them a control, bidi or other invisible formatting character."""
-    return _checked_text("display name", value, MAX_NAME_CHARS, empty_ok=False)
+    return checked_text("display name", value, MAX_NAME_CHARS, empty_ok=False)
 
 
 def check_note(value: str) -> str:
     """A note as stored: like a display name, but may be empty and up to MAX_NOTE_CHARS characters."""
-    return _checked_text("note", value, MAX_NOTE_CHARS, empty_ok=True)
+    return checked_text("note", value, MAX_NOTE_CHARS, empty_ok=True)
 
 
-def _checked_text(what: str, value: str, limit: int, *, empty_ok: bool) -> str:
+def checked_text(what: str, value: str, limit: int, *, empty_ok: bool) -> str:
     if not isinstance(value, str):
         raise InvalidTenant(f"{what} must be text")
     text = unicodedata.normalize("NFC", value).strip()

@@ -166,3 +166,7 @@ def test_finance_cannot_write_what_it_reads(billed):
     with pytest.raises(DatabaseError):
         billed.command("ALTER TABLE invoice_lines DELETE WHERE 1")
     assert billed.query("SELECT count() FROM v_invoices")[0][0] == 4  # acme and beta, March and April
+    # the API's access records (issue 14): finance reads them, and cannot add or remove one
+    assert billed.query("SELECT count() FROM v_api_access")[0][0] == 0  # no API served in this data
+    with pytest.raises(DatabaseError):
+        billed.command("INSERT INTO api_access_log (key_id, status) VALUES ('k_aaaaaaaaaaaaaaaa', 200)")
