@@ -56,7 +56,8 @@ class Settings(BaseSettings):
     out: str = Field("out", description="where demo and reports write their files")
     partitions: int = Field(8, ge=1, le=1024, description="partitions of the readings topics")
     metrics_port: int = Field(9464, ge=0, le=65535, description="Prometheus port of the worker (0: off)")
-    http_port: int = Field(8080, ge=0, le=65535, description="port of the download service")
+    http_port: int = Field(8080, ge=0, le=65535, description="port of the tenant API and web page "
+                           "(`gpubill serve`, `gpubill up`; on 127.0.0.1 unless --listen says otherwise)")
     group: str = Field("gpubill-rating", description="consumer group of the workers")
     # How gpubill's Kafka clients authenticate (streams/kafka/settings.py turns these into
     # client arguments): PLAINTEXT for the local broker, SASL_* with SCRAM for a real cluster.
@@ -85,6 +86,18 @@ class Settings(BaseSettings):
                                        "gateway (MiB)")
     gateway_max_connections: int = Field(64, ge=1, le=4096, description="concurrent connections the gateway "
                                          "serves; more are answered 503")
+    # the tenant API (`gpubill serve`, `gpubill up`; gpubill/api/, docs/api.md): its limits
+    api_rate_per_s: float = Field(20.0, gt=0, le=100000, description="requests per second per API key, sustained "
+                                  "(over it: 429 with Retry-After)")
+    api_rate_burst: int = Field(100, ge=1, le=1000000, description="requests per API key at once after a quiet spell")
+    api_downloads_per_key: int = Field(8, ge=1, le=1024, description="downloads of one API key in flight at once")
+    api_auth_failures: int = Field(10, ge=1, le=100000, description="failed authentications from one address "
+                                   "within api_auth_window_s before it is answered 429")
+    api_auth_window_s: int = Field(300, ge=1, le=86400, description="the window of api_auth_failures (s)")
+    api_cache_s: float = Field(10.0, ge=0, le=3600, description="how long a built report or month-to-date figure "
+                               "is reused for the same request (s; 0: rebuilt every time)")
+    api_db_connections: int = Field(4, ge=1, le=64, description="ClickHouse clients of the API for a server DSN "
+                                    "(the embedded database has one, shared)")
 
     @field_validator("kafka_password")
     @classmethod

@@ -200,11 +200,8 @@ def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Call
         adjustments = pending_adjustments(db, rules, tenant, period, late.get(tenant, []))
         if not rent.get(tenant) and not energy.get(tenant) and not adjustments:
             continue
-        grants = rules.credit_grants(tenant, new_tenant=tenant in trial)
-        credits = credit_balances(grants, _credit_spent(db, tenant, period), period)
-        draft = build_invoice(
-            tenant, period, rent.get(tenant, ()), energy.get(tenant, ()), adjustments, credits, rules.vat_rate(period)
-        )
+        draft = _draft(db, rules, tenant, period, rent.get(tenant, ()), energy.get(tenant, ()), adjustments,
+                       new_tenant=tenant in trial)
         number = _write_invoice(db, draft, now, fence)
         report.created.append(number)
         if tenant not in registered:
@@ -213,6 +210,26 @@ def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Call
             progress(number)
     db.insert("billing_runs", [[period, now, len(report.created) + len(report.existing)]], ["period", "completed_at", "invoices"])
     return report
+
+
+def _draft(db: Any, rules: Any, tenant: str, period: str, rent: Any, energy: Any, adjustments: list[Adjustment],
+           *, new_tenant: bool) -> InvoiceDraft:
+    """The tenant's invoice for `period` from its usage and adjustments: credits still
+    available (the trial credit when `new_tenant`), discounts and VAT as the rules say."""
+    grants = rules.credit_grants(tenant, new_tenant=new_tenant)
+    credits = credit_balances(grants, _credit_spent(db, tenant, period), period)
+    return build_invoice(tenant, period, rent, energy, adjustments, credits, rules.vat_rate(period))
+
+
+def draft_invoice(db: Any, rules: Any, tenant: str, period: str, *, source: tuple[str, dict] | None = None) -> InvoiceDraft:
+    """The invoice `run_period` would build for `tenant` and `period` if it ran now — same
+    usage source, late-data adjustments, credits, discounts and VAT — writing nothing (no
+    rollup, no lease, no number). For month-to-date estimates (reports/current_usage.py);
+    `source` is the tenant's `rated_source` when the caller already has it."""
+    rent, energy = _usage_by_tenant(db, source or rated_source(db, rules, period, tenant))
+    adjustments = pending_adjustments(db, rules, tenant, period, late_periods(db, period).get(tenant, []))
+    return _draft(db, rules, tenant, period, rent.get(tenant, ()), energy.get(tenant, ()), adjustments,
+                  new_tenant=tenant in trial_tenants(db))
 
 
 def _credit_spent(db: Any, tenant: str, period: str) -> dict[str, Decimal]:
@@ -316,8 +333,10 @@ def load_invoice(db: Any, tenant: str, period: str) -> IssuedInvoice:
     )
 
 
-def write_invoice_files(db: Any, period: str, out_dir: Path, *, file_mode: int = DEFAULT_FILE_MODE) -> list[Path]:
-    """Render every invoice of `period` as JSON, CSV and PDF into `out_dir`, with `file_mode`.
+def write_invoice_files(db: Any, period: str, out_dir: Path, *, file_mode: int = DEFAULT_FILE_MODE,
+                        lang: str = "en") -> list[Path]:
+    """Render every invoice of `period` as JSON, CSV and PDF into `out_dir`, with `file_mode`;
+    the PDFs labelled in `lang` (reports.render.i18n; JSON and CSV are the same in every language).
 
     Named NUMBER_TENANT_PERIOD.fmt by `reports.outputs.output_name`: a tenant or number that
     is not an id (a `/`, `..`, NUL, 250 characters) is named by its hash, so every invoice
@@ -331,7 +350,7 @@ def write_invoice_files(db: Any, period: str, out_dir: Path, *, file_mode: int =
         invoice = load_invoice(db, tenant, period)
         for fmt in ("json", "csv", "pdf"):
             path = path_inside(out_dir, output_name(number, tenant, period, fmt))
-            written.append(write_output(path, render_invoice(invoice, fmt), file_mode))
+            written.append(write_output(path, render_invoice(invoice, fmt, lang=lang), file_mode))
     return written
 
 

@@ -1,8 +1,14 @@
-"""A customer's usage report (SPEC §6) as data: per day, instance and GPU, for one tenant.
+"""A customer's usage report (SPEC §6) as data: per day (or hour), instance and GPU, for one tenant.
 
 `reports.usage_report` builds it from rated_seconds; `reports.render.usage` writes it as
 CSV, JSON, Parquet or PDF. Rows carry figures already rounded once per row (money to the
 fen, GPU-hours and kWh to six decimals); totals are exact sums of the rows.
+
+Granularity ``"day"`` (the default) has one row per day × instance × GPU and ``hour == ""``;
+``"hour"`` has one row per hour × instance × GPU, the hour named by its start in the
+billing time zone as RFC 3339 with the zone's offset, ``"2026-03-05T14:00:00+08:00"``, and
+``day`` the date of that start (``"2026-03-05"``). The report's ``time_zone`` names the
+zone (``"Asia/Shanghai"``).
 """
 
 from __future__ import annotations
@@ -10,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-__all__ = ["UsageReport", "UsageRow", "UsageTotals"]
+__all__ = ["GRANULARITIES", "UsageReport", "UsageRow", "UsageTotals"]
+
+GRANULARITIES = ("day", "hour")
 
 
 @dataclass(frozen=True)
@@ -26,6 +34,7 @@ class UsageRow:
     kwh: Decimal
     rent: Decimal
     electricity: Decimal
+    hour: str = ""  # hourly reports: "2026-03-05T14:00:00+08:00" (start, billing time zone); "" per day
 
 
 @dataclass(frozen=True)
@@ -47,9 +56,13 @@ class UsageReport:
     period: str  # "2026-03"
     generated_at: str  # RFC3339
     rows: tuple[UsageRow, ...] = field(default_factory=tuple)
+    granularity: str = "day"  # GRANULARITIES
+    time_zone: str = ""  # the billing time zone the days and hours are in, e.g. "Asia/Shanghai"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rows", tuple(self.rows))
+        if self.granularity not in GRANULARITIES:
+            raise ValueError(f"unknown granularity {self.granularity!r}; use one of: {', '.join(GRANULARITIES)}")
 
     @property
     def totals(self) -> UsageTotals:

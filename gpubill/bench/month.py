@@ -491,23 +491,7 @@ def _run(db: Any, fleet: Fleet, per_second_end: int, month_end: int, settle_s: f
     per_second_hours = (per_second_end - fleet.start) // HOUR_S
     say(f"{fleet.gpus:,} cards, {len(fleet.pairs)} (tenant, model) pairs, {period}: per-second rows for "
         f"{per_second_hours} h, rollups to {_iso(month_end)}")
-    built = time.perf_counter()
-    for hour in range(fleet.start, per_second_end, HOUR_S):
-        t0 = time.perf_counter()
-        write_seconds(db, fleet, hour, hour + HOUR_S)
-        say(f"per-second rows of {_iso(hour)}: {time.perf_counter() - t0:.1f} s")
-    last_write = time.monotonic()
-    build_per_second_s = time.perf_counter() - built
-
-    built = time.perf_counter()
-    now_ms = int(time.time() * 1000)
-    write_minutes(db, fleet)
-    say(f"one day's per-minute sums (bench_minutes): {time.perf_counter() - built:.1f} s")
-    if per_second_end < month_end:
-        started_ms = now_ms - HOUR_S * 1000
-        write_rollups(db, fleet, per_second_end, month_end, generation=started_ms * 1_000_000, started_ms=started_ms,
-                      written_ms=now_ms - 2 * HOUR_S * 1000, say=say)
-    build_rollups_s = time.perf_counter() - built
+    build_per_second_s, build_rollups_s, last_write = write_month(db, fleet, per_second_end, month_end, say)
 
     say("letting background merges settle")
     settled_s = _settle(db, settle_s)
@@ -558,6 +542,30 @@ def _run(db: Any, fleet: Fleet, per_second_end: int, month_end: int, settle_s: f
     figures["settle_s"] = round(settled_s, 1)
     figures["optimize_s"] = round(optimize_s, 1)
     return figures
+
+
+def write_month(db: Any, fleet: Fleet, per_second_end: int, month_end: int,
+                say: Say = lambda _: None) -> tuple[float, float, float]:
+    """Per-second rows of [start, per_second_end), then the rollups they would give for the rest of
+    the month up to `month_end`. Returns the seconds each took and the time.monotonic() of the last
+    per-second write (the rollup step waits its margin after it)."""
+    built = time.perf_counter()
+    for hour in range(fleet.start, per_second_end, HOUR_S):
+        t0 = time.perf_counter()
+        write_seconds(db, fleet, hour, hour + HOUR_S)
+        say(f"per-second rows of {_iso(hour)}: {time.perf_counter() - t0:.1f} s")
+    last_write = time.monotonic()
+    build_per_second_s = time.perf_counter() - built
+
+    built = time.perf_counter()
+    now_ms = int(time.time() * 1000)
+    write_minutes(db, fleet)
+    say(f"one day's per-minute sums (bench_minutes): {time.perf_counter() - built:.1f} s")
+    if per_second_end < month_end:
+        started_ms = now_ms - HOUR_S * 1000
+        write_rollups(db, fleet, per_second_end, month_end, generation=started_ms * 1_000_000, started_ms=started_ms,
+                      written_ms=now_ms - 2 * HOUR_S * 1000, say=say)
+    return build_per_second_s, time.perf_counter() - built, last_write
 
 
 def _reads(db: Any, fleet: Fleet, say: Say) -> dict:

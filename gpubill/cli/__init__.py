@@ -4,6 +4,7 @@ This module only assembles the commands; each group lives in its own module:
 
     gpubill simulate | replay                 producers.py
     gpubill worker | up | scheduler           processes.py
+    gpubill serve                             serve.py
     gpubill kafka up | down                   kafka.py
     gpubill invoice run | show                invoice.py
     gpubill report cost-share | usage, audit  report.py
@@ -15,6 +16,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill demo                              demo.py
     gpubill archive [verify], retention apply archive.py
     gpubill tenant add | list | suspend | resume | unknown   tenant.py
+    gpubill key create | list | revoke | audit   key.py
 
 common.py holds the consoles and helpers they share; gpubill/logs.py the JSON log lines of
 the long-running commands. Every error a user can cause derives from one of the bases in
@@ -30,7 +32,7 @@ import sys
 import typer
 
 from gpubill.cli import (
-    archive, bench, db, demo, dlq, invoice, kafka, processes, producers, report, rollup, rules, tenant,
+    archive, bench, db, demo, dlq, invoice, kafka, key, processes, producers, report, rollup, rules, serve, tenant,
 )
 from gpubill.cli.common import err, terminal_text
 from gpubill.errors import USER_ERRORS
@@ -53,12 +55,14 @@ app.command()(producers.replay)
 app.command()(processes.worker)
 app.command()(processes.up)
 app.command()(processes.scheduler)
+app.command()(serve.serve)
 app.command()(report.audit)
 app.command()(rollup.rollup)
 app.command()(demo.demo)
 app.add_typer(kafka.app, name="kafka")
 app.add_typer(invoice.app, name="invoice")
 app.add_typer(tenant.app, name="tenant")
+app.add_typer(key.app, name="key")
 app.add_typer(report.app, name="report")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(rules.app, name="rules")

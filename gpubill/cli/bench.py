@@ -1,4 +1,4 @@
-"""`gpubill bench pricing|pipeline|rating|month`: measured figures of the paths users run.
+"""`gpubill bench pricing|pipeline|rating|month|api`: measured figures of the paths users run.
 
 The benchmarks themselves are gpubill/bench/; docs/performance.md records their results.
 """
@@ -92,4 +92,27 @@ def bench_month_command(
     result = bench_month(gpus, days, per_second_hours=per_second_hours or 24 * per_second_days,
                          period=check_period(period), tenant_cards=tenant_cards, keep=Path(keep) if keep else None,
                          say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
+    print_figures(result, as_json)
+
+
+@app.command("api")
+def bench_api_command(
+    gpus: int = typer.Option(1280, min=64, help="Cards in the fleet (the operator's site has 1,280); tenant-0 has 64."),
+    days: int = typer.Option(30, min=1, max=30, help="Days of April 2026 from the 1st."),
+    clients: int = typer.Option(50, min=1, max=500, help="Concurrent clients, each with its own key of tenant-0."),
+    requests: int = typer.Option(4, min=1, help="Requests per client at `clients` concurrent clients."),
+    sequential: int = typer.Option(10, min=1, help="Requests of the one client, one after another."),
+    cache_s: float = typer.Option(10.0, min=0.1, help="The answer cache of the second server (the API's default)."),
+    keep: str | None = typer.Option(None, "--keep", help="Build the month in this directory and keep it (reused "
+                                    "by a later run with the same directory)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
+) -> None:
+    """The tenant API over real HTTP on a month of the fleet: p50/p95 of a month's usage download (each format)
+    and of /v1/usage/current, at 1 and `clients` clients, with the answer cache off and on."""
+    from pathlib import Path
+
+    from gpubill.bench.api import bench_api
+
+    result = bench_api(gpus, days=days, clients=clients, requests=requests, sequential=sequential, cache_s=cache_s,
+                       keep=Path(keep) if keep else None, say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)

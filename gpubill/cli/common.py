@@ -35,7 +35,7 @@ err = Console(stderr=True, emoji=False)
 __all__ = ["check_format", "check_period", "connect", "emit", "err", "out", "print_figures", "read_rules",
            "terminal_text"]
 
-PERIOD = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
+PERIOD = re.compile(r"[0-9]{4}-(0[1-9]|1[0-2])")  # ASCII digits: \d takes "２０２６" too
 
 
 def read_rules(settings: Settings, directory: Optional[Path] = None) -> RuleSet:

@@ -15,7 +15,7 @@ from datetime import UTC, date, datetime
 
 import typer
 
-from gpubill.cli.common import check_format, connect, err, out, terminal_text
+from gpubill.cli.common import connect, err, out, terminal_text
 from gpubill.config import load_settings
 from gpubill.errors import GpubillError
 

@@ -2,13 +2,15 @@
 
 The worker is streams/worker.py (Faust) around a streams/pipeline.py `Pipeline`; the
 scheduler is reports/scheduler.py's billing and rollup jobs on APScheduler. `up` runs both in one
-process, for the embedded database, which one process at a time may open.
+process, for the embedded database, which one process at a time may open, and serves the
+tenant API and web page (gpubill/api/) from a thread of that process on the same database.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -79,8 +81,10 @@ def worker(
         out.print(f"drained: {pipeline.sink.stats.rows} rows written in {pipeline.sink.stats.batches} batches")
 
 
-def up() -> None:
-    """Run worker and scheduler in one process (the embedded database allows one process)."""
+def up(
+    listen: Optional[str] = typer.Option(None, "--listen", help="host:port of the tenant API and web page (default 127.0.0.1:GPUBILL_HTTP_PORT; GPUBILL_HTTP_PORT=0: no API)."),
+) -> None:
+    """Run worker, scheduler and the tenant API in one process (the embedded database allows one process)."""
     import asyncio
 
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -94,10 +98,22 @@ def up() -> None:
     setup_logging("INFO")
     rules = read_rules(settings)
     ensure_pipeline_topics(settings)
-    database = connect(settings)
+    api = _bind_api(settings, listen)  # before the database: a taken port costs nothing
+    try:
+        database = connect(settings)
+    except BaseException:
+        if api is not None:
+            api.socket.close()
+        raise
     Metrics.serve(settings.metrics_port, settings.metrics_host)
     pipeline = _pipeline(settings, rules, database, metrics=True)
     _start_from_committed(settings, pipeline)
+
+    async def api_task() -> None:
+        # Started as a task of the worker, once its signal handlers are in place: from the first
+        # answer on, SIGTERM stops the whole process cleanly (before them, it would kill it).
+        await asyncio.get_running_loop().run_in_executor(None, _start_api, settings, api, database, pipeline)
+        await asyncio.Event().wait()
 
     async def scheduler_task() -> None:
         scheduler = AsyncIOScheduler(timezone=rules.billing_tz)
@@ -120,10 +136,36 @@ def up() -> None:
         scheduler.start()
         await asyncio.Event().wait()
 
-    err.print(f"gpubill up: worker + scheduler; metrics on :{settings.metrics_port}; Ctrl-C to stop")
-    code = run_worker(settings, pipeline, loglevel="INFO", extra_tasks=[scheduler_task], rules_dir=Path(settings.rules))
+    err.print(f"gpubill up: worker + scheduler{' + tenant API' if api else ''}; metrics on :{settings.metrics_port}; "
+              "Ctrl-C to stop")
+    try:
+        code = run_worker(settings, pipeline, loglevel="INFO", rules_dir=Path(settings.rules),
+                          extra_tasks=[scheduler_task] + ([api_task] if api is not None else []))
+    finally:
+        if api is not None:
+            api.stop()  # requests in flight finish and the access records are written, then the database closes
     database.close()
     raise typer.Exit(code)
+
+
+def _bind_api(settings: Settings, listen: Optional[str]):
+    from gpubill.api.server import ApiServer
+    from gpubill.cli.serve import default_listen
+
+    if listen is None and settings.http_port == 0:
+        return None
+    return ApiServer(listen or default_listen(settings))
+
+
+def _start_api(settings: Settings, api, database, pipeline) -> None:
+    """The API in a thread of its own, reading the pipeline's database (chDB's client
+    serializes the calls) and the rules the pipeline prices with (reloaded by its watcher)."""
+    from gpubill.api.app import create_app
+    from gpubill.cli.serve import announce, open_reads
+
+    api.attach(create_app(settings, open_reads(settings, database), lambda: pipeline.rules))
+    api.start_thread()
+    announce(api.url, api.host)
 
 
 def scheduler() -> None:

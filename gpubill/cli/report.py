@@ -15,6 +15,8 @@ from billing_rules import load_rules
 from gpubill.cli.common import check_format, check_period, connect, emit, out, read_rules, terminal_text
 from gpubill.config import load_settings
 from gpubill.errors import GpubillError
+from reports.render.i18n import LANGS
+from reports.usage_model import GRANULARITIES
 
 app = typer.Typer(help="Finance and customer reports.", no_args_is_help=True)
 
@@ -50,17 +52,30 @@ def report_usage(
     period: str = typer.Option(..., help="Billing period YYYY-MM."),
     fmt: str = typer.Option("csv", "--format", help="csv, json, parquet or pdf."),
     out_file: Path = typer.Option(..., "--out", help="File to write."),
+    lang: str = typer.Option("en", "--lang", help="Language of the PDF's labels: en or zh-CN (CSV, JSON and "
+                             "Parquet keep their machine column names)."),
+    granularity: str = typer.Option("day", "--granularity", help="One row per day or per hour (billing time zone)."),
 ) -> None:
-    """A customer's usage report: per day, instance and GPU."""
+    """A customer's usage report: per day (or hour), instance and GPU."""
     from reports.render import render_usage
     from reports.usage_report import usage_report
 
     check_format(fmt, "csv", "json", "parquet", "pdf")
+    check_choice("--lang", lang, LANGS)
+    check_choice("--granularity", granularity, GRANULARITIES)
     settings = load_settings()
     rules = read_rules(settings)
     with connect(settings) as database:
-        report = usage_report(database, rules, tenant, check_period(period))
-    emit(render_usage(report, fmt), out_file)
+        report = usage_report(database, rules, tenant, check_period(period), granularity=granularity)
+    emit(render_usage(report, fmt, lang=lang), out_file)
+
+
+def check_choice(option: str, value: str, allowed: tuple[str, ...]) -> str:
+    """`value` if it is one of `allowed`; a one-line error naming `option` and the choices if not.
+    Checked before anything is opened or read."""
+    if value not in allowed:
+        raise GpubillError(f"{option}: {value!r} is not one of {', '.join(allowed)}")
+    return value
 
 
 def audit(period: str = typer.Option(..., help="Billing period YYYY-MM.")) -> None:

@@ -5,15 +5,20 @@ here is deterministic for the same input, PDFs included. Renderers import the mo
 (`billing_rules.IssuedInvoice` and its `InvoiceLine`s, `reports.usage_model.UsageReport`,
 the cost-share row dicts), never the reverse; this package exports renderers only.
 
-    render_usage(report, fmt)            customer usage report: csv, json, parquet, pdf
+    render_usage(report, fmt, lang=)     customer usage report: csv, json, parquet, pdf
     invoice_to_dict(inv)                 the JSON contract of ``gpubill invoice show``
-    render_invoice(inv, fmt)             json, csv, pdf
+    render_invoice(inv, fmt, lang=)      json, csv, pdf
+    LANGS                                ("en", "zh-CN"): the PDFs' languages (``.i18n``)
     render_cost_share_table(rows, ...)   a rich Table for the terminal
     render_cost_share(rows, fmt, ...)    table (text), csv, json
 
-An unknown ``fmt`` raises ``ValueError("unknown format ...")``. The pieces live in
+An unknown ``fmt`` raises ``ValueError("unknown format ...")``, an unknown ``lang``
+``ValueError("unknown language ...")``; the language changes a PDF's labels only (CSV, JSON
+and Parquet are machine contracts, the same bytes in every language). The pieces live in
 ``reports.render.usage``, ``.invoice`` and ``.cost_share``, with number and text
-formatting (terminal text, CSV cells) in ``.format`` and PDF drawing in ``.pdf``.
+formatting (terminal text, CSV cells) in ``.format``, PDF drawing in ``.pdf``, labels in
+``.i18n`` and the CJK font Chinese text needs in ``.fonts`` (a long-lived process calls
+``reports.render.fonts.warm_up()`` once at start-up: see there).
 
 The renderers are imported on first use (PEP 562), so that the command line can use
 ``reports.render.format`` without loading pyarrow and fpdf2.
@@ -25,6 +30,7 @@ from importlib import import_module
 from typing import Any
 
 _HOMES = {
+    "LANGS": "reports.render.i18n",
     "invoice_to_dict": "reports.render.invoice",
     "render_cost_share": "reports.render.cost_share",
     "render_cost_share_table": "reports.render.cost_share",
@@ -40,6 +46,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "LANGS",
     "invoice_to_dict",
     "render_cost_share",
     "render_cost_share_table",

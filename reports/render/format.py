@@ -9,7 +9,8 @@ the way it was printed.
 - quantities (GPU-hours, kWh): at least six decimals, more are kept, never cut;
 - unit prices: exactly six decimals;
 - rates (PUE, VAT): as given, with at least two decimals (``"1.12"``, ``"0.06"``);
-- PDF text: latin-1 only, since the PDFs use a core font;
+- PDF text in a core-font PDF: latin-1 only (:func:`latin1`; :func:`fits_latin1` says whether
+  a text needs more, and then the PDF embeds a CJK font: reports/render/pdf.py);
 - terminal text (:func:`terminal_text`): rich markup escaped, control characters shown as
   ``\\x1b`` (a backslash doubled), never sent raw, since tenants, sites, reasons and dead letters come from outside;
 - CSV cells (:func:`csv_cell`): text that a spreadsheet would run as a formula is quoted
@@ -28,6 +29,7 @@ from typing import Any
 __all__ = [
     "as_decimal",
     "csv_cell",
+    "fits_latin1",
     "fraction_str",
     "grouped",
     "latin1",
@@ -130,6 +132,16 @@ def latin1(text: object) -> str:
     """Text safe for the PDF core fonts: common typography swapped, anything else becomes '?'."""
     s = "" if text is None else str(plain(text))
     return s.translate(_LATIN1_SWAPS).encode("latin-1", errors="replace").decode("latin-1")
+
+
+def fits_latin1(text: object) -> bool:
+    """Whether :func:`latin1` writes `text` without a ``?`` for a character it cannot hold."""
+    s = "" if text is None else str(plain(text))
+    try:
+        s.translate(_LATIN1_SWAPS).encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def plain(value: object) -> object:

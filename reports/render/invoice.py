@@ -26,7 +26,6 @@ from billing_rules import InvoiceLine, IssuedInvoice
 from reports.render.format import (
     as_decimal,
     csv_cell,
-    latin1,
     money_str,
     plain,
     quantity_str,
@@ -34,6 +33,8 @@ from reports.render.format import (
     renderer_for,
     unit_price_str,
 )
+from reports.render.i18n import check_lang
+from reports.render.i18n import label as translate
 from reports.render.pdf import ACCENT, MUTED, RULE, ReportPDF, draw_table, fit_text
 
 __all__ = ["GROUPING_FIELDS", "INVOICE_CSV_COLUMNS", "invoice_to_dict", "render_invoice"]
@@ -106,25 +107,32 @@ def _vat_label(rate: Any) -> str:
     return f"VAT {(as_decimal(rate) * 100).normalize():f}%"
 
 
-_KIND_TITLES = {
-    "rent": "GPU rent",
-    "electricity": "Electricity",
-    "credit": "Credit",
-    "discount": "Discount",
-    "adjustment": "Adjustment",
-}
+_DETAILS = (("gpu_model", None), ("plan", "detail.plan"), ("site", "detail.site"), ("band", "detail.band"),
+            ("pue", "detail.pue"), ("ref_period", "detail.ref_period"))
 
 
-def _line_label(line: dict[str, Any]) -> tuple[str, str]:
-    """Main text and a detail text (grouping fields) for one line of the PDF table."""
+def _line_label(pdf: ReportPDF, line: dict[str, Any]) -> tuple[str, str]:
+    """Main text and a detail text (grouping fields) for one line of the PDF table.
+
+    In English the main text is the line's stored description (the ledger's words); in
+    another language the line's kind in that language, with the stored description kept in
+    the detail when it says more than the kind (a credit's reason, an adjustment's period).
+    """
     kind = str(line["kind"])
     details = []
-    for name, label in (("gpu_model", ""), ("plan", "plan "), ("site", "site "), ("band", "band "),
-                        ("pue", "PUE "), ("ref_period", "for period ")):
+    for name, key in _DETAILS:
         if name in line:
-            details.append(f"{label}{line[name]}")
-    main = line.get("description") or _KIND_TITLES.get(kind, kind.capitalize())
-    return main, ", ".join(details)
+            details.append(pdf.label(key, value=line[name]) if key else str(line[name]))
+    kind_title = pdf.label(f"kind.{kind}") if kind in _KINDS else kind.capitalize()
+    if pdf.doc_lang == "en":
+        return line.get("description") or kind_title, ", ".join(details)
+    description = line.get("description") or ""
+    if kind in ("credit", "adjustment") and description:
+        details.insert(0, description)
+    return kind_title, ", ".join(details)
+
+
+_KINDS = ("rent", "electricity", "credit", "discount", "adjustment")
 
 
 def _grouped_money(text: str) -> str:
@@ -133,14 +141,26 @@ def _grouped_money(text: str) -> str:
     return f"{sign}{int(whole):,}.{frac}"
 
 
-def invoice_pdf(inv: IssuedInvoice) -> bytes:
-    """An A4 invoice: seller and customer blocks, the line table, the totals, 'Amounts in CNY'."""
+def _outside_texts(d: dict[str, Any]) -> list[str]:
+    """Every text of the invoice that comes from outside (they decide whether the PDF needs the CJK font)."""
+    texts = [str(d[k] or "") for k in ("tenant", "period", "number", "status", "issued_at", "currency")]
+    for line in d["lines"]:
+        texts.extend(str(v) for v in line.values() if v is not None)
+    return texts
+
+
+def invoice_pdf(inv: IssuedInvoice, *, lang: str = "en") -> bytes:
+    """An A4 invoice: seller and customer blocks, the line table, the totals, 'Amounts in CNY'; labels in `lang`."""
     d = invoice_to_dict(inv)
     status = str(d["status"] or "")
+    number_text = d["number"] or translate(lang, "inv.draft")
     pdf = ReportPDF(
-        title=f"Invoice {d['number'] or '(draft)'}",
-        footer_note=f"{SELLER} - invoice {d['number'] or '(draft)'} - {d['tenant']} - {d['period']}",
+        title=translate(lang, "inv.doc_title", number=number_text),
+        footer_note=translate(lang, "inv.footer", seller=SELLER, number=number_text, tenant=d["tenant"],
+                              period=d["period"]),
         created_at=d["issued_at"],
+        lang=lang,
+        texts=_outside_texts(d),
     )
     pdf.add_page()
     width = pdf.usable_width
@@ -152,14 +172,14 @@ def invoice_pdf(inv: IssuedInvoice) -> bytes:
     pdf.cell(width / 2, 8, SELLER)
     pdf.set_font("Helvetica", "B", 22)
     pdf.set_text_color(33, 37, 41)
-    pdf.cell(width / 2, 8, "INVOICE", align="R", new_x="LMARGIN", new_y="NEXT")
+    pdf.cell(width / 2, 8, pdf.txt(pdf.label("inv.heading")), align="R", new_x="LMARGIN", new_y="NEXT")
     pdf.set_font("Helvetica", "", 8)
     pdf.set_text_color(*MUTED)
-    pdf.cell(width / 2, 4.5, "GPU compute rental and metered electricity")
+    pdf.cell(width / 2, 4.5, pdf.txt(pdf.label("inv.tagline")))
     if status and status.lower() not in ("final", "finalized", "issued"):
         pdf.set_font("Helvetica", "B", 9)
         pdf.set_text_color(192, 57, 43)
-        pdf.cell(width / 2, 4.5, latin1(status.upper()), align="R")
+        pdf.cell(width / 2, 4.5, pdf.txt(status.upper()), align="R")
     pdf.set_text_color(33, 37, 41)
     pdf.set_y(top + 18)
     pdf.set_draw_color(*ACCENT)
@@ -171,32 +191,33 @@ def invoice_pdf(inv: IssuedInvoice) -> bytes:
     y = pdf.get_y()
     pdf.set_font("Helvetica", "", 7.5)
     pdf.set_text_color(*MUTED)
-    pdf.cell(0, 4, "BILL TO", new_x="LMARGIN", new_y="NEXT")
+    pdf.cell(0, 4, pdf.txt(pdf.label("inv.bill_to")), new_x="LMARGIN", new_y="NEXT")
     pdf.set_font("Helvetica", "B", 11)
     pdf.set_text_color(33, 37, 41)
     pdf.cell(width / 2, 6, fit_text(pdf, d["tenant"], width / 2 - 2))
+    shown_status = pdf.label("status.finalized") if status == "finalized" and lang != "en" else status
     facts = [
-        ("Invoice number", d["number"] or "(not numbered)"),
-        ("Billing period", d["period"]),
-        ("Issued", d["issued_at"] or "not issued"),
-        ("Status", status or "-"),
-        ("Currency", d["currency"]),
+        (pdf.label("inv.number"), d["number"] or pdf.label("inv.not_numbered")),
+        (pdf.label("inv.period"), d["period"]),
+        (pdf.label("inv.issued"), d["issued_at"] or pdf.label("inv.not_issued")),
+        (pdf.label("inv.status"), shown_status or "-"),
+        (pdf.label("inv.currency"), d["currency"]),
     ]
     pdf.set_y(y)
     for label, value in facts:
         pdf.set_x(pdf.l_margin + width * 0.55)
         pdf.set_font("Helvetica", "", 8)
         pdf.set_text_color(*MUTED)
-        pdf.cell(width * 0.18, 5, label)
+        pdf.cell(width * 0.18, 5, pdf.txt(label))
         pdf.set_font("Helvetica", "B", 8)
         pdf.set_text_color(33, 37, 41)
-        pdf.cell(width * 0.27, 5, latin1(value), align="R", new_x="LMARGIN", new_y="NEXT")
+        pdf.cell(width * 0.27, 5, pdf.txt(value), align="R", new_x="LMARGIN", new_y="NEXT")
     pdf.ln(6)
 
     # lines
     rows = []
     for line in d["lines"]:
-        main, detail = _line_label(line)
+        main, detail = _line_label(pdf, line)
         rows.append((
             f"{main}\n{detail}" if detail else main,
             line["quantity"] or "",
@@ -206,7 +227,8 @@ def invoice_pdf(inv: IssuedInvoice) -> bytes:
         ))
     draw_table(
         pdf,
-        headings=("Description", "Quantity", "Unit", "Unit price", "Amount"),
+        headings=tuple(pdf.label(k) for k in ("inv.description", "inv.quantity", "inv.unit", "inv.unit_price",
+                                              "inv.amount")),
         rows=rows,
         col_widths=(86, 28, 20, 22, 24),
         align=("LEFT", "RIGHT", "LEFT", "RIGHT", "RIGHT"),
@@ -216,15 +238,15 @@ def invoice_pdf(inv: IssuedInvoice) -> bytes:
     pdf.ln(4)
 
     # totals, right-aligned block
-    vat_label = _vat_label(inv.vat_rate)
-    totals = [("Subtotal", d["subtotal"]), ("Net", d["net"]), (vat_label, d["tax"])]
+    vat_label = _vat_label(inv.vat_rate) if lang == "en" else pdf.label("inv.vat", rate=_vat_percent(inv.vat_rate))
+    totals = [(pdf.label("inv.subtotal"), d["subtotal"]), (pdf.label("inv.net"), d["net"]), (vat_label, d["tax"])]
     if pdf.get_y() > pdf.h - 60:
         pdf.add_page()
     x_label, w_label, w_value = pdf.l_margin + width - 80, 50, 30
     for label, value in totals:
         pdf.set_x(x_label)
         pdf.set_font("Helvetica", "", 9)
-        pdf.cell(w_label, 6, latin1(label))
+        pdf.cell(w_label, 6, pdf.txt(label))
         pdf.cell(w_value, 6, _grouped_money(value), align="R", new_x="LMARGIN", new_y="NEXT")
     pdf.set_draw_color(*RULE)
     pdf.set_line_width(0.3)
@@ -233,24 +255,29 @@ def invoice_pdf(inv: IssuedInvoice) -> bytes:
     pdf.set_x(x_label)
     pdf.set_fill_color(226, 234, 244)
     pdf.set_font("Helvetica", "B", 11)
-    pdf.cell(w_label, 8, f"Total ({d['currency']})", fill=True)
-    pdf.cell(w_value, 8, _grouped_money(d["total"]), align="R", fill=True, new_x="LMARGIN", new_y="NEXT")
+    pdf.cell(w_label, 8, pdf.txt(pdf.label("inv.total", currency=d["currency"])), fill=True)
+    pdf.cell(w_value, 8, pdf.txt(pdf.label("inv.total_value", amount=_grouped_money(d["total"]))), align="R",
+             fill=True, new_x="LMARGIN", new_y="NEXT")
     pdf.ln(8)
 
     pdf.set_font("Helvetica", "", 8)
     pdf.set_text_color(*MUTED)
-    notes = (
-        f"Amounts in {d['currency']}. Quantities: GPU-hours for rent, kWh (including the site's PUE) "
-        "for electricity. Line amounts are exact sums rounded half up to the fen; "
-        f"{_vat_label(inv.vat_rate)} of net."
-    )
-    pdf.multi_cell(0, 4, latin1(notes), new_x="LMARGIN", new_y="NEXT")
+    notes = pdf.label("inv.notes", currency=d["currency"], vat=vat_label)
+    pdf.multi_cell(0, 4, pdf.txt(notes), new_x="LMARGIN", new_y="NEXT", wrapmode=pdf.wrapping())
     return bytes(pdf.output())
+
+
+def _vat_percent(rate: Any) -> str:
+    """``Decimal("0.06") -> "6"``, ``Decimal("0.065") -> "6.5"``."""
+    return f"{(as_decimal(rate) * 100).normalize():f}"
 
 
 _RENDERERS = {"json": invoice_json, "csv": invoice_csv, "pdf": invoice_pdf}
 
 
-def render_invoice(inv: IssuedInvoice, fmt: str) -> bytes:
-    """The invoice as bytes in ``fmt`` (json, csv or pdf)."""
-    return renderer_for(_RENDERERS, fmt, "an invoice")(inv)
+def render_invoice(inv: IssuedInvoice, fmt: str, *, lang: str = "en") -> bytes:
+    """The invoice as bytes in ``fmt`` (json, csv or pdf), labelled in `lang`
+    (:data:`reports.render.i18n.LANGS`; JSON and CSV are the machine contract, the same in every language)."""
+    check_lang(lang)
+    render = renderer_for(_RENDERERS, fmt, "an invoice")
+    return invoice_pdf(inv, lang=lang) if fmt == "pdf" else render(inv)

@@ -1,4 +1,4 @@
-"""Customer usage report (SPEC §6): per day, instance and GPU, as CSV, JSON, Parquet or PDF.
+"""Customer usage report (SPEC §6): per day (or hour), instance and GPU, as CSV, JSON, Parquet or PDF.
 
 The report is plain data (`reports.usage_model`) built by `reports.usage_report`, which
 reads ClickHouse and has already limited it to one tenant; rendering is pure and
@@ -7,6 +7,15 @@ is the report's ``generated_at``).
 
 Written precision: money (CNY) two decimals, GPU-hours and kWh six decimals, average
 utilisation one decimal, all rounded half up by :mod:`reports.render.format`.
+
+Language (``lang``, reports/render/i18n.py) changes the PDF's labels only: CSV column names,
+JSON keys and Parquet columns are machine names, the same in every language, so a CSV or
+JSON download is byte-identical whatever the language.
+
+Hourly reports (``granularity == "hour"``) add an ``hour`` column after ``day``: the hour's
+start in the billing time zone, ``2026-03-05T14:00:00+08:00`` (RFC 3339 with the offset);
+their PDF table shows ``03-05 14:00`` under a heading naming the zone, and the chart still
+shows GPU-hours per day.
 """
 
 from __future__ import annotations
@@ -15,18 +24,20 @@ import calendar
 import csv
 import io
 from collections.abc import Callable
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from reports.render.format import csv_cell, grouped, latin1, money_str, renderer_for, round_half_up
+from reports.render.format import csv_cell, grouped, money_str, renderer_for, round_half_up
+from reports.render.i18n import check_lang
+from reports.render.i18n import label as translate
 from reports.render.pdf import MUTED, RULE, ReportPDF, draw_bar_chart, draw_table
 from reports.usage_model import UsageReport, UsageRow, UsageTotals
 
-__all__ = ["USAGE_COLUMNS", "render_usage"]
+__all__ = ["HOURLY_COLUMNS", "USAGE_COLUMNS", "columns_of", "render_usage"]
 
 USAGE_COLUMNS = (
     "day",
@@ -39,6 +50,13 @@ USAGE_COLUMNS = (
     "rent",
     "electricity",
 )
+# an hourly report: the hour's start after the day (``2026-03-05T14:00:00+08:00``)
+HOURLY_COLUMNS = (USAGE_COLUMNS[0], "hour", *USAGE_COLUMNS[1:])
+
+
+def columns_of(report: UsageReport) -> tuple[str, ...]:
+    """The CSV columns and JSON row keys of `report`: USAGE_COLUMNS, or HOURLY_COLUMNS for an hourly one."""
+    return HOURLY_COLUMNS if report.granularity == "hour" else USAGE_COLUMNS
 
 
 def _q6(value: Decimal) -> str:
@@ -49,9 +67,10 @@ def _util(value: Decimal) -> str:
     return f"{round_half_up(value, 1):f}"
 
 
-def _row_strings(row: UsageRow) -> dict[str, str]:
+def _row_strings(row: UsageRow, hourly: bool = False) -> dict[str, str]:
     return {
         "day": row.day,
+        **({"hour": row.hour} if hourly else {}),
         "instance": row.instance,
         "gpu_uuid": row.gpu_uuid,
         "gpu_model": row.gpu_model,
@@ -79,20 +98,25 @@ def usage_csv(report: UsageReport) -> bytes:
     formula is written with a leading ``'`` (:func:`reports.render.format.csv_cell`).
     """
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=USAGE_COLUMNS, lineterminator="\r\n")
+    hourly = report.granularity == "hour"
+    writer = csv.DictWriter(buf, fieldnames=columns_of(report), lineterminator="\r\n")
     writer.writeheader()
     for row in report.rows:
-        writer.writerow({k: csv_cell(v) for k, v in _row_strings(row).items()})
+        writer.writerow({k: csv_cell(v) for k, v in _row_strings(row, hourly).items()})
     return buf.getvalue().encode("utf-8")
 
 
 def usage_json(report: UsageReport) -> bytes:
-    """``{"tenant","period","generated_at","rows","totals"}``; every number is a string."""
+    """``{"tenant","period","generated_at","rows","totals"}``; every number is a string. An
+    hourly report adds ``"granularity": "hour"`` and ``"time_zone"`` after ``generated_at``
+    and an ``"hour"`` to each row (a daily one is written as it always was)."""
+    hourly = report.granularity == "hour"
     doc = {
         "tenant": report.tenant,
         "period": report.period,
         "generated_at": report.generated_at,
-        "rows": [_row_strings(r) for r in report.rows],
+        **({"granularity": "hour", "time_zone": report.time_zone} if hourly else {}),
+        "rows": [_row_strings(r, hourly) for r in report.rows],
         "totals": _totals_strings(report.totals),
     }
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
@@ -114,10 +138,14 @@ PARQUET_SCHEMA = pa.schema(
 
 
 def usage_parquet(report: UsageReport) -> bytes:
-    """One Parquet row per usage row; decimal columns; tenant and period in the file metadata."""
+    """One Parquet row per usage row; decimal columns; tenant and period in the file metadata.
+    An hourly report adds an ``hour`` column (the hour's start, a UTC timestamp carrying the
+    billing time zone) and ``granularity``/``time_zone`` metadata."""
     rows = report.rows
+    hourly = report.granularity == "hour"
     columns = {
         "day": [date.fromisoformat(r.day) for r in rows],
+        **({"hour": [datetime.fromisoformat(r.hour) for r in rows]} if hourly else {}),
         "instance": [r.instance for r in rows],
         "gpu_uuid": [r.gpu_uuid for r in rows],
         "gpu_model": [r.gpu_model for r in rows],
@@ -134,7 +162,12 @@ def usage_parquet(report: UsageReport) -> bytes:
         "currency": "CNY",
         "report": "gpubill usage",
     }
-    table = pa.Table.from_pydict(columns, schema=PARQUET_SCHEMA.with_metadata(metadata))
+    schema = PARQUET_SCHEMA
+    if hourly:
+        metadata |= {"granularity": "hour", "time_zone": report.time_zone}
+        hour_type = pa.timestamp("s", tz=report.time_zone or "UTC")
+        schema = schema.insert(1, pa.field("hour", hour_type, nullable=False))
+    table = pa.Table.from_pydict(columns, schema=schema.with_metadata(metadata))
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     return sink.getvalue().to_pybytes()
@@ -161,11 +194,11 @@ def _daily_hours(report: UsageReport) -> tuple[list[str], list[Decimal]]:
 def _summary_box(pdf: ReportPDF, report: UsageReport) -> None:
     totals = report.totals
     cells = [
-        ("GPU-hours", grouped(totals.gpu_hours, 6)),
-        ("Energy billed (kWh)", grouped(totals.kwh, 6)),
-        ("Rent (CNY)", grouped(totals.rent, 2)),
-        ("Electricity (CNY)", grouped(totals.electricity, 2)),
-        ("Total excl. VAT (CNY)", grouped(totals.amount, 2)),
+        (pdf.label("usage.gpu_hours"), grouped(totals.gpu_hours, 6)),
+        (pdf.label("usage.kwh"), grouped(totals.kwh, 6)),
+        (pdf.label("usage.rent"), grouped(totals.rent, 2)),
+        (pdf.label("usage.electricity"), grouped(totals.electricity, 2)),
+        (pdf.label("usage.amount"), grouped(totals.amount, 2)),
     ]
     x0, y0, w, h = pdf.l_margin, pdf.get_y(), pdf.usable_width, 17
     pdf.set_draw_color(*RULE)
@@ -180,7 +213,7 @@ def _summary_box(pdf: ReportPDF, report: UsageReport) -> None:
         pdf.set_xy(x, y0 + 2.5)
         pdf.set_font("Helvetica", "", 7)
         pdf.set_text_color(*MUTED)
-        pdf.cell(cw, 4, latin1(label), align="C")
+        pdf.cell(cw, 4, pdf.txt(label), align="C")
         pdf.set_xy(x, y0 + 8)
         pdf.set_font("Helvetica", "B", 10.5 if len(value) < 15 else 9)
         pdf.set_text_color(33, 37, 41)
@@ -189,50 +222,73 @@ def _summary_box(pdf: ReportPDF, report: UsageReport) -> None:
     pdf.set_xy(x0, y0 + h + 1)
     pdf.set_font("Helvetica", "", 7)
     pdf.set_text_color(*MUTED)
-    pdf.cell(0, 4, f"{gpus} GPU(s), {len(report.rows)} row(s). VAT is added on the invoice.")
+    pdf.cell(0, 4, pdf.txt(pdf.label("usage.counts", gpus=gpus, rows=len(report.rows))))
     pdf.set_text_color(33, 37, 41)
     pdf.set_y(y0 + h + 8)
 
 
-def usage_pdf(report: UsageReport) -> bytes:
-    """A4: title, totals box, GPU-hours per day bar chart, then the paginated detail table."""
-    title = f"GPU usage report - {report.tenant} - {report.period}"
+def _outside_texts(report: UsageReport) -> list[str]:
+    """Every text of the report that comes from outside (they decide whether the PDF needs the CJK font)."""
+    seen = {report.tenant, report.period, report.generated_at, report.time_zone}
+    for r in report.rows:
+        seen.update((r.instance, r.gpu_uuid, r.gpu_model))
+    return sorted(seen)
+
+
+def _hour_cell(row: UsageRow) -> str:
+    """``2026-03-05T14:00:00+08:00`` -> ``03-05 14:00`` (the zone is in the table's heading)."""
+    return f"{row.hour[5:10]} {row.hour[11:16]}"
+
+
+def usage_pdf(report: UsageReport, *, lang: str = "en") -> bytes:
+    """A4: title, totals box, GPU-hours per day bar chart, then the paginated detail table
+    (one row per day, or per hour, × instance × GPU), labelled in `lang`."""
+    title = translate(lang, "usage.title", tenant=report.tenant, period=report.period)
     pdf = ReportPDF(
         title=title,
-        footer_note=f"gpubill GPU Cloud - usage report for {report.tenant}, {report.period} - generated {report.generated_at}",
+        footer_note=translate(lang, "usage.footer", tenant=report.tenant, period=report.period,
+                              generated=report.generated_at),
         created_at=report.generated_at,
+        lang=lang,
+        texts=_outside_texts(report),
     )
     pdf.add_page()
     pdf.set_font("Helvetica", "B", 16)
-    pdf.multi_cell(0, 8, latin1(title), new_x="LMARGIN", new_y="NEXT")
+    pdf.multi_cell(0, 8, pdf.txt(title), new_x="LMARGIN", new_y="NEXT", wrapmode=pdf.wrapping())
     pdf.set_font("Helvetica", "", 8)
     pdf.set_text_color(*MUTED)
-    pdf.cell(0, 5, latin1(f"Generated {report.generated_at}. Amounts in CNY, excluding VAT; kWh include PUE."),
+    pdf.cell(0, 5, pdf.txt(pdf.label("usage.subtitle", generated=report.generated_at)),
              new_x="LMARGIN", new_y="NEXT")
     pdf.set_text_color(33, 37, 41)
     pdf.ln(3)
     _summary_box(pdf, report)
 
-    pdf.heading("GPU-hours per day")
+    hourly = report.granularity == "hour"
+    pdf.heading(pdf.label("usage.chart_hour" if hourly else "usage.chart_day"))
     labels, hours = _daily_hours(report)
-    draw_bar_chart(pdf, labels, hours, y_title="GPU-hours")
+    draw_bar_chart(pdf, labels, hours, y_title=pdf.label("usage.chart_axis"), empty_note=pdf.label("usage.no_usage"))
     pdf.ln(2)
 
-    pdf.heading("Detail by day, instance and GPU")
+    if hourly:
+        pdf.heading(pdf.label("usage.detail_hour", tz=report.time_zone or "UTC"))
+    else:
+        pdf.heading(pdf.label("usage.detail_day"))
     totals = report.totals
+    first, first_w = ("col.hour", 20) if hourly else ("col.day", 16)
     draw_table(
         pdf,
-        headings=("Day", "Instance", "GPU", "Model", "GPU-hours", "Util %", "kWh", "Rent", "Electricity"),
+        headings=tuple(pdf.label(k) for k in (first, "col.instance", "col.gpu", "col.model", "col.gpu_hours",
+                                              "col.util", "col.kwh", "col.rent", "col.electricity")),
         rows=[
-            (r.day, r.instance or "-", r.gpu_uuid, r.gpu_model, _q6(r.gpu_hours), _util(r.avg_util_pct),
-             _q6(r.kwh), money_str(r.rent), money_str(r.electricity))
+            (_hour_cell(r) if hourly else r.day, r.instance or "-", r.gpu_uuid, r.gpu_model, _q6(r.gpu_hours),
+             _util(r.avg_util_pct), _q6(r.kwh), money_str(r.rent), money_str(r.electricity))
             for r in report.rows
         ],
-        col_widths=(16, 19, 35, 25, 19, 11, 20, 17, 18),
+        col_widths=(first_w, 19, 35 - (first_w - 16), 25, 19, 11, 20, 17, 18),
         align=("LEFT", "LEFT", "LEFT", "LEFT", "RIGHT", "RIGHT", "RIGHT", "RIGHT", "RIGHT"),
         font_size=7.5,
         keep_tail=(0, 0, 8, 0, 0, 0, 0, 0, 0),
-        total=("Total", "", "", "", _q6(totals.gpu_hours), "", _q6(totals.kwh),
+        total=(pdf.label("col.total"), "", "", "", _q6(totals.gpu_hours), "", _q6(totals.kwh),
                money_str(totals.rent), money_str(totals.electricity)),
     )
     return bytes(pdf.output())
@@ -246,6 +302,9 @@ _RENDERERS: dict[str, Callable[[UsageReport], bytes]] = {
 }
 
 
-def render_usage(report: UsageReport, fmt: str) -> bytes:
-    """The usage report as bytes in ``fmt`` (csv, json, parquet or pdf)."""
-    return renderer_for(_RENDERERS, fmt, "a usage report")(report)
+def render_usage(report: UsageReport, fmt: str, *, lang: str = "en") -> bytes:
+    """The usage report as bytes in ``fmt`` (csv, json, parquet or pdf), labelled in `lang`
+    (:data:`reports.render.i18n.LANGS`; only the PDF has labels to translate)."""
+    check_lang(lang)
+    render = renderer_for(_RENDERERS, fmt, "a usage report")
+    return usage_pdf(report, lang=lang) if fmt == "pdf" else render(report)

@@ -71,6 +71,9 @@ def gpubill(tmp_path, broker) -> Gpubill:
         # hours are rolled up as soon as they are written (not a minute later), so that the
         # invoice runs and reports of every e2e test read rollups (reports/rated.py)
         "GPUBILL_ROLLUP_MARGIN_S": "0",
+        # `gpubill up` serves the tenant API too: off unless a test turns it on (tests/e2e/test_api_up.py),
+        # so that parallel runs and a developer's own server on 8080 do not collide
+        "GPUBILL_HTTP_PORT": "0",
         "NO_COLOR": "1",
         "COLUMNS": "200",
     }

@@ -1,0 +1,264 @@
+"""The web page's words in English and Simplified Chinese, and how a request's language is chosen.
+
+Only the page is translated here; documents (PDF labels) are translated by
+``reports.render`` and get the page's language passed to them, so a download reads like
+the page it came from.
+
+The language of a request, first that applies:
+
+1. ``?lang=`` on the page (the switcher's links), then remembered in a cookie;
+2. the ``gpubill_lang`` cookie;
+3. ``Accept-Language`` (q-values honoured): any ``zh`` tag (zh, zh-CN, zh-Hans, zh-SG, and
+   zh-TW/zh-HK too: of our two languages, Chinese readers are better served by Chinese)
+   → ``zh-CN``, any ``en`` → ``en``;
+4. English.
+
+Amounts are written the same way in both languages, ``¥1,234.56``: two decimals, rounded
+half up by ``reports.render.format`` (the invoice rule), thousands grouped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from reports.render.format import grouped, round_half_up
+
+__all__ = ["DEFAULT_LANG", "LANGS", "LANG_NAMES", "Words", "from_accept_language", "moment", "money", "number", "pick_lang",
+           "words"]
+
+LANGS = ("en", "zh-CN")
+DEFAULT_LANG = "en"
+LANG_NAMES = {"en": "English", "zh-CN": "简体中文"}
+
+_EN: dict[str, str] = {
+    "product": "GPU Billing",
+    "portal": "Customer portal",
+    "skip": "Skip to content",
+    "language": "Language",
+    # sign-in
+    "sign_in_title": "Sign in with your API key",
+    "sign_in_lead": "See this month's usage and spend, download usage reports and invoices.",
+    "key_label": "API key",
+    "key_placeholder": "gpb_…",
+    "key_hint": "The key your provider gave you; it starts with gpb_. It stays on the server for this session "
+                "and is never stored in your browser.",
+    "show_key": "Show",
+    "hide_key": "Hide",
+    "sign_in": "Sign in",
+    "sign_out": "Sign out",
+    "refused": "This key was not accepted: it is unknown, revoked or expired. Ask your provider for a new one.",
+    "too_many": "Too many attempts from this address. Try again in {seconds} seconds.",
+    "ended": "Your session has ended (the key was revoked or expired, or you were idle too long). "
+             "Please sign in again.",
+    "form_expired": "This form has expired or did not come from this page. Please try again.",
+    "signed_out": "You have signed out.",
+    "empty_key": "Enter your API key.",
+    # header
+    "tenant": "Tenant",
+    "key": "Key",
+    "expires": "expires {date}",
+    "no_expiry": "does not expire",
+    # operator
+    "operator_title": "Operator key",
+    "operator_lead": "This key may read any tenant. Enter the tenant id to view.",
+    "operator_choose": "View tenant",
+    "operator_viewing": "Viewing tenant",
+    "operator_none": "Choose a tenant to see its usage and invoices.",
+    "tenant_id": "Tenant id",
+    # summary
+    "summary_title": "This month so far",
+    "period": "Billing period",
+    "estimate": "Estimate — not yet invoiced",
+    "invoiced": "Invoiced as {number}",
+    "gpu_hours": "GPU-hours",
+    "kwh": "Energy",
+    "kwh_unit": "kWh",
+    "rent": "GPU rent",
+    "electricity": "Electricity",
+    "credits": "Credits applied",
+    "vat": "VAT",
+    "estimated_total": "Estimated total incl. VAT",
+    "total": "Total incl. VAT",
+    "newest_data": "Includes data up to {time}",
+    "no_data_yet": "No usage recorded yet this period.",
+    # chart
+    "chart_title": "Daily GPU-hours and spend",
+    "chart_period": "Month",
+    "chart_show": "Show",
+    "chart_hours": "GPU-hours",
+    "chart_spend": "Spend (¥, before credits and VAT)",
+    "chart_empty": "No usage in {period}.",
+    "chart_desc": "Bars: GPU-hours per day. Line: spend per day in yuan.",
+    "day": "Day",
+    # invoices
+    "invoices_title": "Invoices",
+    "number": "Number",
+    "issued": "Issued",
+    "amount": "Total",
+    "files": "Files",
+    "no_invoices": "No invoices yet. The first one is issued after your first billing period closes.",
+    # usage downloads
+    "usage_title": "Usage reports",
+    "usage_lead": "Every card-hour of a billing period, in the format your tools read. Reports use this page's "
+                  "language.",
+    "granularity": "Rows",
+    "by_day": "One per day",
+    "by_hour": "One per hour",
+    "format": "Format",
+    "download": "Download",
+    # errors and footer
+    "error_title": "Something went wrong",
+    "not_found": "Not found: it does not exist, or it is not yours.",
+    "unavailable": "The data cannot be read just now. Please try again in a minute.",
+    "back": "Back to the portal",
+    "footer": "Amounts in CNY (¥). This month's figures are estimates until the invoice is issued.",
+    "api_hint": "Automate it: the same data is available from the HTTP API with the same key.",
+}
+
+_ZH: dict[str, str] = {
+    "product": "GPU 计费",
+    "portal": "客户中心",
+    "skip": "跳到正文",
+    "language": "语言",
+    "sign_in_title": "使用 API 密钥登录",
+    "sign_in_lead": "查看本月用量与费用，下载用量报表和发票。",
+    "key_label": "API 密钥",
+    "key_placeholder": "gpb_…",
+    "key_hint": "服务商提供给您的密钥，以 gpb_ 开头。它只在本次会话中保存在服务器上，不会存入浏览器。",
+    "show_key": "显示",
+    "hide_key": "隐藏",
+    "sign_in": "登录",
+    "sign_out": "退出登录",
+    "refused": "此密钥未被接受：密钥不存在、已吊销或已过期。请向服务商申请新的密钥。",
+    "too_many": "此地址尝试次数过多，请在 {seconds} 秒后重试。",
+    "ended": "会话已结束（密钥已吊销或过期，或长时间未操作）。请重新登录。",
+    "form_expired": "表单已过期或并非来自本页面，请重试。",
+    "signed_out": "您已退出登录。",
+    "empty_key": "请输入 API 密钥。",
+    "tenant": "租户",
+    "key": "密钥",
+    "expires": "{date} 到期",
+    "no_expiry": "长期有效",
+    "operator_title": "运维密钥",
+    "operator_lead": "此密钥可查看任意租户。请输入要查看的租户 ID。",
+    "operator_choose": "查看租户",
+    "operator_viewing": "正在查看租户",
+    "operator_none": "请选择一个租户以查看其用量和发票。",
+    "tenant_id": "租户 ID",
+    "summary_title": "本月至今",
+    "period": "账期",
+    "estimate": "预估 — 尚未开票",
+    "invoiced": "已开票：{number}",
+    "gpu_hours": "GPU 时",
+    "kwh": "用电量",
+    "kwh_unit": "千瓦时",
+    "rent": "GPU 租金",
+    "electricity": "电费",
+    "credits": "已抵扣额度",
+    "vat": "增值税",
+    "estimated_total": "预计总额（含税）",
+    "total": "总额（含税）",
+    "newest_data": "数据截至 {time}",
+    "no_data_yet": "本账期暂无用量。",
+    "chart_title": "每日 GPU 时与费用",
+    "chart_period": "月份",
+    "chart_show": "查看",
+    "chart_hours": "GPU 时",
+    "chart_spend": "费用（元，未计抵扣和税）",
+    "chart_empty": "{period} 无用量。",
+    "chart_desc": "柱形：每日 GPU 时。折线：每日费用（元）。",
+    "day": "日期",
+    "invoices_title": "发票",
+    "number": "编号",
+    "issued": "开具时间",
+    "amount": "金额",
+    "files": "文件",
+    "no_invoices": "暂无发票。第一个账期结束后将开具首张发票。",
+    "usage_title": "用量报表",
+    "usage_lead": "一个账期内每张卡每小时的用量，提供多种格式。报表语言与本页面一致。",
+    "granularity": "明细",
+    "by_day": "按日",
+    "by_hour": "按小时",
+    "format": "格式",
+    "download": "下载",
+    "error_title": "出错了",
+    "not_found": "未找到：该项不存在，或不属于您。",
+    "unavailable": "暂时无法读取数据，请稍后重试。",
+    "back": "返回客户中心",
+    "footer": "金额单位为人民币（¥）。本月数据在开票前均为预估。",
+    "api_hint": "需要自动化？使用同一密钥即可通过 HTTP API 获取相同数据。",
+}
+
+_WORDS: dict[str, Mapping[str, str]] = {"en": _EN, "zh-CN": _ZH}
+
+
+class Words:
+    """The words of one language: ``t("too_many", seconds=3)``; every key exists in both."""
+
+    def __init__(self, lang: str) -> None:
+        if lang not in _WORDS:
+            raise ValueError(f"unknown language {lang!r}; known: {', '.join(LANGS)}")
+        self.lang = lang
+        self._table = _WORDS[lang]
+
+    def __call__(self, key: str, **values: object) -> str:
+        text = self._table[key]
+        return text.format(**values) if values else text
+
+
+def words(lang: str) -> Words:
+    return Words(lang)
+
+
+def from_accept_language(header: str | None) -> str | None:
+    """The best of :data:`LANGS` for an ``Accept-Language`` header, or None when none fits."""
+    best: tuple[float, int, str] | None = None
+    for position, part in enumerate((header or "")[:512].split(",")):
+        tag, _, params = part.strip().partition(";")
+        tag = tag.strip().lower()
+        quality = 1.0
+        for param in params.split(";"):
+            name, _, value = param.strip().partition("=")
+            if name.strip() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        if quality <= 0 or not tag:
+            continue
+        primary = tag.split("-")[0]
+        lang = {"zh": "zh-CN", "en": "en"}.get(primary)
+        if lang and (best is None or (quality, -position) > (best[0], best[1])):
+            best = (quality, -position, lang)
+    return best[2] if best else None
+
+
+def pick_lang(query: str | None, cookie: str | None, accept_language: str | None) -> str:
+    """The request's language (see the module docstring for the order)."""
+    for choice in (query, cookie):
+        if choice in LANGS:
+            return choice
+    return from_accept_language(accept_language) or DEFAULT_LANG
+
+
+def money(value: Decimal | int) -> str:
+    """``¥1,234.56``; a negative amount (a credit) as ``−¥10.00`` with a real minus sign."""
+    rounded = round_half_up(value, 2)
+    text = grouped(rounded.copy_abs(), 2)
+    return f"\u2212¥{text}" if rounded < 0 else f"¥{text}"
+
+
+def number(value: Decimal | int, places: int = 2) -> str:
+    """A quantity for people: ``1,234.57`` (half up)."""
+    return grouped(value, places)
+
+
+def moment(value: datetime | None) -> str:
+    """A time for people, in UTC and saying so: ``2026-03-10 08:00 UTC``."""
+    if value is None:
+        return ""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -1,0 +1,348 @@
+"""The one place the JSON API and the web page read through: who is asking, for which
+tenant, and what they get — with the limits and the access records around every answer.
+
+    authenticate(token, client)      Bearer key → ApiKey; 401 (recorded) or 429 (slowed down)
+    tenant_for(key, requested)       the tenant of a request comes from its key and nothing else
+    me / current / daily / invoices  small JSON-able answers, cached a few seconds
+    usage_download / invoice_download  a `Download` (bytes, media type, safe file name),
+                                       under the key's cap of downloads in flight, recorded
+
+Every method raises `Problem` for what it refuses; the app renders it as problem JSON and
+records it. Reads go through `Reads` (gpubill/api/reads.py): the embedded database's one
+client, or a small pool of clients of a server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from gpubill.api.cache import TtlCache
+from gpubill.api.limits import AuthThrottle, DownloadSlots, RateLimiter
+from gpubill.api.problems import Problem, bad_param
+from gpubill.api.reads import Reads
+from gpubill.api.records import AccessRecorder, current_request
+from reports.outputs import output_name
+
+if TYPE_CHECKING:
+    from reports.api_keys import ApiKey
+    from reports.current_usage import CurrentUsage, DailyUsage
+
+__all__ = ["Download", "Limits", "Problem", "Service", "USAGE_FORMATS", "INVOICE_FORMATS", "GRANULARITIES"]
+
+log = logging.getLogger("gpubill.api")
+
+USAGE_FORMATS = ("csv", "json", "parquet", "pdf")
+INVOICE_FORMATS = ("json", "csv", "pdf")
+GRANULARITIES = ("day", "hour")
+MEDIA_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json", "pdf": "application/pdf",
+               "parquet": "application/vnd.apache.parquet"}
+# ASCII digits only: \d would take "２０２６" too
+PERIOD = re.compile(r"[0-9]{4}-(0[1-9]|1[0-2])")
+INVOICE_NUMBER = re.compile(r"GB-[0-9]{4}-[0-9]{6}")
+CACHE_BYTES = 256 << 20  # what built reports and files may hold in memory together
+ROW_BYTES = 600  # about what one report row weighs as Python objects
+KEY_CACHE_S = 5.0  # a revoked key stops working within this long (the cache holds verified keys only)
+
+
+@dataclass(frozen=True)
+class Download:
+    """A file for the client: its bytes, media type and a file name built by reports.outputs
+    (only id characters, so it is safe in a Content-Disposition header as it is)."""
+
+    body: bytes
+    media_type: str
+    filename: str
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The API's limits (GPUBILL_API_* settings; docs/api.md says what each protects)."""
+
+    rate_per_s: float = 20.0          # requests per second per key, sustained
+    rate_burst: int = 100             # requests per key at once after a quiet spell
+    downloads_per_key: int = 8        # downloads of one key in flight at once
+    auth_failures: int = 10           # failed authentications from one address ...
+    auth_window_s: float = 300.0      # ... within this window, then 429 until the oldest leaves it
+    cache_s: float = 10.0             # how long a built report or month-to-date figure is reused
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> "Limits":
+        return cls(rate_per_s=settings.api_rate_per_s, rate_burst=settings.api_rate_burst,
+                   downloads_per_key=settings.api_downloads_per_key, auth_failures=settings.api_auth_failures,
+                   auth_window_s=float(settings.api_auth_window_s), cache_s=float(settings.api_cache_s))
+
+
+class Service:
+    """Reads for one tenant at a time, on behalf of a verified key."""
+
+    def __init__(self, reads: Reads, rules_provider: Callable[[], Any], recorder: AccessRecorder, *,
+                 limits: Limits = Limits(), clock: Callable[[], float] = time.monotonic,
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.reads = reads
+        self.rules_provider = rules_provider
+        self.recorder = recorder
+        self.limits = limits
+        self.clock = clock
+        self.now = now
+        self.rate = RateLimiter(limits.rate_per_s, limits.rate_burst, clock=clock)
+        self.downloads = DownloadSlots(limits.downloads_per_key)
+        self.throttle = AuthThrottle(limits.auth_failures, limits.auth_window_s, clock=clock)
+        self.keys = TtlCache(KEY_CACHE_S, clock=clock, max_entries=10_000)
+        self.cache = TtlCache(limits.cache_s, clock=clock, max_entries=512, max_bytes=CACHE_BYTES, size_of=_weight)
+
+    # -- who is asking -------------------------------------------------------------------
+
+    def authenticate(self, token: str, client: str) -> "ApiKey":
+        """The key of a Bearer `token` from address `client`, counted against its rate limit.
+
+        401 for a missing, malformed, unknown, revoked or expired key (recorded, and counted
+        against `client`); 429 with Retry-After once `client` failed too often, whatever
+        the key (so that guessing is slowed down even with a right key), or when the key
+        is over its rate."""
+        from reports.api_keys import KeyRefused, verify_key
+
+        wait_s = self.throttle.blocked_for(client)
+        if wait_s:
+            raise Problem(
+                429, f"too many failed authentications from {client}; try again in {wait_s} s with a valid key",
+                headers={"Retry-After": str(wait_s)}, reason="auth-throttled")
+        if not token:
+            self.throttle.failed(client)
+            raise _unauthorized("no API key: send the header `Authorization: Bearer gpb_...` "
+                                              "(create a key with `gpubill key create --tenant T`)", "missing")
+        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        key = self.keys.get(digest)
+        if key is None:
+            try:
+                key = self.reads.run(lambda db: verify_key(db, token, now=self.now()))
+            except KeyRefused as exc:
+                self.throttle.failed(client)
+                current_request().key_id = exc.key_id
+                raise _unauthorized(str(exc), exc.reason) from None
+            self.keys.put(digest, key)
+        elif key.expires_at is not None and key.expires_at <= self.now():  # expired while cached
+            self.keys.drop(digest)
+            self.throttle.failed(client)
+            raise _unauthorized(_REFUSED["expired"], "expired")
+        current_request().key = key
+        wait_s = self.rate.take(key.id)
+        if wait_s:
+            raise Problem(429, f"more than {self.limits.rate_per_s:g} requests per second with this key; "
+                                             f"try again in {wait_s} s", headers={"Retry-After": str(wait_s)},
+                                        reason="rate-limited")
+        return key
+
+    def tenant_for(self, key: "ApiKey", requested: str | None) -> str:
+        """The tenant a request reads: a tenant key's own (naming a tenant is refused, even its
+        own, so that a client cannot come to rely on it); an operator key's choice, which it must make."""
+        if key.role != "operator":
+            if requested is not None:
+                raise bad_param("tenant", "only operator keys choose the tenant; a tenant key "
+                                                        "reads its own tenant, leave the parameter out")
+            return key.tenant
+        if requested is None or requested == "":
+            raise bad_param("tenant", "an operator key must name the tenant, e.g. ?tenant=t01")
+        from schemas.ids import is_id
+
+        if not is_id(requested):
+            raise bad_param("tenant", "not a tenant id (letters, digits, '.', '_', '-'; at most 64)")
+        current_request().tenant = requested
+        return requested
+
+    # -- answers -------------------------------------------------------------------------
+
+    def me(self, key: "ApiKey") -> dict:
+        """The key's tenant, its display name, the key's id, role, label and expiry."""
+        from reports.tenants import find_tenant
+
+        name = ""
+        if key.tenant:
+            found = self.cache.get_or_build(("tenant", key.tenant), lambda: self.reads.run(
+                lambda db: find_tenant(db, key.tenant)))
+            name = found.display_name if found else ""
+        return {"tenant": key.tenant or None, "display_name": name, "key_id": key.id, "role": key.role,
+                "label": key.label, "expires_at": _iso(key.expires_at), "created_at": _iso(key.created_at)}
+
+    def current(self, key: "ApiKey", tenant: str) -> "CurrentUsage":
+        """Month-to-date usage and the estimated total (reports.current_usage), at most
+        `limits.cache_s` old (its `newest_data_at` says how fresh)."""
+        from reports.current_usage import current_usage
+
+        return self.cache.get_or_build(("current", tenant), lambda: self._read_rules(
+            lambda db, rules: current_usage(db, rules, tenant, now=self.now())))
+
+    def daily(self, key: "ApiKey", tenant: str, period: str) -> "list[DailyUsage]":
+        """Per day of `period`: GPU-hours, rent, electricity, spend (for the page's chart)."""
+        from reports.current_usage import daily_usage
+
+        period = self._period(period)
+        return self.cache.get_or_build(("daily", tenant, period), lambda: self._read_rules(
+            lambda db, rules: daily_usage(db, rules, tenant, period)))
+
+    def invoices(self, key: "ApiKey", tenant: str) -> list[dict]:
+        """The tenant's invoices, newest period first: number, period, status, issued_at,
+        currency, subtotal, credit_used, net, tax, total (money as strings with two decimals)."""
+        from reports.tenant_invoices import tenant_invoices
+
+        return self.cache.get_or_build(("invoices", tenant), lambda: self.reads.run(
+            lambda db: tenant_invoices(db, tenant)))
+
+    def usage_download(self, key: "ApiKey", tenant: str, period: str | None, fmt: str | None,
+                       granularity: str | None = "day", lang: str | None = "en") -> Download:
+        """The usage report of `tenant` for `period` as the CLI's `gpubill report usage` writes it."""
+        from reports.render import render_usage
+        from reports.usage_report import usage_report
+
+        period = self._period(period)
+        fmt = self._choice("format", fmt, USAGE_FORMATS, default="csv")
+        granularity = self._choice("granularity", granularity, GRANULARITIES, default="day")
+        if granularity == "hour" and fmt == "pdf":  # a 64-card month is ~47,000 rows: 1,100 pages, 8 s
+            raise self._refused(bad_param("granularity", "hourly rows come as csv, json or parquet; the PDF is "
+                                          "daily (a month of hours runs to a thousand pages)"))
+        lang = self._choice("lang", lang, _langs(), default="en")
+        record = current_request()
+        record.period, record.fmt = period, fmt
+
+        def build() -> bytes:
+            report = self.cache.get_or_build(("usage", tenant, period, granularity), lambda: self._read_rules(
+                lambda db, rules: usage_report(db, rules, tenant, period, granularity=granularity,
+                                                   now=self.now())))
+            return render_usage(report, fmt, lang=lang)
+
+        with self._download_slot(key):
+            body = self.cache.get_or_build(("usage-file", tenant, period, granularity, fmt, lang), build)
+        kind = "usage" if granularity == "day" else "usage-hourly"
+        download = Download(body, MEDIA_TYPES[fmt], output_name(kind, tenant, period, fmt))
+        self.recorder.downloaded(len(body))
+        return download
+
+    def invoice_download(self, key: "ApiKey", tenant: str, number: str, fmt: str | None,
+                         lang: str | None = "en") -> Download:
+        """Invoice `number` of `tenant`; 404 — the same answer — when it does not exist, is
+        malformed, or belongs to another tenant."""
+        from reports.tenant_invoices import invoice_period
+        from reports.invoicing import load_invoice
+        from reports.render import render_invoice
+
+        fmt = self._choice("format", fmt, INVOICE_FORMATS, default="json")
+        lang = self._choice("lang", lang, _langs(), default="en")
+        current_request().fmt = fmt
+        if not isinstance(number, str) or not INVOICE_NUMBER.fullmatch(number):
+            raise _no_invoice()
+        with self._download_slot(key):
+            period = self.cache.get_or_build(("invoice-period", tenant, number), lambda: self.reads.run(
+                lambda db: invoice_period(db, tenant, number)))
+            if period is None:
+                raise _no_invoice()
+            current_request().period = period
+
+            def build() -> bytes:
+                invoice = self.reads.run(lambda db: load_invoice(db, tenant, period))
+                return render_invoice(invoice, fmt, lang=lang)
+
+            body = self.cache.get_or_build(("invoice-file", tenant, number, fmt, lang), build)
+        download = Download(body, MEDIA_TYPES[fmt], output_name(number, tenant, period, fmt))
+        self.recorder.downloaded(len(body))
+        return download
+
+    # -- health --------------------------------------------------------------------------
+
+    def ready(self) -> dict[str, str]:
+        """What /readyz checks: the database answers, the rules are loaded, the access log is
+        being written. Values are "ok" or why not."""
+        checks = {}
+        try:
+            self.reads.run(lambda db: db.query("SELECT 1"), timeout_s=2.0)
+            checks["database"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - any failure is "not ready", said in words
+            checks["database"] = f"unreachable: {type(exc).__name__}: {str(exc)[:200]}"
+        try:
+            rules = self.rules_provider()
+            checks["rules"] = "ok" if rules is not None else "not loaded"
+        except Exception as exc:  # noqa: BLE001
+            checks["rules"] = f"not loaded: {type(exc).__name__}: {str(exc)[:200]}"
+        checks["access_log"] = self.recorder.health()
+        return checks
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _read_rules(self, read: Callable[[Any, Any], Any]) -> Any:
+        rules = self.rules_provider()
+        return self.reads.run(lambda db: read(db, rules))
+
+    def _period(self, period: str | None) -> str:
+        if period is None or period == "":
+            raise bad_param("period", "missing: give the billing period as YYYY-MM, e.g. period=2026-03")
+        if not isinstance(period, str) or not PERIOD.fullmatch(period):
+            raise bad_param("period", "not a month like 2026-03")
+        from billing_rules.errors import BillingRulesError
+
+        rules = self.rules_provider()
+        try:
+            lo, _ = rules.period_bounds(period)
+        except (BillingRulesError, ValueError) as exc:
+            raise bad_param("period", str(exc)) from None
+        if lo > self.now().timestamp():
+            raise bad_param("period", f"{period} has not begun")
+        return period
+
+    def _choice(self, param: str, value: str | None, allowed: tuple[str, ...], *, default: str) -> str:
+        if value is None:
+            return default
+        if value not in allowed:
+            raise bad_param(param, f"{_shown(value)} is not one of {', '.join(allowed)}")
+        return value
+
+    def _download_slot(self, key: "ApiKey"):
+        slot = self.downloads.acquire(key.id)
+        if slot is None:
+            raise Problem(
+                429, f"this key already has {self.limits.downloads_per_key} downloads in flight; wait for one to "
+                     "finish", headers={"Retry-After": "1"}, reason="downloads-capped")
+        return slot
+
+
+_REFUSED = {"expired": "the key has expired: ask the operator for a new one"}
+
+
+def _unauthorized(detail: str, reason: str) -> Problem:
+    return Problem(401, detail, headers={"WWW-Authenticate": 'Bearer realm="gpubill"'}, reason=reason)
+
+
+def _no_invoice() -> Problem:
+    return Problem(404, "no such invoice: see GET /v1/invoices for your invoices' numbers", reason="not-found")
+
+
+def _shown(value: str) -> str:
+    """A parameter's value quoted in a message: at most 40 characters, nothing invisible."""
+    text = "".join(c if c.isprintable() else "?" for c in value[:40])
+    return repr(text + ("…" if len(value) > 40 else ""))
+
+
+def _langs() -> tuple[str, ...]:
+    from reports.render.i18n import LANGS
+
+    return tuple(LANGS)
+
+
+def _weight(value: Any) -> int:
+    """About how much memory a cached answer holds (files: their bytes; reports: their rows)."""
+    if isinstance(value, (bytes, bytearray)):
+        return len(value)
+    rows = getattr(value, "rows", None)
+    return len(rows) * ROW_BYTES if rows is not None else 1024
+
+
+def _iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

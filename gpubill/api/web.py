@@ -1,0 +1,402 @@
+"""The customer web page at ``/``: sign in with an API key, this month's figures, a chart of
+daily GPU-hours and spend, the invoices and usage reports to download — in English and
+Simplified Chinese. Server-rendered (Jinja2), one small script, nothing from the network.
+
+    GET  /                          sign-in form, or the tenant's page (?period=YYYY-MM, ?lang=)
+    POST /session                   sign in (form: key, csrf)           → 303 /
+    POST /session/end               sign out (form: csrf)               → 303 /?m=signed_out
+    POST /tenant                    an operator key picks the tenant it views (form: tenant, csrf)
+    GET  /files/usage               a usage report (period, format, granularity) in the page's language
+    GET  /files/invoices/{number}   an invoice (format) in the page's language
+    GET  /assets/{name}             the stylesheet, script and logo (content-hashed, cached a year)
+
+Everything is read through the API's ``Service`` (``gpubill/api/service.py``) exactly as the
+JSON API reads it: the same key checks, tenant boundary, limits and access records. Sessions
+and CSRF are in ``web_session.py``; the words in ``i18n.py``; the chart's geometry in
+``web_chart.py``.
+
+Operator keys (support desk) choose the tenant by typing its id in a small form on the page;
+the choice is kept in the server-side session (Service.tenant_for checks it) and every read
+and download then is for that tenant.
+
+Every response of these routes carries the page's security headers: a CSP with no inline
+script or style (``script-src 'self'``), ``frame-ancestors 'none'`` and X-Frame-Options,
+nosniff, ``Referrer-Policy: same-origin`` (not no-referrer: a browser then sends
+``Origin: null`` on our own form posts, which the CSRF check must refuse), and
+``Cache-Control: no-store`` on anything with a tenant's data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from fastapi import FastAPI, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from gpubill.api.i18n import LANG_NAMES, LANGS, Words, moment, money, number, pick_lang
+from gpubill.api.problems import Problem
+from gpubill.api.web_chart import build_chart
+from gpubill.api.web_session import Session, Sessions, new_token, same_origin, tokens_match
+
+__all__ = ["SECURITY_HEADERS", "install"]
+
+HERE = Path(__file__).parent
+SESSION_COOKIE = "gpubill_session"
+LOGIN_COOKIE = "gpubill_login"
+LANG_COOKIE = "gpubill_lang"
+LOGIN_MAX_AGE_S = 3600
+PERIOD = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
+USAGE_FORMATS = ("csv", "json", "parquet", "pdf")
+INVOICE_LINKS = ("pdf", "csv")
+PERIODS_SHOWN = 12
+MAX_KEY_CHARS = 256
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
+       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=(), payment=(), usb=()",
+}
+ASSET_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+               ".svg": "image/svg+xml"}
+
+
+@dataclass(frozen=True)
+class Asset:
+    body: bytes
+    media_type: str
+    version: str  # a hash of the body: the URL changes when the file does, so it may be cached for good
+
+
+def _assets() -> dict[str, Asset]:
+    found = {}
+    for path in sorted((HERE / "static").iterdir()):
+        if path.suffix in ASSET_TYPES and path.is_file():
+            body = path.read_bytes()
+            found[path.name] = Asset(body, ASSET_TYPES[path.suffix], hashlib.sha256(body).hexdigest()[:12])
+    return found
+
+
+def _environment(assets: Mapping[str, Asset]) -> Environment:
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True, undefined=StrictUndefined,
+                      trim_blocks=True, lstrip_blocks=True)
+    env.globals["asset"] = lambda name: f"/assets/{name}?v={assets[name].version}"
+    return env
+
+
+def install(app: FastAPI, service: Any, *, sessions: Sessions | None = None) -> None:
+    """Add the page's routes to `app`, reading through `service` (gpubill.api.service.Service)."""
+    Page(service, sessions if sessions is not None else Sessions()).routes(app)
+
+
+class Page:
+    """The page's routes over one Service and one table of sessions."""
+
+    def __init__(self, service: Any, sessions: Sessions) -> None:
+        self.service = service
+        self.sessions = sessions
+        self.assets = _assets()
+        self.env = _environment(self.assets)
+
+    # -- routes -------------------------------------------------------------------------
+
+    def routes(self, app: FastAPI) -> None:
+        app.add_api_route("/", self.home, methods=["GET"], include_in_schema=False)
+        app.add_api_route("/session", self.sign_in, methods=["POST"], include_in_schema=False)
+        app.add_api_route("/session/end", self.sign_out, methods=["POST"], include_in_schema=False)
+        app.add_api_route("/tenant", self.choose_tenant, methods=["POST"], include_in_schema=False)
+        app.add_api_route("/files/usage", self.usage_file, methods=["GET"], include_in_schema=False)
+        app.add_api_route("/files/invoices/{number}", self.invoice_file, methods=["GET"], include_in_schema=False)
+        app.add_api_route("/assets/{name}", self.asset, methods=["GET"], include_in_schema=False)
+
+    def home(self, request: Request) -> Response:
+        lang = self._lang(request)
+        session_id = request.cookies.get(SESSION_COOKIE)
+        session = self.sessions.find(session_id)
+        notice = {"signed_out": "signed_out", "ended": "ended"}.get(request.query_params.get("m", ""))
+        if session is None:
+            return self._sign_in_page(request, lang, notice=notice, kind="info", forget=bool(session_id))
+        try:
+            key = self.service.authenticate(session.token, _client(request))
+        except Problem as problem:
+            return self._refused(request, lang, problem, session_id)
+        try:
+            return self._dashboard(request, lang, session, key)
+        except Problem as problem:
+            return self._error(request, lang, problem)
+
+    def sign_in(self, request: Request, key: str = Form(""), csrf: str = Form("")) -> Response:
+        lang = self._lang(request)
+        if not self._from_this_page(request) or not tokens_match(request.cookies.get(LOGIN_COOKIE), csrf):
+            return self._sign_in_page(request, lang, notice="form_expired", status=403)
+        token = key.strip()
+        if not token or len(token) > MAX_KEY_CHARS:
+            return self._sign_in_page(request, lang, notice="empty_key" if not token else "refused", status=400)
+        try:
+            self.service.authenticate(token, _client(request))
+        except Problem as problem:
+            return self._refused(request, lang, problem, None)
+        # a new session every time: a cookie planted before sign-in is never promoted (fixation)
+        self.sessions.end(request.cookies.get(SESSION_COOKIE))
+        session_id, _ = self.sessions.start(token)
+        response = RedirectResponse("/", status_code=303)
+        _set_cookie(response, request, SESSION_COOKIE, session_id, max_age=None)
+        response.delete_cookie(LOGIN_COOKIE, path="/", secure=_https(request), httponly=True, samesite="strict")
+        return self._headers(response, request)
+
+    def sign_out(self, request: Request, csrf: str = Form("")) -> Response:
+        session_id = request.cookies.get(SESSION_COOKIE)
+        session = self.sessions.find(session_id)
+        if session is not None and not self._csrf_ok(request, session, csrf):
+            return self._error(request, self._lang(request), Problem(403, "form", reason="csrf"), notice="form_expired")
+        self.sessions.end(session_id)
+        response = RedirectResponse("/?m=signed_out", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/", secure=_https(request), httponly=True, samesite="strict")
+        return self._headers(response, request)
+
+    def choose_tenant(self, request: Request, tenant: str = Form(""), csrf: str = Form("")) -> Response:
+        lang = self._lang(request)
+        session_id = request.cookies.get(SESSION_COOKIE)
+        session = self.sessions.find(session_id)
+        if session is None:
+            return self._redirect_signed_out(request)
+        if not self._csrf_ok(request, session, csrf):
+            return self._error(request, lang, Problem(403, "form", reason="csrf"), notice="form_expired")
+        try:
+            key = self.service.authenticate(session.token, _client(request))
+            session.tenant = self.service.tenant_for(key, tenant.strip()) if key.role == "operator" else None
+        except Problem as problem:
+            return self._refused(request, lang, problem, session_id)
+        return self._headers(RedirectResponse("/", status_code=303), request)
+
+    def usage_file(self, request: Request) -> Response:
+        params = request.query_params
+        return self._file(request, lambda key, tenant, lang: self.service.usage_download(
+            key, tenant, params.get("period"), params.get("format"), params.get("granularity") or "day", lang))
+
+    def invoice_file(self, request: Request, number: str) -> Response:
+        fmt = request.query_params.get("format")
+        return self._file(request, lambda key, tenant, lang: self.service.invoice_download(
+            key, tenant, number, fmt, lang))
+
+    def asset(self, request: Request, name: str) -> Response:
+        found = self.assets.get(name)
+        if found is None:
+            return self._error(request, self._lang(request), Problem(404, "no such file", reason="not-found"))
+        response = Response(found.body, media_type=found.media_type,
+                            headers={"Cache-Control": "public, max-age=31536000, immutable",
+                                     "ETag": f'"{found.version}"'})
+        return self._headers(response, request, cache=False)
+
+    # -- what the routes share ------------------------------------------------------------
+
+    def _file(self, request: Request, fetch) -> Response:
+        lang = self._lang(request)
+        session_id = request.cookies.get(SESSION_COOKIE)
+        session = self.sessions.find(session_id)
+        if session is None:
+            return self._redirect_signed_out(request)
+        try:
+            key = self.service.authenticate(session.token, _client(request))
+            download = fetch(key, self._tenant(key, session), lang)
+        except Problem as problem:
+            return self._refused(request, lang, problem, session_id)
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", download.filename)[:200] or "download"
+        response = Response(download.body, media_type=download.media_type,
+                            headers={"Content-Disposition": f'attachment; filename="{safe}"'})
+        return self._headers(response, request)
+
+    def _tenant(self, key: Any, session: Session) -> str | None:
+        """The tenant the page shows: a tenant key's own; an operator's choice (None until made)."""
+        if key.role == "operator":
+            return self.service.tenant_for(key, session.tenant) if session.tenant else None
+        return self.service.tenant_for(key, None)
+
+    def _dashboard(self, request: Request, lang: str, session: Session, key: Any) -> Response:
+        t = Words(lang)
+        tenant = self._tenant(key, session)
+        me = self.service.me(key)
+        operator = key.role == "operator"
+        account = {"name": me.get("display_name") or "", "tenant": tenant or "", "key_id": me.get("key_id", ""),
+                   "label": me.get("label") or "", "expiry": _expiry(t, me.get("expires_at"))}
+        if operator:
+            account["name"] = tenant or ""
+        context: dict[str, Any] = {"account": account, "operator": operator, "tenant": tenant, "summary": None,
+                                   "csrf": session.csrf, "notice": None, "notice_kind": "info"}
+        if tenant is not None:
+            current = self.service.current(key, tenant)
+            wanted = request.query_params.get("period", "")
+            periods = _recent_periods(current.period, PERIODS_SHOWN)
+            invoices = self.service.invoices(key, tenant)
+            periods = sorted(set(periods) | {i["period"] for i in invoices if PERIOD.fullmatch(str(i.get("period")))},
+                             reverse=True)
+            chart_period = wanted if wanted in periods else current.period
+            daily = self.service.daily(key, tenant, chart_period)
+            context.update(summary=_summary(t, current), periods=periods, chart_period=chart_period,
+                           chart=build_chart(chart_period, daily, hours_word=t("chart_hours")),
+                           invoices=[_invoice_row(t, i) for i in invoices], usage_formats=USAGE_FORMATS)
+        return self._render(request, "dashboard.html", lang, context)
+
+    def _sign_in_page(self, request: Request, lang: str, *, notice: str | None = None, kind: str = "error",
+                      status: int = 200, forget: bool = False, extra: Mapping[str, Any] | None = None) -> Response:
+        t = Words(lang)
+        login_token = request.cookies.get(LOGIN_COOKIE) or ""
+        if len(login_token) != 43:
+            login_token = new_token()
+        text = t(notice, **(extra or {})) if notice else None
+        response = self._render(request, "signin.html", lang, {
+            "login_token": login_token, "csrf": None, "notice": text, "notice_kind": kind}, status=status)
+        _set_cookie(response, request, LOGIN_COOKIE, login_token, max_age=LOGIN_MAX_AGE_S)
+        if forget:
+            response.delete_cookie(SESSION_COOKIE, path="/", secure=_https(request), httponly=True, samesite="strict")
+        return response
+
+    def _refused(self, request: Request, lang: str, problem: Problem, session_id: str | None) -> Response:
+        """A key refused at sign-in (no session yet) or mid-session (the session ends)."""
+        if problem.status == 401:
+            self.sessions.end(session_id)
+            return self._sign_in_page(request, lang, notice="ended" if session_id else "refused", status=401,
+                                      forget=session_id is not None)
+        if problem.status == 429:  # slowed down, not signed out: the session (if any) stays
+            seconds = problem.headers.get("Retry-After", "60")
+            extra = {"seconds": seconds}
+            response = (self._sign_in_page(request, lang, notice="too_many", status=429, extra=extra)
+                        if session_id is None else self._error(request, lang, problem, notice="too_many", extra=extra))
+            response.headers["Retry-After"] = seconds
+            return response
+        return self._error(request, lang, problem)
+
+    def _error(self, request: Request, lang: str, problem: Problem, *, notice: str | None = None,
+               extra: Mapping[str, Any] | None = None) -> Response:
+        t = Words(lang)
+        # the service's own words (English) only where they name what to fix: a bad parameter
+        notice = notice or {404: "not_found", 500: "unavailable", 503: "unavailable"}.get(problem.status)
+        message = t(notice, **(extra or {})) if notice else problem.detail
+        response = self._render(request, "error.html", lang, {"status": problem.status, "message": message,
+                                                               "csrf": None}, status=problem.status)
+        for name, value in problem.headers.items():
+            if name.lower() == "retry-after":
+                response.headers[name] = value
+        return response
+
+    def _redirect_signed_out(self, request: Request) -> Response:
+        response = RedirectResponse("/?m=ended", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/", secure=_https(request), httponly=True, samesite="strict")
+        return self._headers(response, request)
+
+    def _render(self, request: Request, template: str, lang: str, context: dict[str, Any], *,
+                status: int = 200) -> Response:
+        page = self.env.get_template(template).render(t=Words(lang), lang=lang, switch=_switch(request, lang),
+                                                       **context)
+        response = HTMLResponse(page, status_code=status)
+        if request.query_params.get("lang") in LANGS:
+            _set_cookie(response, request, LANG_COOKIE, lang, max_age=365 * 86400, samesite="lax")
+        return self._headers(response, request)
+
+    def _headers(self, response: Response, request: Request, *, cache: bool = True) -> Response:
+        response.headers.update(SECURITY_HEADERS)
+        if cache:
+            response.headers["Cache-Control"] = "no-store"
+        if _https(request):
+            response.headers["Strict-Transport-Security"] = "max-age=31536000"
+        return response
+
+    def _from_this_page(self, request: Request) -> bool:
+        return same_origin(request.headers, request.url.scheme, request.url.netloc)
+
+    def _csrf_ok(self, request: Request, session: Session, csrf: str) -> bool:
+        return self._from_this_page(request) and tokens_match(session.csrf, csrf)
+
+    def _lang(self, request: Request) -> str:
+        return pick_lang(request.query_params.get("lang"), request.cookies.get(LANG_COOKIE),
+                         request.headers.get("accept-language"))
+
+
+# -- small pure helpers ---------------------------------------------------------------------
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else ""
+
+
+def _https(request: Request) -> bool:
+    """Whether the browser is on https: we serve it, or (behind a TLS proxy, which we see as
+    http) its form post says so in Origin. Cookies are then Secure."""
+    return request.url.scheme == "https" or request.headers.get("origin", "").lower() == f"https://{request.url.netloc}"
+
+
+def _set_cookie(response: Response, request: Request, name: str, value: str, *, max_age: int | None,
+                samesite: str = "strict") -> None:
+    response.set_cookie(name, value, max_age=max_age, path="/", secure=_https(request), httponly=True,
+                        samesite=samesite)
+
+
+def _switch(request: Request, lang: str) -> list[tuple[str, str, str, bool]]:
+    """The language switcher's links: this page (its period kept) in each language."""
+    period = request.query_params.get("period", "")
+    keep = {"period": period} if PERIOD.fullmatch(period) else {}
+    return [(code, LANG_NAMES[code], "/?" + urlencode({**keep, "lang": code}), code == lang) for code in LANGS]
+
+
+def _recent_periods(current: str, count: int) -> list[str]:
+    """`current` and the `count` - 1 months before it, newest first."""
+    year, month = int(current[:4]), int(current[5:7])
+    out = []
+    for _ in range(count):
+        out.append(f"{year:04d}-{month:02d}")
+        year, month = (year - 1, 12) if month == 1 else (year, month - 1)
+    return out
+
+
+def _expiry(t: Words, expires_at: Any) -> str:
+    if not expires_at:
+        return t("no_expiry")
+    if isinstance(expires_at, datetime):
+        return t("expires", date=expires_at.date().isoformat())
+    return t("expires", date=str(expires_at)[:10])
+
+
+def _amount(value: Any) -> str:
+    try:
+        return money(value if isinstance(value, Decimal) else Decimal(str(value)))
+    except (InvalidOperation, ValueError, TypeError):
+        return ""
+
+
+def _summary(t: Words, current: Any) -> dict[str, Any]:
+    credits = current.credits
+    stats = [
+        ("gpu-hours", t("gpu_hours"), number(current.gpu_hours), ""),
+        ("kwh", t("kwh"), number(current.kwh), t("kwh_unit")),
+        ("rent", t("rent"), money(current.rent), ""),
+        ("electricity", t("electricity"), money(current.electricity), ""),
+        ("credits", t("credits"), money(-credits) if credits else money(0), ""),
+        ("vat", t("vat"), money(current.vat), ""),
+    ]
+    fresh = t("newest_data", time=moment(current.newest_data_at)) if current.newest_data_at else t("no_data_yet")
+    return {"period": current.period, "invoiced": bool(current.invoiced),
+            "state": t("invoiced", number=current.invoice_number or "") if current.invoiced else t("estimate"),
+            "total_label": t("total") if current.invoiced else t("estimated_total"),
+            "total": money(current.estimated_total), "fresh": fresh, "stats": stats}
+
+
+def _invoice_row(t: Words, invoice: Mapping[str, Any]) -> dict[str, Any]:
+    number_ = str(invoice.get("number", ""))
+    issued = invoice.get("issued_at") or ""
+    issued = moment(issued) if isinstance(issued, datetime) else str(issued)[:10]
+    return {"number": number_, "period": str(invoice.get("period", "")), "issued": issued,
+            "total": _amount(invoice.get("total")),
+            "links": [(fmt, f"/files/invoices/{quote(number_, safe='')}?format={fmt}") for fmt in INVOICE_LINKS]}

@@ -1,0 +1,262 @@
+"""The customer web page in a real browser: Debian's headless Chromium (selenium and
+chromedriver) against the real app (gpubill.api.app.create_app, the real Service) served by
+uvicorn on a socket, over an embedded ClickHouse holding rated seconds and a real invoice.
+It signs in, reads the month-to-date summary, switches the chart's month, downloads an
+invoice PDF and a usage CSV, and signs out — in English and in Simplified Chinese.
+
+Screenshots are kept under $GPUBILL_TEST_ARTIFACTS/web/ (default tests/artifacts/web/,
+git-ignored), one per step and language, plus the page at a phone's width.
+
+Data (rules: tests/e2e/rules; tests/unit/test_archive.py's cards GA1 acme and GR1 beta):
+every day d of February and of March 1–19, 2026, each card runs (d mod 5 + 1) × 120 s from
+02:00 UTC (10:00 in the billing time zone, Asia/Shanghai, so the same day). February is
+invoiced; the service's clock is 2026-03-20T04:00Z, so March is the month to date.
+
+    acme, March 1–19: Σ (d mod 5 + 1) × 120 s = 120 × (2+3+4+5+1 ×3 + 2+3+4+5) = 120 × 59 = 7,080 s
+        rent: ¥3600/h = ¥1/s → ¥7,080.00;   GPU-hours 7,080 / 3,600 = 1.966… → "1.97"
+        electricity: 7,080 s × 1,000,000 mJ × 1.12 × ¥330 / 3.6e9 mJ per kWh = ¥726.88 exactly
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from datetime import UTC, datetime
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from reports.render.format import round_half_up
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).parents[2]
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+NOW = datetime(2026, 3, 20, 4, 0, tzinfo=UTC)
+DAY0 = 1_769_911_200  # 2026-02-01T02:00:00Z
+FEB_DAYS, MARCH_DAYS = range(1, 29), range(1, 20)
+NAMES = {"acme": "北京算力科技有限公司", "beta": "Beta Compute GmbH"}
+WORDS = {  # what the page must say, written here and not read from gpubill/api/i18n.py
+    "en": {"title": "Sign in with your API key", "refused": "This key was not accepted", "summary": "This month so far",
+           "estimate": "Estimate — not yet invoiced", "signed_out": "You have signed out."},
+    "zh-CN": {"title": "使用 API 密钥登录", "refused": "此密钥未被接受", "summary": "本月至今",
+              "estimate": "预估 — 尚未开票", "signed_out": "您已退出登录。"},
+}
+
+
+def day_seconds(day_index: int, d: int) -> list[int]:
+    start = DAY0 + day_index * 86_400
+    return list(range(start, start + (d % 5 + 1) * 120))
+
+
+def artifacts() -> Path:
+    root = Path(os.environ.get("GPUBILL_TEST_ARTIFACTS") or REPO / "tests" / "artifacts")
+    path = root / "web"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def portal(tmp_path_factory):
+    """The real app on a socket over a seeded, invoiced database; yields (url, expected files, keys)."""
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.fail("the browser test needs Debian's chromium and chromium-driver: run scripts/bootstrap")
+    import uvicorn
+
+    from gpubill.api.app import create_app
+    from gpubill.api.reads import Reads
+    from gpubill.api.records import AccessRecorder
+    from gpubill.api.service import Service
+    from gpubill.config import Settings
+    from reports.access_log import record_access
+    from reports.api_keys import create_key
+    from reports.invoicing import load_invoice, run_period
+    from reports.render import render_invoice, render_usage
+    from reports.tenants import add_tenant
+    from reports.usage_report import usage_report
+    from tests.unit import test_archive
+    from warehouse import writes
+    from warehouse.connection import open_database
+
+    directory = tmp_path_factory.mktemp("web")
+    patch = pytest.MonkeyPatch()
+    patch.setattr(writes, "MARGIN_S", 0)
+    patch.setattr(test_archive, "CARDS", {c: v for c, v in test_archive.CARDS.items() if c in ("GA1", "GR1")})
+    rules = test_archive.RULES
+    database = open_database(f"chdb://{directory / 'clickhouse'}")
+    seconds = [s for i, d in enumerate(FEB_DAYS) for s in day_seconds(i, d)]
+    seconds += [s for i, d in enumerate(MARCH_DAYS) for s in day_seconds(len(FEB_DAYS) + i, d)]
+    registered = datetime(2026, 1, 15, tzinfo=UTC)
+    for tenant, name in NAMES.items():
+        add_tenant(database, tenant, name, now=registered)
+    test_archive.seed(database, seconds=seconds)
+    run_period(database, rules, "2026-02", now=datetime(2026, 3, 5, tzinfo=UTC))
+    _, acme_key = create_key(database, tenant="acme", label="财务", now=registered)
+    # what the page's downloads must be, byte for byte: the CLI's renderings (built before serving)
+    invoice = load_invoice(database, "acme", "2026-02")
+    report = usage_report(database, rules, "acme", "2026-02")
+    expected = {lang: {"pdf": render_invoice(invoice, "pdf", lang=lang), "csv": render_usage(report, "csv", lang=lang)}
+                for lang in ("en", "zh-CN")}
+    number = database.query("SELECT number FROM invoices FINAL WHERE tenant = 'acme' AND period = '2026-02'")[0][0]
+
+    reads = Reads([database])
+    recorder = AccessRecorder(lambda records: reads.run(lambda db: record_access(db, records)))
+    service = Service(reads, lambda: rules, recorder, now=lambda: NOW)
+    app = create_app(Settings(), reads, lambda: rules, service=service)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.05)
+    try:
+        yield {"url": f"http://127.0.0.1:{port}", "expected": expected, "key": acme_key, "number": number,
+               "database": database}
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        database.close()
+        patch.undo()
+
+
+@pytest.fixture
+def browser(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service as DriverService
+
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    options = Options()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                     "--window-size=1280,900", f"--user-data-dir={tmp_path / 'profile'}", "--lang=en-US"):
+        options.add_argument(argument)
+    options.add_experimental_option("prefs", {"download.default_directory": str(downloads),
+                                              "download.prompt_for_download": False,
+                                              "intl.accept_languages": "en-US,en"})
+    driver = webdriver.Chrome(options=options, service=DriverService(CHROMEDRIVER))
+    driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+    driver.downloads = downloads
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def shot(driver, name: str, *, full: bool = True) -> None:
+    """A screenshot of the whole page (the window grown to its height)."""
+    if full:
+        width = driver.execute_script("return window.innerWidth")
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.set_window_size(width, height + 140)
+    driver.save_screenshot(str(artifacts() / f"{name}.png"))
+    driver.set_window_size(1280, 900)
+
+
+def downloaded(driver, name: str, timeout_s: float = 30) -> bytes:
+    path = driver.downloads / name
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.is_file() and not (driver.downloads / f"{name}.crdownload").exists():
+            time.sleep(0.1)
+            return path.read_bytes()
+        time.sleep(0.1)
+    raise AssertionError(f"{name} was not downloaded; the folder holds {sorted(os.listdir(driver.downloads))}")
+
+
+def text(driver, element_id: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.ID, element_id).text
+
+
+def fen(value: Fraction) -> str:
+    """An exact amount in yuan, rounded half up to the fen and grouped: "7,080.00"."""
+    return f"{round_half_up(Decimal(value.numerator) / Decimal(value.denominator), 2):,f}"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-CN"])
+def test_sign_in_read_download_and_sign_out_in_a_real_browser(portal, browser, lang):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as until
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    words, tag = WORDS[lang], lang.lower()
+    wait = WebDriverWait(browser, 20)
+
+    # -- the sign-in page, in the language picked with the switcher --------------------------
+    browser.get(portal["url"] + "/")
+    browser.find_element(By.CSS_SELECTOR, f'a[data-lang="{lang}"]').click()
+    wait.until(lambda d: d.find_element(By.TAG_NAME, "html").get_attribute("lang") == lang)
+    assert words["title"] in browser.find_element(By.TAG_NAME, "h1").text
+    assert not browser.find_element(By.CSS_SELECTOR, "[data-toggle-key]").get_attribute("hidden")  # the script ran
+    shot(browser, f"01-sign-in-{tag}")
+
+    # -- a wrong key is refused, saying so ----------------------------------------------------
+    browser.find_element(By.ID, "key").send_keys("gpb_k_aaaaaaaaaaaaaaaa_" + "x" * 43)
+    browser.find_element(By.ID, "sign-in").click()
+    wait.until(until.presence_of_element_located((By.ID, "notice")))
+    assert words["refused"] in text(browser, "notice")
+    assert browser.get_cookie("gpubill_session") is None
+    shot(browser, f"02-refused-{tag}")
+
+    # -- the right key: the summary of the month to date ------------------------------------
+    browser.find_element(By.ID, "key").send_keys(portal["key"])
+    browser.find_element(By.ID, "sign-in").click()
+    wait.until(until.presence_of_element_located((By.ID, "summary")))
+    cookie = browser.get_cookie("gpubill_session")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and portal["key"] not in cookie["value"]
+    assert browser.execute_script("return document.cookie") == ""  # nothing the page's script can read
+    assert text(browser, "tenant-name") == NAMES["acme"]
+    assert words["summary"] in text(browser, "summary-title") and text(browser, "summary-period") == "2026-03"
+    assert text(browser, "summary-state") == words["estimate"]
+    march_s = sum((d % 5 + 1) * 120 for d in MARCH_DAYS)
+    assert march_s == 7_080
+    electricity = Fraction(march_s * 1_000_000) * Fraction(112, 100) * 330 / 3_600_000_000
+    assert text(browser, "stat-rent") == "¥7,080.00"  # ¥1/s
+    assert text(browser, "stat-electricity") == f"¥{fen(electricity)}" == "¥726.88"
+    assert text(browser, "stat-gpu-hours") == "1.97"  # 7,080 / 3,600 = 1.9666…
+    assert "2026-03-19" in text(browser, "newest-data")
+    bars = browser.find_elements(By.CSS_SELECTOR, "#chart-svg .chart__bars rect")
+    heights = [float(bar.get_attribute("height")) for bar in bars]
+    assert len(bars) == 31 and all(h > 0 for h in heights[:19]) and not any(heights[19:])
+    # day 4 ran 5 × 120 s and day 5 1 × 120 s: bars in that proportion (to the pixel's rounding)
+    assert heights[3] == pytest.approx(5 * heights[4], abs=0.05)
+    shot(browser, f"03-dashboard-{tag}")
+    browser.set_window_size(390, 844)
+    shot(browser, f"04-dashboard-phone-{tag}")
+
+    # -- February in the chart (the list submits itself), its invoice as a PDF ----------------
+    Select(browser.find_element(By.ID, "chart-period")).select_by_value("2026-02")
+    wait.until(lambda d: "period=2026-02" in d.current_url)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#chart-svg .chart__bars rect")) == 28
+    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["number"]}"]')
+    row.find_element(By.CSS_SELECTOR, 'a[data-format="pdf"]').click()
+    pdf = downloaded(browser, f"{portal['number']}_acme_2026-02.pdf")
+    assert pdf.startswith(b"%PDF-") and pdf == portal["expected"][lang]["pdf"]
+
+    # -- a usage report of February as CSV, in the page's language ---------------------------
+    Select(browser.find_element(By.ID, "usage-period")).select_by_value("2026-02")
+    browser.find_element(By.ID, "usage-csv").click()
+    csv = downloaded(browser, "usage_acme_2026-02.csv")
+    assert csv == portal["expected"][lang]["csv"]
+    shot(browser, f"05-february-{tag}")
+
+    # -- sign out: back to the sign-in page, and the session is gone -------------------------
+    browser.find_element(By.ID, "sign-out").click()
+    wait.until(until.presence_of_element_located((By.ID, "notice")))
+    assert text(browser, "notice") == words["signed_out"]
+    assert browser.get_cookie("gpubill_session") is None
+    browser.get(portal["url"] + "/files/usage?period=2026-02&format=csv")
+    wait.until(until.presence_of_element_located((By.ID, "sign-in")))
+    shot(browser, f"06-signed-out-{tag}")

@@ -1,0 +1,352 @@
+"""The tenant API over HTTP (FastAPI's TestClient) on a real embedded ClickHouse.
+
+The world (`seed_world`): three registered tenants, each renting one A800 on the hourly plan,
+¥3600/h = ¥1/s, for SECONDS[t] seconds at the start of March 2026 — so each March invoice's
+rent line is ¥SECONDS[t] — invoiced once; a key per tenant, an operator key, a revoked and
+an expired key of t01.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+from billing_rules import load_rules
+from gpubill.api.app import create_app
+from gpubill.config import Settings
+from reports.access_log import access_log
+from reports.api_keys import create_key, revoke_key
+from reports.invoicing import run_period
+from reports.tenants import add_tenant
+from schemas.tables import RATED_SECONDS
+from warehouse import writes
+from warehouse.connection import open_database
+from warehouse.writes import stamp_hours
+
+RULES_DIR = Path(__file__).parents[1] / "e2e" / "rules"
+RULES = load_rules(RULES_DIR)
+PERIOD = "2026-03"
+INVOICED_AT = datetime(2026, 4, 10, tzinfo=UTC)
+SECONDS = {"t01": 7200, "t02": 3600, "t03": 1800}
+NAMES = {"t01": "Acme Render", "t02": "Beta Labs", "t03": "北京算力科技有限公司"}
+USAGE_FORMATS = ("csv", "json", "parquet", "pdf")
+INVOICE_FORMATS = ("json", "csv", "pdf")
+
+
+def seed_world(db: Any) -> dict:
+    """Tenants, rated rent rows, March invoices and keys; returns {"tokens", "numbers", "keys"}."""
+    lo, _ = RULES.period_bounds(PERIOD)
+    rows = []
+    for n, (tenant, count) in enumerate(sorted(SECONDS.items())):
+        add_tenant(db, tenant, NAMES[tenant], now=datetime(2026, 2, 1, tzinfo=UTC))
+        for second in range(lo + 3600 * 3 * n, lo + 3600 * 3 * n + count):  # hours of its own each
+            at = datetime.fromtimestamp(second, UTC)
+            row = {c: 0 for c in RATED_SECONDS} | {
+                "gpu_uuid": f"GPU-{tenant}", "second": at, "period": PERIOD, "tenant": tenant,
+                "instance": f"i-{tenant}", "site": "gz-guian", "node": "gz-n1", "plan": "hourly",
+                "gpu_model": "A800-80G", "stream": "rent", "rent_price": Decimal(3600), "rent_per_s": 3600,
+                "discount_pct": Decimal(0), "util_pct": Decimal(50), "band": "", "tariff_per_kwh": Decimal(0),
+                "pue": Decimal(0), "version": 1, "rated_at": at, "src_partition": 0, "src_offset": second}
+            rows.append([row[c] for c in RATED_SECONDS])
+    db.insert("rated_seconds", rows, RATED_SECONDS)
+    stamp_hours(db, {(PERIOD, (lo + 3600 * 3 * n) // 3600 * 3600 + 3600 * h)
+                     for n in range(len(SECONDS)) for h in range(3)})
+    time.sleep(0.01)
+    run_period(db, RULES, PERIOD, now=INVOICED_AT)
+    numbers = {str(t): str(n) for n, t in db.query("SELECT number, tenant FROM invoices FINAL")}
+    tokens, keys = {}, {}
+    for tenant in SECONDS:
+        keys[tenant], tokens[tenant] = create_key(db, tenant=tenant, label=f"{tenant} automation")
+    keys["operator"], tokens["operator"] = create_key(db, tenant=None, role="operator", label="support desk")
+    keys["revoked"], tokens["revoked"] = create_key(db, tenant="t01", label="old")
+    revoke_key(db, keys["revoked"].id)
+    _, tokens["expired"] = create_key(db, tenant="t01", label="short", expires=date(2026, 1, 1),
+                                      now=datetime(2025, 12, 1, tzinfo=UTC))
+    return {"tokens": tokens, "numbers": numbers, "keys": keys}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    writes_margin = writes.MARGIN_S
+    writes.MARGIN_S = 0
+    try:
+        with open_database(f"chdb://{tmp_path_factory.mktemp('api') / 'ch'}") as db:
+            yield db, seed_world(db)
+    finally:
+        writes.MARGIN_S = writes_margin
+
+
+def make_client(db: Any, **limits: Any) -> TestClient:
+    settings = Settings(**{"api_auth_failures": 100_000, "api_rate_burst": 100_000, "api_rate_per_s": 100_000.0,
+                           **limits})
+    return TestClient(create_app(settings, db, lambda: RULES), raise_server_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def client(world):
+    db, _ = world
+    with make_client(db) as http:
+        yield http
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_me_names_the_key_s_own_tenant(client, world):
+    _, seeded = world
+    for tenant in SECONDS:
+        answer = client.get("/v1/me", headers=bearer(seeded["tokens"][tenant]))
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert (body["tenant"], body["display_name"], body["role"]) == (tenant, NAMES[tenant], "tenant")
+        assert body["key_id"] == seeded["keys"][tenant].id and body["label"] == f"{tenant} automation"
+    operator = client.get("/v1/me", headers=bearer(seeded["tokens"]["operator"])).json()
+    assert (operator["tenant"], operator["role"]) == (None, "operator")
+
+
+def test_usage_download_is_the_cli_s_report(client, world):
+    from reports.render import render_usage
+    from reports.usage_report import usage_report
+
+    db, seeded = world
+    report = usage_report(db, RULES, "t01", PERIOD)
+    for fmt in ("csv", "json"):
+        answer = client.get(f"/v1/usage?period={PERIOD}&format={fmt}", headers=bearer(seeded["tokens"]["t01"]))
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["content-disposition"] == f'attachment; filename="usage_t01_{PERIOD}.{fmt}"'
+        expected = render_usage(report, fmt)
+        if fmt == "json":  # generated_at is the build's own time
+            got, want = orjson.loads(answer.content), orjson.loads(expected)
+            got.pop("generated_at"), want.pop("generated_at")
+            assert got == want
+        else:
+            assert answer.content == expected
+    # by hand: 7200 s × ¥1/s = ¥7200.00, 2 GPU-hours, on one day
+    csv = client.get(f"/v1/usage?period={PERIOD}", headers=bearer(seeded["tokens"]["t01"])).text
+    assert "7200.00" in csv and "GPU-t01" in csv
+    pdf = client.get(f"/v1/usage?period={PERIOD}&format=pdf&lang=zh-CN", headers=bearer(seeded["tokens"]["t03"]))
+    assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF") and pdf.headers["content-type"] == "application/pdf"
+    hourly = client.get(f"/v1/usage?period={PERIOD}&format=json&granularity=hour", headers=bearer(seeded["tokens"]["t01"]))
+    assert hourly.status_code == 200 and len(orjson.loads(hourly.content)["rows"]) == 2  # two whole hours
+
+
+def test_invoices_list_and_download(client, world):
+    db, seeded = world
+    answer = client.get("/v1/invoices", headers=bearer(seeded["tokens"]["t02"]))
+    assert answer.status_code == 200
+    (only,) = answer.json()["invoices"]
+    # ¥1/s × 3600 s = ¥3600.00 before credits and VAT
+    assert (only["number"], only["period"], only["subtotal"]) == (seeded["numbers"]["t02"], PERIOD, "3600.00")
+    for fmt in INVOICE_FORMATS:
+        got = client.get(f"/v1/invoices/{only['number']}?format={fmt}", headers=bearer(seeded["tokens"]["t02"]))
+        assert got.status_code == 200, got.text
+        assert got.headers["content-disposition"] == f'attachment; filename="{only["number"]}_t02_{PERIOD}.{fmt}"'
+    invoice = client.get(f"/v1/invoices/{only['number']}", headers=bearer(seeded["tokens"]["t02"])).json()
+    assert invoice["number"] == only["number"] and invoice["tenant"] == "t02"
+
+
+def test_current_is_an_estimate_with_its_data_time(client, world):
+    _, seeded = world
+    answer = client.get("/v1/usage/current", headers=bearer(seeded["tokens"]["t01"]))
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["tenant"] == "t01" and body["estimate"] is True and body["currency"] == "CNY"
+    assert {"gpu_hours", "kwh", "rent", "electricity", "credits", "vat", "estimated_total", "newest_data_at",
+            "invoiced", "invoice_number", "period"} <= set(body)
+    Decimal(body["estimated_total"])  # a decimal string, never a float
+
+
+def test_operator_keys_choose_the_tenant(client, world):
+    _, seeded = world
+    operator = bearer(seeded["tokens"]["operator"])
+    missing = client.get("/v1/invoices", headers=operator)
+    assert missing.status_code == 400 and missing.json()["param"] == "tenant"
+    answer = client.get("/v1/invoices?tenant=t03", headers=operator)
+    assert [i["number"] for i in answer.json()["invoices"]] == [seeded["numbers"]["t03"]]
+    own = client.get("/v1/invoices?tenant=t01", headers=bearer(seeded["tokens"]["t01"]))
+    assert own.status_code == 400 and own.json()["param"] == "tenant"
+
+
+def _endpoints(victim: str, numbers: dict[str, str]) -> list[str]:
+    """Every route with every identifier of `victim`'s (its tenant id, its invoice number)."""
+    number = numbers[victim]
+    urls = ["/v1/me", f"/v1/me?tenant={victim}", "/v1/usage/current", f"/v1/usage/current?tenant={victim}",
+            "/v1/invoices", f"/v1/invoices?tenant={victim}"]
+    for fmt in USAGE_FORMATS:
+        urls += [f"/v1/usage?period={PERIOD}&format={fmt}", f"/v1/usage?period={PERIOD}&format={fmt}&tenant={victim}",
+                 f"/v1/usage?period={PERIOD}&format={fmt}&granularity=hour"]
+    for fmt in INVOICE_FORMATS:
+        urls += [f"/v1/invoices/{number}?format={fmt}", f"/v1/invoices/{number}?format={fmt}&tenant={victim}",
+                 f"/v1/invoices/{number.lower()}?format={fmt}", f"/v1/invoices/{number}%20?format={fmt}"]
+    return urls
+
+
+def _traces(tenant: str, numbers: dict[str, str]) -> list[bytes]:
+    """Bytes that only `tenant`'s data holds."""
+    return [f"GPU-{tenant}".encode(), f"i-{tenant}".encode(), numbers[tenant].encode(), NAMES[tenant].encode(),
+            f'"{tenant}"'.encode(), f"_{tenant}_".encode()]
+
+
+def test_idor_sweep_no_byte_of_another_tenant(client, world):
+    _, seeded = world
+    numbers = seeded["numbers"]
+    not_there = client.get("/v1/invoices/GB-2026-999999", headers=bearer(seeded["tokens"]["t01"]))
+    for reader in SECONDS:
+        for victim in SECONDS:
+            if reader == victim:
+                continue
+            for url in _endpoints(victim, numbers):
+                answer = client.get(url, headers=bearer(seeded["tokens"][reader]))
+                for trace in _traces(victim, numbers):
+                    assert trace not in answer.content, (reader, url, trace)
+                    assert trace.decode() not in str(answer.headers), (reader, url, trace)
+                if url.startswith(f"/v1/invoices/{numbers[victim]}?") and "tenant=" not in url:
+                    # another tenant's number answers exactly as a number that does not exist
+                    assert (answer.status_code, answer.content) == (404, not_there.content), url
+
+
+BAD_TOKENS = {
+    "missing": None, "empty": "", "malformed": "gpb_nonsense", "huge": "gpb_" + "A" * 20_000,
+    "unknown": "gpb_k_aaaaaaaaaaaaaaaa_" + "A" * 43, "basic": "Basic dXNlcjpwYXNz", "crlf": "gpb_x\r\nX-Evil: 1",
+}
+
+
+@pytest.mark.parametrize("url", ["/v1/me", f"/v1/usage?period={PERIOD}", "/v1/usage/current", "/v1/invoices",
+                                 "/v1/invoices/GB-2026-000001"])
+def test_bad_keys_are_401(client, world, url):
+    _, seeded = world
+    tokens = dict(BAD_TOKENS) | {"revoked": seeded["tokens"]["revoked"], "expired": seeded["tokens"]["expired"],
+                                 "lowercase-scheme": None}
+    for name, token in tokens.items():
+        if name == "missing":
+            headers = {}
+        elif name == "basic":
+            headers = {"Authorization": token}
+        elif name == "lowercase-scheme":
+            headers = {"Authorization": "bearer " + seeded["tokens"]["revoked"]}
+        elif name == "crlf":
+            continue  # httpx refuses to send it; uvicorn's parser would too
+        else:
+            headers = bearer(token)
+        answer = client.get(url, headers=headers)
+        assert answer.status_code == 401, (name, answer.text)
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert answer.headers["www-authenticate"].startswith("Bearer")
+        assert answer.json()["status"] == 401 and answer.json()["detail"]
+    two = client.get(url, headers=[("Authorization", "Bearer " + seeded["tokens"]["t01"]),
+                                   ("Authorization", "Bearer " + seeded["tokens"]["t02"])])
+    assert two.status_code == 401
+
+
+def test_brute_force_is_slowed_down_per_address(world):
+    db, seeded = world
+    with make_client(db, api_auth_failures=5, api_auth_window_s=60) as http:
+        for _ in range(5):
+            assert http.get("/v1/me", headers=bearer(BAD_TOKENS["unknown"])).status_code == 401
+        blocked = http.get("/v1/me", headers=bearer(BAD_TOKENS["unknown"]))
+        assert blocked.status_code == 429 and 1 <= int(blocked.headers["retry-after"]) <= 60
+        # the right key from that address waits too: guessing must not pay off
+        assert http.get("/v1/me", headers=bearer(seeded["tokens"]["t01"])).status_code == 429
+    with TestClient(create_app(Settings(api_auth_failures=5), db, lambda: RULES), client=("10.9.9.9", 1234)) as other:
+        assert other.get("/v1/me", headers=bearer(seeded["tokens"]["t01"])).status_code == 200
+
+
+def test_rate_limit_per_key_with_retry_after(world):
+    db, seeded = world
+    # one token back per 100 s: a loaded machine taking seconds over these requests refills none
+    with make_client(db, api_rate_per_s=0.01, api_rate_burst=3) as http:
+        codes = [http.get("/v1/me", headers=bearer(seeded["tokens"]["t01"])).status_code for _ in range(4)]
+        assert codes == [200, 200, 200, 429]
+        limited = http.get("/v1/me", headers=bearer(seeded["tokens"]["t01"]))
+        assert 90 <= int(limited.headers["retry-after"]) <= 100  # one token back at 0.01/s, less what refilled
+        assert http.get("/v1/me", headers=bearer(seeded["tokens"]["t02"])).status_code == 200  # per key
+
+
+def test_downloads_in_flight_are_capped_per_key(world):
+    db, seeded = world
+    with make_client(db, api_downloads_per_key=1) as http:
+        service = http.app.state.service
+        slot = service.downloads.acquire(seeded["keys"]["t01"].id)
+        with slot:
+            answer = http.get(f"/v1/usage?period={PERIOD}", headers=bearer(seeded["tokens"]["t01"]))
+            assert answer.status_code == 429 and answer.headers["retry-after"] == "1"
+            assert http.get(f"/v1/usage?period={PERIOD}", headers=bearer(seeded["tokens"]["t02"])).status_code == 200
+        assert http.get(f"/v1/usage?period={PERIOD}", headers=bearer(seeded["tokens"]["t01"])).status_code == 200
+
+
+@pytest.mark.parametrize(("query", "param"), [
+    ("", "period"), ("period=2026-3", "period"), ("period=2026-13", "period"),
+    ("period=2099-01", "period"), ("period=2026-03&format=exe", "format"), ("period=2026-03&format=CSV", "format"),
+    ("period=2026-03&granularity=minute", "granularity"), ("period=2026-03&lang=fr", "lang"),
+    ("period=2026-03&period=2026-02", "period"), ("period=2026-03&formt=pdf", "formt"),
+    ("period=" + "9" * 300, "period"), ("period=2026-03%00", "period"), ("period=２０２６-03", "period"),
+])
+def test_bad_parameters_are_400_naming_the_parameter(client, world, query, param):
+    _, seeded = world
+    answer = client.get(f"/v1/usage?{query}", headers=bearer(seeded["tokens"]["t01"]))
+    assert answer.status_code == 400, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    body = answer.json()
+    assert body["param"] == param and body["title"] == "Bad Request" and body["type"] == "about:blank"
+    assert body["detail"].startswith(param)
+
+
+@pytest.mark.parametrize("number", ["..%2F..%2Fetc%2Fpasswd", "GB-2026-000001%0D%0AX-Evil:%201", "%00",
+                                    "GB-2026-" + "1" * 5000, "GB-2026-00000１", "GB-2026-000001.pdf"])
+def test_hostile_invoice_numbers_are_404(client, world, number):
+    _, seeded = world
+    answer = client.get(f"/v1/invoices/{number}?format=pdf", headers=bearer(seeded["tokens"]["t01"]))
+    assert answer.status_code == 404
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert "x-evil" not in answer.headers and "content-disposition" not in answer.headers
+
+
+def test_framework_errors_are_problem_json(client, world):
+    _, seeded = world
+    for method, url, status in (("GET", "/v2/nothing", 404), ("POST", "/v1/me", 405), ("DELETE", "/v1/invoices", 405)):
+        answer = client.request(method, url, headers=bearer(seeded["tokens"]["t01"]))
+        assert answer.status_code == status
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert answer.json()["status"] == status and answer.json()["detail"]
+
+
+def test_operations_endpoints(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok", "rules": "ok", "access_log": "ok"}
+    assert b"gpubill_api_requests_total" in client.get("/metrics").content
+    spec = client.get("/openapi.json").json()
+    assert {"/v1/me", "/v1/usage", "/v1/usage/current", "/v1/invoices", "/v1/invoices/{number}"} <= set(spec["paths"])
+    docs = client.get("/docs")
+    assert docs.status_code == 200 and "/v1/usage" in docs.text and "<script" not in docs.text
+
+
+def test_downloads_and_refusals_are_recorded(world):
+    db, seeded = world
+    started = datetime.now(UTC).replace(microsecond=0)
+    with make_client(db) as http:
+        got = http.get(f"/v1/usage?period={PERIOD}&format=json", headers=bearer(seeded["tokens"]["t02"]))
+        refused = http.get("/v1/invoices", headers=bearer(seeded["tokens"]["revoked"]))
+        assert (got.status_code, refused.status_code) == (200, 401)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:  # written within a second (FLUSH_S), without a stop
+            records = [r for r in access_log(db, key_id=seeded["keys"]["t02"].id, since=started)
+                       if (r.fmt, r.status) == ("json", 200)]
+            if records:
+                break
+            time.sleep(0.1)
+        assert records, "not written within 3 s"
+    download = records[0]
+    assert (download.tenant, download.what, download.period, download.fmt, download.bytes) == (
+        "t02", "/v1/usage", PERIOD, "json", len(got.content))
+    assert download.client == "testclient" and download.reason == ""
+    refusals = access_log(db, key_id=seeded["keys"]["revoked"].id, since=started)
+    assert [(r.status, r.reason, r.what, r.tenant) for r in refusals] == [(401, "revoked", "/v1/invoices", "")]

@@ -1,0 +1,432 @@
+"""The web page over a stand-in Service (the same method names and Problem answers as
+gpubill/api/service.py), through FastAPI's test client: sign-in, the session cookie, CSRF,
+sign-out, revoked keys, operators choosing a tenant, both languages, downloads in the
+page's language, the security headers, and hostile names. The real Service, database and
+browser are tests/e2e/test_web_browser.py's.
+
+The stand-in's figures (month-to-date of acme, 2026-03), as the summary must show them:
+    GPU-hours 1234.5 → "1,234.50"; kWh 98.765 → "98.77" (half up); rent ¥1,234.50;
+    electricity ¥100.00; credits ¥150.00 shown as a deduction "−¥150.00";
+    VAT 6 % of (1,234.50 + 100.00 − 150.00 = 1,184.50) = 71.07; total 1,184.50 + 71.07 = ¥1,255.57
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from gpubill.api import web
+from gpubill.api.problems import Problem
+from gpubill.api.web_session import Sessions
+
+
+@dataclass(frozen=True)
+class Key:
+    id: str
+    tenant: str
+    role: str = "tenant"
+    label: str = ""
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Current:
+    tenant: str
+    period: str
+    gpu_hours: Decimal
+    kwh: Decimal
+    rent: Decimal
+    electricity: Decimal
+    credits: Decimal
+    vat: Decimal
+    estimated_total: Decimal
+    newest_data_at: datetime | None
+    invoiced: bool
+    invoice_number: str | None
+
+
+@dataclass(frozen=True)
+class Daily:
+    day: str
+    gpu_hours: Decimal
+    rent: Decimal
+    electricity: Decimal
+    spend: Decimal
+
+
+@dataclass(frozen=True)
+class File:
+    body: bytes
+    media_type: str
+    filename: str
+
+
+ACME = Key("k_acme", "acme", label="ci-bot", expires_at=datetime(2027, 1, 31, 23, 59, 59, tzinfo=UTC))
+BETA = Key("k_beta", "beta", label="")
+OPERATOR = Key("k_op", "", role="operator", label="support desk")
+TOKENS = {"gpb_k_acme_secret": ACME, "gpb_k_beta_secret": BETA, "gpb_k_op_secret": OPERATOR}
+NAMES = {"acme": "Acme 算力 <Ltd>", "beta": "<script>alert(1)</script>\u202eevil"}
+INVOICES = {"acme": [{"number": "GB-2026-000001", "period": "2026-02", "status": "issued",
+                      "issued_at": "2026-03-04T08:00:00Z", "currency": "CNY", "total": "1000.10"}],
+            "beta": [{"number": "GB-2026-000002", "period": "2026-02", "status": "issued",
+                      "issued_at": "2026-03-04T08:00:00Z", "currency": "CNY", "total": "7.00"}]}
+
+
+@dataclass
+class FakeService:
+    """Service's methods over the figures above; `calls` says what the page asked for."""
+
+    revoked: set[str] = field(default_factory=set)
+    blocked: dict[str, int] = field(default_factory=dict)  # client → Retry-After seconds
+    calls: list[tuple] = field(default_factory=list)
+
+    def authenticate(self, token: str, client: str) -> Key:
+        self.calls.append(("authenticate", client))
+        if client in self.blocked:
+            raise Problem(429, "too many", headers={"Retry-After": str(self.blocked[client])})
+        key = TOKENS.get(token)
+        if key is None or key.id in self.revoked:
+            raise Problem(401, "the API key is not valid")
+        return key
+
+    def tenant_for(self, key: Key, requested: str | None) -> str:
+        if key.role != "operator":
+            if requested is not None:
+                raise Problem(400, "tenant: only operator keys choose", param="tenant")
+            return key.tenant
+        if not requested or not requested.isalnum():
+            raise Problem(400, "tenant: not a tenant id", param="tenant")
+        return requested
+
+    def me(self, key: Key) -> dict:
+        return {"tenant": key.tenant or None, "display_name": NAMES.get(key.tenant, ""), "key_id": key.id,
+                "role": key.role, "label": key.label,
+                "expires_at": key.expires_at.isoformat().replace("+00:00", "Z") if key.expires_at else None}
+
+    def current(self, key: Key, tenant: str) -> Current:
+        self.calls.append(("current", tenant))
+        return Current(tenant, "2026-03", Decimal("1234.5"), Decimal("98.765"), Decimal("1234.50"),
+                       Decimal("100.00"), Decimal("150.00"), Decimal("71.07"), Decimal("1255.57"),
+                       datetime(2026, 3, 10, 8, 30, 5, tzinfo=UTC), False, None)
+
+    def daily(self, key: Key, tenant: str, period: str) -> list[Daily]:
+        self.calls.append(("daily", tenant, period))
+        return [Daily(f"{period}-01", Decimal("10"), Decimal("10"), Decimal("1"), Decimal("11")),
+                Daily(f"{period}-03", Decimal("5"), Decimal("5"), Decimal("0.5"), Decimal("5.5"))]
+
+    def invoices(self, key: Key, tenant: str) -> list[dict]:
+        return INVOICES.get(tenant, [])
+
+    def usage_download(self, key, tenant, period, fmt, granularity, lang) -> File:
+        self.calls.append(("usage", tenant, period, fmt, granularity, lang))
+        if period != "2026-03":
+            raise Problem(400, "period: not a month like 2026-03", param="period")
+        return File(f"usage {tenant} {period} {fmt} {granularity} {lang}".encode(), "text/csv; charset=utf-8",
+                    f"usage_{tenant}_{period}.{fmt}")
+
+    def invoice_download(self, key, tenant, number, fmt, lang) -> File:
+        self.calls.append(("invoice", tenant, number, fmt, lang))
+        if number not in {i["number"] for i in INVOICES.get(tenant, [])}:
+            raise Problem(404, "no such invoice")
+        return File(f"invoice {tenant} {number} {fmt} {lang}".encode(), "application/pdf",
+                    f"{number}_{tenant}_2026-02.{fmt}")
+
+
+# -- the harness -----------------------------------------------------------------------------
+
+BASE = "http://portal.test"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Portal:
+    client: TestClient
+    service: FakeService
+    sessions: Sessions
+    clock: Clock
+
+    def login_token(self) -> str:
+        page = self.client.get("/")
+        return re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+
+    def sign_in(self, token: str = "gpb_k_acme_secret", **headers: str):
+        csrf = self.login_token()
+        return self.client.post("/session", data={"key": token, "csrf": csrf},
+                                headers={"Origin": BASE, **headers}, follow_redirects=False)
+
+    def csrf(self) -> str:
+        return re.search(r'name="csrf" value="([^"]+)"', self.client.get("/").text).group(1)
+
+
+def make_portal(base: str = BASE) -> Portal:
+    app, service, clock = FastAPI(), FakeService(), Clock()
+    sessions = Sessions(clock=clock)
+    web.install(app, service, sessions=sessions)
+    return Portal(TestClient(app, base_url=base), service, sessions, clock)
+
+
+@pytest.fixture
+def portal() -> Portal:
+    return make_portal()
+
+
+def cookie_header(response, name: str) -> str:
+    found = [v for v in response.headers.get_list("set-cookie") if v.startswith(f"{name}=")]
+    assert len(found) == 1, response.headers.get_list("set-cookie")
+    return found[0]
+
+
+def text_of(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+# -- sign-in, the session cookie, sign-out ---------------------------------------------------
+
+def test_signed_out_the_page_is_a_sign_in_form_with_a_login_token_cookie(portal):
+    page = portal.client.get("/")
+    assert page.status_code == 200 and 'action="/session"' in page.text and 'type="password"' in page.text
+    login = cookie_header(page, "gpubill_login").lower()
+    assert "httponly" in login and "samesite=strict" in login and "secure" not in login
+    assert portal.service.calls == []  # nothing is read before a key is given
+
+
+def test_a_valid_key_opens_a_session_held_in_an_httponly_strict_cookie(portal):
+    done = portal.sign_in()
+    assert done.status_code == 303 and done.headers["location"] == "/"
+    session = cookie_header(done, "gpubill_session").lower()
+    assert "httponly" in session and "samesite=strict" in session and "path=/" in session
+    assert "max-age" not in session and "secure" not in session  # a browser-session cookie; http here
+    assert "gpb_k_acme_secret" not in session  # the key stays on the server
+    assert len(portal.sessions) == 1
+    page = portal.client.get("/")
+    words = text_of(page.text)
+    for shown in ("¥1,255.57", "1,234.50", "98.77", "¥1,234.50", "¥100.00", "\u2212¥150.00", "¥71.07",
+                  "2026-03-10 08:30 UTC", "Estimate — not yet invoiced", "GB-2026-000001", "¥1,000.10"):
+        assert shown in words, shown
+    assert ("current", "acme") in portal.service.calls and ("daily", "acme", "2026-03") in portal.service.calls
+
+
+def test_behind_a_tls_proxy_the_session_cookie_is_secure(portal):
+    done = portal.client.post("/session", data={"key": "gpb_k_acme_secret", "csrf": portal.login_token()},
+                              headers={"Origin": "https://portal.test"}, follow_redirects=False)
+    assert done.status_code == 303 and "secure" in cookie_header(done, "gpubill_session").lower()
+
+
+def test_over_https_the_cookies_are_secure_and_hsts_is_sent():
+    portal = make_portal("https://portal.test")
+    done = portal.client.post("/session", data={"key": "gpb_k_acme_secret", "csrf": portal.login_token()},
+                              headers={"Origin": "https://portal.test"}, follow_redirects=False)
+    assert done.status_code == 303
+    assert "secure" in cookie_header(done, "gpubill_session").lower()
+    assert "max-age=31536000" in portal.client.get("/").headers["strict-transport-security"]
+
+
+@pytest.mark.parametrize("key, status, message", [
+    ("gpb_k_nobody_secret", 401, "This key was not accepted"),
+    ("   ", 400, "Enter your API key"),
+    ("x" * 300, 400, "This key was not accepted"),
+])
+def test_a_refused_key_opens_nothing_and_says_what_to_do(portal, key, status, message):
+    done = portal.sign_in(key)
+    assert done.status_code == status and message in done.text
+    assert "gpubill_session=" not in done.headers.get("set-cookie", "") and len(portal.sessions) == 0
+
+
+def test_an_address_slowed_down_is_told_when_to_retry(portal):
+    portal.service.blocked["testclient"] = 42
+    done = portal.sign_in()
+    assert done.status_code == 429 and done.headers["retry-after"] == "42"
+    assert "Try again in 42 seconds" in done.text and len(portal.sessions) == 0
+
+
+def test_sign_in_refuses_forms_from_elsewhere(portal):
+    csrf = portal.login_token()
+    form = {"key": "gpb_k_acme_secret", "csrf": csrf}
+    for headers in ({"Origin": "https://evil.test"}, {"Origin": "null"}, {},
+                    {"Referer": "https://evil.test/page"}, {"Origin": BASE + ":8443"}):
+        done = portal.client.post("/session", data=form, headers=headers, follow_redirects=False)
+        assert done.status_code == 403 and "expired or did not come from this page" in done.text, headers
+    for token in ("", "x" * 43, csrf[:-1]):  # the double-submitted token must match the cookie's
+        done = portal.client.post("/session", data={**form, "csrf": token}, headers={"Origin": BASE},
+                                  follow_redirects=False)
+        assert done.status_code == 403
+    done = portal.client.post("/session", data=form, headers={"Referer": f"{BASE}/"}, follow_redirects=False)
+    assert done.status_code == 303  # no Origin but our own Referer: accepted
+    assert portal.service.calls.count(("authenticate", "testclient")) == 1  # refused forms never reach the key check
+
+
+def test_sign_in_always_opens_a_new_session(portal):
+    portal.client.cookies.set("gpubill_session", "planted-by-someone-else", domain="portal.test")
+    done = portal.sign_in()
+    assert "planted-by-someone-else" not in cookie_header(done, "gpubill_session")
+    first = portal.client.cookies.get("gpubill_session")
+    token = "t" * 43  # signing in again from a second sign-in form, while signed in
+    portal.client.cookies.set("gpubill_login", token, domain="portal.test")
+    again = portal.client.post("/session", data={"key": "gpb_k_acme_secret", "csrf": token}, headers={"Origin": BASE},
+                               follow_redirects=False)
+    assert again.status_code == 303 and portal.client.cookies.get("gpubill_session") != first
+    assert len(portal.sessions) == 1  # the session it replaced is ended
+
+
+def test_sign_out_needs_the_sessions_token_and_ends_the_session_on_the_server(portal):
+    portal.sign_in()
+    stolen = portal.client.cookies.get("gpubill_session")
+    refused = portal.client.post("/session/end", data={"csrf": "nope"}, headers={"Origin": BASE},
+                                 follow_redirects=False)
+    assert refused.status_code == 403 and len(portal.sessions) == 1
+    refused = portal.client.post("/session/end", data={"csrf": portal.csrf()}, headers={"Origin": "https://evil.test"},
+                                 follow_redirects=False)
+    assert refused.status_code == 403 and len(portal.sessions) == 1
+    done = portal.client.post("/session/end", data={"csrf": portal.csrf()}, headers={"Origin": BASE},
+                              follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/?m=signed_out"
+    assert "max-age=0" in cookie_header(done, "gpubill_session").lower() and len(portal.sessions) == 0
+    replay = TestClient(portal.client.app, base_url=BASE, cookies={"gpubill_session": stolen})
+    page = replay.get("/")
+    assert 'action="/session"' in page.text and "Acme" not in page.text
+
+
+def test_a_key_revoked_mid_session_ends_it(portal):
+    portal.sign_in()
+    portal.service.revoked.add("k_acme")
+    page = portal.client.get("/")
+    assert page.status_code == 401 and "Your session has ended" in page.text and len(portal.sessions) == 0
+    download = portal.client.get("/files/usage?period=2026-03&format=csv", follow_redirects=False)
+    assert download.status_code == 303 and download.headers["location"] == "/?m=ended"
+
+
+def test_an_idle_session_ends_after_thirty_minutes(portal):
+    portal.sign_in()
+    portal.clock.now += 29 * 60
+    assert "Acme" in portal.client.get("/").text  # a request restarts the idle clock
+    portal.clock.now += 29 * 60
+    assert "Acme" in portal.client.get("/").text
+    portal.clock.now += 31 * 60
+    assert 'action="/session"' in portal.client.get("/").text and len(portal.sessions) == 0
+
+
+# -- what the page shows, for whom -----------------------------------------------------------
+
+def test_a_tenant_key_cannot_pick_another_tenant(portal):
+    portal.sign_in()
+    done = portal.client.post("/tenant", data={"tenant": "beta", "csrf": portal.csrf()}, headers={"Origin": BASE},
+                              follow_redirects=False)
+    assert done.status_code == 303
+    page = portal.client.get("/").text
+    assert "GB-2026-000001" in page and "GB-2026-000002" not in page and 'action="/tenant"' not in page
+    assert not any(call[1:2] == ("beta",) for call in portal.service.calls)
+    other = portal.client.get("/files/invoices/GB-2026-000002?format=pdf")
+    assert other.status_code == 404 and "invoice beta" not in other.text and "it is not yours" in other.text
+    assert "该项不存在" in portal.client.get("/files/invoices/GB-2026-000002?format=pdf&lang=zh-CN").text
+
+
+def test_an_operator_chooses_the_tenant_on_the_page(portal):
+    portal.sign_in("gpb_k_op_secret")
+    page = portal.client.get("/").text
+    assert 'action="/tenant"' in page and "Choose a tenant" in page and "¥" not in text_of(page).split("Amounts")[0]
+    refused = portal.client.post("/tenant", data={"tenant": "../etc", "csrf": portal.csrf()}, headers={"Origin": BASE})
+    assert refused.status_code == 400 and "not a tenant id" in refused.text
+    done = portal.client.post("/tenant", data={"tenant": "beta", "csrf": portal.csrf()}, headers={"Origin": BASE},
+                              follow_redirects=False)
+    assert done.status_code == 303
+    page = portal.client.get("/").text
+    assert "GB-2026-000002" in page and ("current", "beta") in portal.service.calls
+    body = portal.client.get("/files/invoices/GB-2026-000002?format=pdf").content
+    assert body == b"invoice beta GB-2026-000002 pdf en"
+
+
+def test_names_from_outside_are_escaped_and_isolated(portal):
+    portal.sign_in("gpb_k_beta_secret")
+    page = portal.client.get("/").text
+    assert "<script>alert(1)</script>" not in page
+    assert "<bdi>&lt;script&gt;alert(1)&lt;/script&gt;\u202eevil</bdi>" in page
+    assert "<script" not in page.replace('<script src="/assets/app.js', "")
+
+
+def test_the_chart_month_can_be_chosen_and_a_bad_one_is_ignored(portal):
+    portal.sign_in()
+    page = portal.client.get("/?period=2026-01").text
+    assert ("daily", "acme", "2026-01") in portal.service.calls and 'value="2026-01" selected' in page
+    portal.client.get("/?period=2026-13")
+    portal.client.get("/?period=1999-01")  # not one of the months offered
+    assert [c[2] for c in portal.service.calls if c[0] == "daily"][-2:] == ["2026-03", "2026-03"]
+
+
+# -- languages ------------------------------------------------------------------------------
+
+def test_the_language_comes_from_the_switcher_then_the_cookie_then_the_browser(portal):
+    portal.sign_in()
+    assert '<html lang="en">' in portal.client.get("/").text
+    chinese = portal.client.get("/", headers={"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.5"}).text
+    assert '<html lang="zh-CN">' in chinese and "本月至今" in chinese and "预估 — 尚未开票" in chinese
+    assert "¥1,255.57" in chinese  # amounts are written the same way in both
+    switched = portal.client.get("/?lang=zh-CN&period=2026-02")
+    assert "gpubill_lang=zh-CN" in cookie_header(switched, "gpubill_lang")
+    assert '<html lang="zh-CN">' in portal.client.get("/", headers={"Accept-Language": "en"}).text  # cookie wins
+    assert 'href="/?period=2026-02&amp;lang=en"' in switched.text  # the switcher keeps the month
+
+
+def test_downloads_use_the_pages_language(portal):
+    portal.sign_in()
+    english = portal.client.get("/files/usage?period=2026-03&format=pdf&granularity=hour")
+    assert english.content == b"usage acme 2026-03 pdf hour en"
+    portal.client.get("/?lang=zh-CN")
+    chinese = portal.client.get("/files/usage?period=2026-03&format=csv")
+    assert chinese.content == b"usage acme 2026-03 csv day zh-CN"
+    assert chinese.headers["content-disposition"] == 'attachment; filename="usage_acme_2026-03.csv"'
+    assert chinese.headers["cache-control"] == "no-store"
+    invoice = portal.client.get("/files/invoices/GB-2026-000001?format=pdf")
+    assert invoice.content == b"invoice acme GB-2026-000001 pdf zh-CN"
+
+
+def test_a_refused_download_is_a_page_saying_why(portal):
+    portal.sign_in()
+    bad = portal.client.get("/files/usage?period=2026-02&format=csv")
+    assert bad.status_code == 400 and "text/html" in bad.headers["content-type"] and "period:" in bad.text
+    signed_out = TestClient(portal.client.app, base_url=BASE).get("/files/usage?period=2026-03&format=csv",
+                                                                   follow_redirects=False)
+    assert signed_out.status_code == 303 and signed_out.headers["location"] == "/?m=ended"
+
+
+# -- headers and what the page loads ---------------------------------------------------------
+
+def test_every_page_response_carries_the_security_headers(portal):
+    responses = [portal.client.get("/"), portal.sign_in(), portal.client.get("/"),
+                 portal.client.get("/files/usage?period=2026-03&format=csv"), portal.client.get("/assets/app.css"),
+                 portal.client.get("/assets/nope.css")]
+    for response in responses:
+        csp = response.headers["content-security-policy"]
+        assert "unsafe-inline" not in csp and "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+        assert response.headers["x-frame-options"] == "DENY"
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "same-origin"  # no-referrer would make our own posts Origin: null
+
+
+def test_the_page_loads_nothing_from_the_network_and_nothing_inline(portal):
+    portal.sign_in()
+    pages = [portal.client.get("/").text, portal.client.get("/?lang=zh-CN").text, TestClient(
+        portal.client.app, base_url=BASE).get("/").text]
+    for page in pages:
+        for url in re.findall(r'(?:src|href|action)="([^"]*)"', page):
+            assert url.startswith(("/", "#")) and not url.startswith("//"), url
+        assert not re.search(r"<script(?![^>]*\bsrc=)", page) and " style=" not in page and " on" not in re.sub(
+            r">[^<]*<", "><", page).replace(' one', '')
+    assets = [portal.client.get(f"/assets/{name}") for name in ("app.css", "app.js", "logo.svg")]
+    for asset in assets:
+        assert asset.status_code == 200 and "immutable" in asset.headers["cache-control"]
+        body = asset.text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+        assert "http:" not in body and "https:" not in body and "@import" not in body and "url(" not in body
+    assert portal.client.get("/assets/..%2Fweb.py").status_code == 404
