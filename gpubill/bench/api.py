@@ -9,7 +9,8 @@ cards; a Chinese display name) is registered and gets one API key per client, as
 people of one customer each with their own key, so no per-key limit is what is measured.
 
 What it times: the real app (`gpubill.api.create_app`) served by uvicorn in a child process
-(the embedded database is one process's), asked by `clients` concurrent httpx clients:
+(the embedded database is one process's), asked by `clients` concurrent clients (each its
+own kept-alive connection and key):
 
     GET /v1/usage?period=2026-04&format=F     the month's usage report of tenant-0, each format F
     GET /v1/usage/current                      its month-to-date figures
@@ -37,6 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -138,17 +141,17 @@ class _Server:
         self.process = subprocess.Popen([sys.executable, "-m", "gpubill.bench.api", "serve", _dsn(self.directory),
                                          str(port)], env=env)
         url = f"http://127.0.0.1:{port}"
-        import httpx
-
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise GpubillError(f"the API server exited with status {self.process.returncode}")
             try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                with urllib.request.urlopen(f"{url}/readyz", timeout=2) as answer:  # noqa: S310 - our own URL
+                    ready = answer.status == 200
+                if ready:
                     time.sleep(WARM_S)  # the server's start-up work (the CJK font's warm-up thread) is done
                     return url
-            except httpx.HTTPError:
+            except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.2)
         self.__exit__()
@@ -189,45 +192,74 @@ def _serve(dsn: str, port: int) -> None:
 
 
 async def _measure(url: str, keys: list[str], clients: int, requests: int, sequential: int, say: Say) -> dict:
-    import httpx
-
     paths = {fmt: f"/v1/usage?period={PERIOD}&format={fmt}" for fmt in FORMATS}
     paths["current"] = "/v1/usage/current"
     figures: dict[str, dict] = {"1": {}, str(clients): {}}
-    limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as http:
+    connections = [_Client(url, key) for key in keys[:clients]]
+    try:
         for what, path in paths.items():
-            first = await _get(http, path, keys[0], None)  # also warms what a first request warms
-            expected = first.content
+            # fresh connections for each phase: the server closes one idle for 5 s (keep-alive timeout)
+            await connections[0].connect()
+            expected, _ = await connections[0].get(path)  # also warms what a first request warms
             say(f"{what}: 1 client × {sequential}")
-            one = [await _timed(http, path, keys[0], expected) for _ in range(sequential)]
+            one = [await connections[0].timed(path, expected) for _ in range(sequential)]
             say(f"{what}: {clients} clients × {requests}")
+            await asyncio.gather(*(c.connect() for c in connections))
 
-            async def client(key: str) -> list[tuple[float, float]]:
-                return [await _timed(http, path, key, expected) for _ in range(requests)]
+            async def client(connection: _Client) -> list[tuple[float, float]]:
+                return [await connection.timed(path, expected) for _ in range(requests)]
 
-            many = [t for ts in await asyncio.gather(*(client(keys[i]) for i in range(clients))) for t in ts]
+            many = [t for ts in await asyncio.gather(*(client(c) for c in connections)) for t in ts]
             figures["1"][what] = _summary(one) | {"bytes": len(expected)}
             figures[str(clients)][what] = _summary(many) | {"bytes": len(expected)}
+    finally:
+        for connection in connections:
+            connection.close()
     return figures
 
 
-async def _get(http: Any, path: str, key: str, expected: bytes | None) -> Any:
-    response = await http.get(path, headers={"Authorization": f"Bearer {key}"})
-    if response.status_code != 200:
-        raise GpubillError(f"GET {path}: {response.status_code} {response.text[:300]}")
-    if expected is not None and response.content != expected:
-        raise GpubillError(f"GET {path}: an answer differed from the first one")
-    return response
+class _Client:
+    """One client: a kept-alive HTTP/1.1 connection with its own key. Deliberately minimal
+    (a request line, a status line, Content-Length, one readexactly of the body): a full
+    Python HTTP client parsing fifty bodies of half a megabyte in one event loop costs more
+    CPU than the server it measures, on the same two cores."""
 
+    def __init__(self, url: str, key: str) -> None:
+        self.host, self.key = url.removeprefix("http://"), key
+        self.writer: asyncio.StreamWriter | None = None
 
-async def _timed(http: Any, path: str, key: str, expected: bytes) -> tuple[float, float]:
-    """(seconds until the whole answer was read here, seconds the server says it took to its first byte)."""
-    t0 = time.perf_counter()
-    response = await _get(http, path, key, expected)
-    took = time.perf_counter() - t0
-    timing = response.headers.get("server-timing", "")
-    return took, float(timing.partition("dur=")[2] or "nan") / 1000
+    async def connect(self) -> None:
+        """A new connection (the one before, if any, closed)."""
+        self.close()
+        host, _, port = self.host.partition(":")
+        self.reader, self.writer = await asyncio.open_connection(host, int(port), limit=1 << 20)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    async def get(self, path: str) -> tuple[bytes, float]:
+        """(the body of a 200, the server's Server-Timing in seconds); GpubillError otherwise."""
+        self.writer.write(f"GET {path} HTTP/1.1\r\nHost: {self.host}\r\nAuthorization: Bearer {self.key}\r\n"
+                          "Connection: keep-alive\r\n\r\n".encode())
+        head = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        headers = dict(line.split(":", 1) for line in head[1:] if ":" in line)
+        headers = {name.strip().lower(): value.strip() for name, value in headers.items()}
+        body = await self.reader.readexactly(int(headers.get("content-length", "0")))
+        status = head[0].split(" ")[1]
+        if status != "200":
+            raise GpubillError(f"GET {path}: {status} {body[:300].decode('utf-8', 'replace')}")
+        return body, float(headers.get("server-timing", "").partition("dur=")[2] or "nan") / 1000
+
+    async def timed(self, path: str, expected: bytes) -> tuple[float, float]:
+        """(seconds until the whole answer was read here, seconds the server says it took to its first byte)."""
+        t0 = time.perf_counter()
+        body, server_s = await self.get(path)
+        took = time.perf_counter() - t0
+        if body != expected:
+            raise GpubillError(f"GET {path}: an answer differed from the first one")
+        return took, server_s
 
 
 def _summary(timings: list[tuple[float, float]]) -> dict:
