@@ -95,7 +95,8 @@ class Service:
         self.downloads = DownloadSlots(limits.downloads_per_key)
         self.throttle = AuthThrottle(limits.auth_failures, limits.auth_window_s, clock=clock)
         self.keys = TtlCache(KEY_CACHE_S, clock=clock, max_entries=10_000)
-        self.cache = TtlCache(limits.cache_s, clock=clock, max_entries=512, max_bytes=CACHE_BYTES, size_of=_weight)
+        self.cache = TtlCache(limits.cache_s, clock=clock, max_entries=512, max_bytes=CACHE_BYTES, size_of=_weight,
+                              refresh_ahead=True)
 
     # -- who is asking -------------------------------------------------------------------
 

@@ -168,12 +168,11 @@ class _Server:
 
 def _serve(dsn: str, port: int) -> None:
     """The child: the real app over the month, the service's clock fixed at CLOCK."""
-    import uvicorn
-
     from billing_rules import load_rules
     from gpubill.api.app import create_app
     from gpubill.api.reads import Reads
     from gpubill.api.records import AccessRecorder
+    from gpubill.api.server import ApiServer
     from gpubill.api.service import Limits, Service
     from gpubill.bench.month import EXAMPLE_TOU_DIR
     from gpubill.config import load_settings
@@ -188,7 +187,7 @@ def _serve(dsn: str, port: int) -> None:
         recorder = AccessRecorder(lambda records: reads.run(lambda d: record_access(d, records)))
         service = Service(reads, lambda: rules, recorder, limits=Limits.from_settings(settings), now=lambda: clock)
         app = create_app(settings, reads, lambda: rules, service=service)
-        uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        ApiServer(f"127.0.0.1:{port}").attach(app).run()  # as `gpubill serve` runs it
 
 
 async def _measure(url: str, keys: list[str], clients: int, requests: int, sequential: int, say: Say) -> dict:

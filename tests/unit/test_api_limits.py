@@ -253,3 +253,49 @@ def test_serve_reloads_changed_rules_and_keeps_the_last_good_set(tmp_path, monke
     victim.write_text(victim.read_text().replace("\n[[[ not toml\n", "\n# edited\n"))
     reloaded = provider()
     assert reloaded is not first and reloaded.period_bounds("2026-03") == first.period_bounds("2026-03")
+
+
+def test_cache_refreshes_ahead_in_the_background_and_never_serves_past_ttl():
+    clock = Clock()
+    cache = TtlCache(10, clock=clock, refresh_ahead=True)
+    versions = iter(["v1", "v2", "v3"])
+    built = []
+
+    def build():
+        built.append(clock.now)
+        return next(versions)
+
+    assert cache.get_or_build("k", build) == "v1"
+    clock.now += 4.9  # young: served, nothing rebuilt
+    assert cache.get_or_build("k", build) == "v1" and len(built) == 1
+    clock.now += 0.1  # half its life: still served at once, one rebuild in the background
+    assert cache.get_or_build("k", build) == "v1"
+    deadline = time.monotonic() + 5
+    while cache.get("k") != "v2" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cache.get_or_build("k", build) == "v2" and len(built) == 2
+
+
+def test_cache_refresh_ahead_failure_keeps_the_value_until_its_ttl_then_builds():
+    clock = Clock()
+    cache = TtlCache(10, clock=clock, refresh_ahead=True)
+    assert cache.get_or_build("k", lambda: "v1") == "v1"
+    clock.now += 6
+    failed = threading.Event()
+
+    def broken():
+        failed.set()
+        raise ConnectionError("ClickHouse down")
+
+    assert cache.get_or_build("k", broken) == "v1"
+    assert failed.wait(5)
+    deadline = time.monotonic() + 5
+    while cache._building and time.monotonic() < deadline:
+        time.sleep(0.01)
+    failed.clear()
+    assert cache.get_or_build("k", broken) == "v1"  # kept; another refresh is tried, and fails
+    assert failed.wait(5)
+    while cache._building and time.monotonic() < deadline:
+        time.sleep(0.01)
+    clock.now += 4  # past ttl: the next asker builds and waits for it
+    assert cache.get_or_build("k", lambda: "v2") == "v2"
