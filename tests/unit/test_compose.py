@@ -26,8 +26,8 @@ import yaml  # pyyaml, in the `test` extra
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
-APP_SERVICES = ("worker", "scheduler")
-GPUBILL_SERVICES = ("migrate", "worker", "scheduler")  # containers of the gpubill image
+APP_SERVICES = ("worker", "scheduler", "api")
+GPUBILL_SERVICES = ("migrate", "worker", "scheduler", "api")  # containers of the gpubill image
 DEPLOY = ROOT / "deploy"
 TOPIC_PARTITIONS = 8  # gpu.usage.v1 / gpu.power.v1 / gpu.deadletter.v1
 
@@ -147,7 +147,7 @@ def published_targets(service: dict) -> set[int]:
 
 
 def test_the_services_exist(services: dict) -> None:
-    assert {"kafka", "kafka-init", "clickhouse", "migrate", "worker", "scheduler"} <= set(services)
+    assert {"kafka", "kafka-init", "clickhouse", "migrate", "worker", "scheduler", "api"} <= set(services)
     assert services["kafka"]["image"] == "apache/kafka:4.1.1"
     assert services["kafka-init"]["image"] == services["kafka"]["image"]
     assert re.fullmatch(r"clickhouse/clickhouse-server:2[56]\.\d+(\.\d+)*", services["clickhouse"]["image"]), (
@@ -158,6 +158,7 @@ def test_the_services_exist(services: dict) -> None:
 def test_app_services_run_the_right_commands(services: dict) -> None:
     assert command(services["worker"]) == ["worker"]
     assert command(services["scheduler"]) == ["scheduler"]
+    assert command(services["api"]) == ["serve", "--listen", "0.0.0.0:8080"]
 
 
 def test_migrations_run_once_before_the_app_services(services: dict) -> None:
@@ -255,6 +256,7 @@ def test_each_container_gets_only_its_own_secrets(services: dict) -> None:
 
     assert secrets("worker") == {"GPUBILL_CH_PASSWORD", "GPUBILL_KAFKA_WORKER_PASSWORD"}
     assert secrets("scheduler") == {"GPUBILL_CH_PASSWORD"}  # no Kafka at all
+    assert secrets("api") == {"GPUBILL_CH_PASSWORD"}
     assert secrets("migrate") == {"GPUBILL_CH_MIGRATE_PASSWORD"}
     assert secrets("kafka-init") == {"GPUBILL_KAFKA_ADMIN_PASSWORD"}
     assert "GPUBILL_CH_ADMIN_PASSWORD" in secrets("clickhouse")
@@ -516,7 +518,7 @@ def _password_var(services: dict, user: ET.Element) -> str:
 def test_app_dsns_point_at_the_clickhouse_service_as_their_users(services: dict) -> None:
     chenv = env(services["clickhouse"])
     assert chenv["CLICKHOUSE_DB"] == "gpubill"
-    for name, user in (("worker", "gpubill"), ("scheduler", "gpubill"), ("migrate", "gpubill_migrate")):
+    for name, user in (("worker", "gpubill"), ("scheduler", "gpubill"), ("api", "gpubill"), ("migrate", "gpubill_migrate")):
         dsn = urlsplit(env(services[name])["GPUBILL_CLICKHOUSE"])
         assert dsn.scheme == "http"
         assert dsn.hostname in service_names(services, "clickhouse")
