@@ -14,6 +14,7 @@ from __future__ import annotations
 TOPIC_USAGE = "gpu.usage.v1"
 TOPIC_POWER = "gpu.power.v1"
 TOPIC_DEADLETTER = "gpu.deadletter.v1"
+TOPIC_BILLING_EVENTS = "gpu.billing-events.v1"  # keyed by tenant; schemas/billing_events.py (issue 15)
 READING_TOPICS = {"usage": TOPIC_USAGE, "power": TOPIC_POWER}  # event kind → its topic
 KIND_OF_TOPIC = {TOPIC_USAGE: "usage", TOPIC_POWER: "power"}  # topic → the event kind it carries
 PIPELINE_TOPICS = (TOPIC_USAGE, TOPIC_POWER, TOPIC_DEADLETTER)  # what a worker consumes
