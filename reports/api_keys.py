@@ -44,7 +44,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from reports.errors import NotFound, ReportsError
-from reports.tenants import InvalidTenant, checked_text, check_tenant_id, find_tenant
+from reports.tenants import InvalidTenant, check_tenant_id, checked_text, find_tenant, utc_ms
 
 __all__ = [
     "ACTIVE", "EXPIRED", "MALFORMED", "OPERATOR", "REASONS", "REVOKED", "ROLES", "TENANT", "UNKNOWN",
@@ -113,7 +113,7 @@ class ApiKey:
         """active, revoked or expired at `now`."""
         if self.revoked_at is not None:
             return REVOKED
-        if self.expires_at is not None and _utc(now) >= self.expires_at:
+        if self.expires_at is not None and utc_ms(now) >= self.expires_at:
             return EXPIRED
         return ACTIVE
 
@@ -155,7 +155,7 @@ def expiry_instant(expires: date | None, now: datetime | None = None) -> datetim
         return None
     if not isinstance(expires, date) or isinstance(expires, datetime):
         raise InvalidKeyRequest("expiry must be a date (YYYY-MM-DD)")
-    today = _utc(now).date()
+    today = utc_ms(now).date()
     if expires < today:
         raise InvalidKeyRequest(f"expiry {expires.isoformat()} is in the past (today is {today.isoformat()} UTC)")
     if expires > today + timedelta(days=MAX_EXPIRY_DAYS):
@@ -222,7 +222,7 @@ def create_key(db: Any, *, tenant: str | None, role: str = TENANT, label: str = 
 
     A tenant key needs `tenant` registered (any status: a suspended tenant still reads its
     invoices); an operator key takes no tenant. Everything is checked before the write."""
-    at = _utc(now)
+    at = utc_ms(now)
     tenant, role, label, expires_at = check_request(tenant=tenant, role=role, label=label, expires=expires, now=at)
     if role == TENANT:
         if find_tenant(db, tenant) is None:
@@ -260,7 +260,7 @@ def revoke_key(db: Any, key_id: str, *, now: datetime | None = None) -> ApiKey:
     if key.revoked_at is not None:
         return key
     # Strictly later than the row it replaces, so the revocation wins even within a millisecond.
-    at = max(_utc(now), _utc(row[COLUMNS.index("updated_at")]) + timedelta(milliseconds=1))
+    at = max(utc_ms(now), utc_ms(row[COLUMNS.index("updated_at")]) + timedelta(milliseconds=1))
     revoked = ApiKey(key.id, key.tenant, key.role, key.label, key.created_at, key.expires_at, at)
     _write(db, revoked, row[COLUMNS.index("secret_sha256")], at)
     return revoked
@@ -293,12 +293,5 @@ def _write(db: Any, key: ApiKey, hashed: str, updated_at: datetime) -> None:
 
 def _key(row: Iterable[Any]) -> ApiKey:
     key_id, tenant, role, label, _hash, created, expires, revoked, _updated = row
-    return ApiKey(key_id, tenant, role, label, _utc(created), None if expires is None else _utc(expires),
-                  None if revoked is None else _utc(revoked))
-
-
-def _utc(moment: datetime | None) -> datetime:
-    """`moment` (now when None) as an aware UTC datetime to the millisecond, as the table keeps it."""
-    moment = moment or datetime.now(UTC)
-    moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+    return ApiKey(key_id, tenant, role, label, utc_ms(created), None if expires is None else utc_ms(expires),
+                  None if revoked is None else utc_ms(revoked))

@@ -100,7 +100,7 @@ def check_tenant_id(value: object) -> str:
         return value  # type: ignore[return-value]
     if not isinstance(value, str) or not value:
         raise InvalidTenant("tenant id is empty: give an ASCII letter or digit, then letters, digits, '.', '_' or '-'")
-    shown = _shown(value)
+    shown = shown_value(value)
     if len(value) > MAX_ID_LEN:
         raise InvalidTenant(f"tenant id {shown} is {len(value)} characters long: at most {MAX_ID_LEN}")
     for ch in value:
@@ -139,7 +139,7 @@ def checked_text(what: str, value: str, limit: int, *, empty_ok: bool) -> str:
     return text
 
 
-def _shown(value: str) -> str:
+def shown_value(value: str) -> str:
     """`value` safe to print in one line: ASCII escapes for everything else, at most 40 characters."""
     return ascii(value[:40]) + ("…" if len(value) > 40 else "")
 
@@ -207,7 +207,7 @@ def add_tenant(db: Any, tenant: str, display_name: str, *, note: str = "",
             return existing, False
         raise TenantExists(f"tenant {tenant} is already registered as {existing.display_name!r} "
                            f"({existing.status}); it was not changed")
-    at = _utc(now)
+    at = utc_ms(now)
     added = Tenant(tenant, name, ACTIVE, at, at, note)
     _write(db, added)
     return added, True
@@ -217,7 +217,7 @@ def set_status(db: Any, tenant: str, status: str, *, note: str = "", now: dateti
     """Make registered `tenant` `status`; returns (the tenant, whether it changed). NotFound
     when it is not registered. The note replaces the last one when given."""
     if status not in STATUSES:
-        raise InvalidTenant(f"status {_shown(status)} is not one of {', '.join(STATUSES)}")
+        raise InvalidTenant(f"status {shown_value(status)} is not one of {', '.join(STATUSES)}")
     tenant, note = check_tenant_id(tenant), check_note(note)
     existing = find_tenant(db, tenant)
     if existing is None:
@@ -225,7 +225,7 @@ def set_status(db: Any, tenant: str, status: str, *, note: str = "", now: dateti
     if existing.status == status:
         return existing, False
     # Strictly later than the row it replaces, so the replacement wins even within a millisecond.
-    at = max(_utc(now), existing.updated_at + timedelta(milliseconds=1))
+    at = max(utc_ms(now), existing.updated_at + timedelta(milliseconds=1))
     changed = Tenant(tenant, existing.display_name, status, existing.created_at, at, note or existing.note)
     _write(db, changed)
     return changed, True
@@ -259,10 +259,10 @@ def _write(db: Any, tenant: Tenant) -> None:
 
 def _tenant(row: Iterable[Any]) -> Tenant:
     tenant, name, status, created, updated, note = row
-    return Tenant(tenant, name, status, _utc(created), _utc(updated), note)
+    return Tenant(tenant, name, status, utc_ms(created), utc_ms(updated), note)
 
 
-def _utc(moment: datetime | None) -> datetime:
+def utc_ms(moment: datetime | None) -> datetime:
     """`moment` (now when None) as an aware UTC datetime to the millisecond, as the table keeps it."""
     moment = moment or datetime.now(UTC)
     moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

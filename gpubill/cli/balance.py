@@ -1,0 +1,121 @@
+"""`gpubill balance topup | show` and `gpubill budget set`: prepaid balances (reports/balances.py).
+
+balance = top-ups − finalized invoices' totals − estimates of the periods not yet invoiced
+(docs/balances.md). Top-ups are idempotent by `--ref`: re-running the same command changes
+nothing; the same ref with another tenant or amount is an error.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC
+from typing import Optional
+
+import typer
+
+from gpubill.cli.common import connect, err, out, read_rules, terminal_text
+from gpubill.config import load_settings
+from gpubill.errors import GpubillError
+
+app = typer.Typer(help="Prepaid balances: top-ups, and what is left after invoices and estimates.",
+                  no_args_is_help=True)
+budget_app = typer.Typer(help="Monthly budgets per tenant, compared with the month-to-date estimate.",
+                         no_args_is_help=True)
+
+
+@app.command("topup")
+def balance_topup(
+    tenant: str = typer.Option(..., "--tenant", help="A registered tenant id."),
+    amount: str = typer.Option(..., "--amount", help="CNY, above zero, at most two decimals (e.g. 500 or 99.50)."),
+    ref: str = typer.Option(..., "--ref", help="The payment's reference (letters, digits, . _ -): recorded once."),
+    note: str = typer.Option("", "--note", help="Why: a payment id, a ticket (at most 200 characters)."),
+) -> None:
+    """Add a top-up to a tenant's balance. The same --ref again changes nothing; with another tenant or amount, an error."""
+    from reports.balances import check_ref, parse_amount, top_up
+    from reports.tenants import check_note, check_tenant_id
+
+    checked = check_tenant_id(tenant), parse_amount(amount), check_ref(ref), check_note(note)  # before opening anything
+    with connect(load_settings()) as database:
+        entry, added = top_up(database, checked[0], checked[1], checked[2], note=checked[3])
+    if added:
+        out.print(f"recorded {terminal_text(entry.ref)}: +{entry.amount} CNY for {terminal_text(entry.tenant)}",
+                  highlight=False)
+    else:
+        out.print(f"{terminal_text(entry.ref)} is already recorded (+{entry.amount} CNY for "
+                  f"{terminal_text(entry.tenant)}); nothing changed", highlight=False)
+
+
+@app.command("show")
+def balance_show(
+    tenant: str = typer.Option("", "--tenant", help="One registered tenant; every registered tenant when omitted."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON array of balances."),
+) -> None:
+    """Top-ups, invoiced, estimated, the balance, the budget's used share and the runway at the last hour's burn."""
+    from reports.balances import balance, balance_of_all
+    from reports.tenants import check_tenant_id
+
+    one = check_tenant_id(tenant) if tenant else None
+    settings = load_settings()
+    rules = read_rules(settings)
+    with connect(settings) as database:
+        found = [balance(database, rules, one)] if one else balance_of_all(database, rules)
+    if as_json:
+        import orjson
+
+        sys.stdout.write(orjson.dumps([_json(b) for b in found], option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    from rich.table import Table
+
+    table = Table("tenant", "top-ups", "invoiced", "estimated", "balance", "month to date", "budget", "used",
+                  "burn/h", "runway h")
+    for b in found:
+        table.add_row(terminal_text(b.tenant), str(b.top_ups), str(b.invoiced), _estimated(b), str(b.balance),
+                      str(b.month_to_date), _or_dash(b.budget), _percent(b.budget_used), str(b.burn_per_hour),
+                      _or_dash(b.runway_hours))
+    out.print(table)
+    err.print(f"{len(found)} tenants; CNY with VAT; estimates are the invoices the run would build now")
+
+
+@budget_app.command("set")
+def budget_set(
+    tenant: str = typer.Option(..., "--tenant", help="A registered tenant id."),
+    amount: Optional[str] = typer.Option(None, "--amount", help="CNY per billing period, with VAT."),
+    none: bool = typer.Option(False, "--none", help="Remove the tenant's budget."),
+    note: str = typer.Option("", "--note", help="Why (at most 200 characters)."),
+) -> None:
+    """Set a tenant's monthly budget (--amount A) or remove it (--none); the latest setting wins."""
+    from reports.balances import parse_amount, set_budget
+    from reports.tenants import check_note, check_tenant_id
+
+    if none == (amount is not None):
+        raise GpubillError("give exactly one of --amount A and --none")
+    checked = check_tenant_id(tenant), None if none else parse_amount(amount, "budget"), check_note(note)
+    with connect(load_settings()) as database:
+        budget = set_budget(database, checked[0], checked[1], note=checked[2])
+    shown = "no budget" if budget.amount is None else f"a budget of {budget.amount} CNY per period"
+    out.print(f"{terminal_text(budget.tenant)} has {shown}", highlight=False)
+
+
+def _json(b) -> dict:
+    money = lambda value: None if value is None else str(value)  # noqa: E731 — text: exact, never a float
+    return {
+        "tenant": b.tenant, "at": b.at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "period": b.period, "top_ups": money(b.top_ups), "invoiced": money(b.invoiced), "invoices": b.invoices,
+        "estimates": [{"period": e.period, "total": money(e.total), "closed": e.closed} for e in b.estimates],
+        "estimated": money(b.estimated), "balance": money(b.balance), "month_to_date": money(b.month_to_date),
+        "budget": money(b.budget), "budget_used": money(b.budget_used), "burn_per_hour": money(b.burn_per_hour),
+        "runway_hours": money(b.runway_hours), "currency": "CNY",
+    }
+
+
+def _estimated(b) -> str:
+    closed = [e.period for e in b.estimates if e.closed]
+    return str(b.estimated) + (f" (incl. closed {', '.join(closed)})" if closed else "")
+
+
+def _or_dash(value) -> str:
+    return "—" if value is None else str(value)
+
+
+def _percent(share) -> str:
+    return "—" if share is None else f"{share * 100:.2f} %"
