@@ -163,6 +163,14 @@ def _api_routes(app: FastAPI, service: Service) -> None:
         figures = service.current(key, service.tenant_for(key, tenant))
         return _json(_current_dict(figures))
 
+    @app.get("/v1/balance", dependencies=[Depends(_params("tenant"))], responses=problem_responses, tags=["tenant"])
+    def balance(tenant: str | None = None, key=Depends(key_of)) -> JSONResponse:
+        """The prepaid balance: top-ups less finalized invoices less the estimates of every period
+        not invoiced yet (with credits and VAT), the monthly budget's used share, the last hour's
+        burn and the runway at it (docs/balances.md). Money as strings, two decimals, CNY."""
+        figures = service.balance(key, service.tenant_for(key, tenant))
+        return _json(_balance_dict(figures))
+
     @app.get("/v1/invoices", dependencies=[Depends(_params("tenant"))], responses=problem_responses, tags=["tenant"])
     def invoices(tenant: str | None = None, key=Depends(key_of)) -> JSONResponse:
         """The tenant's invoices, newest first (money as strings, two decimals, CNY)."""
@@ -176,17 +184,26 @@ def _api_routes(app: FastAPI, service: Service) -> None:
         return _file(service.invoice_download(key, service.tenant_for(key, tenant), number, format, lang))
 
 
-def _current_dict(figures: Any) -> dict:
+def _current_dict(figures: Any, *, estimate: bool | None = True) -> dict:
+    """A frozen dataclass of figures as JSON: Decimals as strings, times as UTC RFC 3339;
+    with `estimate`, whether the figures are an estimate (not invoiced)."""
     out = {}
     for name, value in vars(figures).items():
         if isinstance(value, Decimal):
             out[name] = f"{value:f}"
         elif hasattr(value, "isoformat"):
             out[name] = value.isoformat(timespec="seconds").replace("+00:00", "Z")
-        else:
+        elif isinstance(value, (str, int, bool, type(None))):
             out[name] = value
-    out["estimate"] = not figures.invoiced
+    if estimate:
+        out["estimate"] = not figures.invoiced
     out["currency"] = "CNY"
+    return out
+
+
+def _balance_dict(figures: Any) -> dict:
+    out = _current_dict(figures, estimate=None)
+    out["estimates"] = [{"period": e.period, "total": f"{e.total:f}", "closed": e.closed} for e in figures.estimates]
     return out
 
 

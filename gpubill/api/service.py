@@ -3,7 +3,7 @@ tenant, and what they get — with the limits and the access records around ever
 
     authenticate(token, client)      Bearer key → ApiKey; 401 (recorded) or 429 (slowed down)
     tenant_for(key, requested)       the tenant of a request comes from its key and nothing else
-    me / current / daily / invoices  small JSON-able answers, cached a few seconds
+    me / current / balance / daily / invoices  small JSON-able answers, cached a few seconds
     usage_download / invoice_download  a `Download` (bytes, media type, safe file name),
                                        under the key's cap of downloads in flight, recorded
 
@@ -32,6 +32,7 @@ from reports.outputs import output_name
 
 if TYPE_CHECKING:
     from reports.api_keys import ApiKey
+    from reports.balances import Balance
     from reports.current_usage import CurrentUsage, DailyUsage
 
 __all__ = ["Download", "Limits", "Problem", "Service", "USAGE_FORMATS", "INVOICE_FORMATS", "GRANULARITIES"]
@@ -178,6 +179,19 @@ class Service:
 
         return self.cache.get_or_build(("current", tenant), lambda: self._read_rules(
             lambda db, rules: current_usage(db, rules, tenant, now=self.now())))
+
+    def balance(self, key: "ApiKey", tenant: str) -> "Balance":
+        """The tenant's prepaid balance (reports.balances): top-ups less invoices less the estimates
+        of what is not invoiced yet, the budget's used share, the last hour's burn and the runway;
+        at most `limits.cache_s` old. 404 for a tenant that is not registered (an operator's typo)."""
+        from reports.balances import balance
+        from reports.errors import NotFound
+
+        try:
+            return self.cache.get_or_build(("balance", tenant), lambda: self._read_rules(
+                lambda db, rules: balance(db, rules, tenant, now=self.now())))
+        except NotFound:
+            raise self._refused(Problem(404, f"no registered tenant {_shown(tenant)}", reason="no-tenant")) from None
 
     def daily(self, key: "ApiKey", tenant: str, period: str) -> "list[DailyUsage]":
         """Per day of `period`: GPU-hours, rent, electricity, spend (for the page's chart)."""

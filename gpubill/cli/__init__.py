@@ -17,7 +17,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill archive [verify], retention apply archive.py
     gpubill tenant add | list | suspend | resume | unknown   tenant.py
     gpubill key create | list | revoke | audit   key.py
-    gpubill balance topup | show, budget set      balance.py
+    gpubill balance topup | show, budget set, spend   balance.py
 
 common.py holds the consoles and helpers they share; gpubill/logs.py the JSON log lines of
 the long-running commands. Every error a user can cause derives from one of the bases in
@@ -65,6 +65,7 @@ app.add_typer(kafka.app, name="kafka")
 app.add_typer(invoice.app, name="invoice")
 app.add_typer(tenant.app, name="tenant")
 app.add_typer(key.app, name="key")
+app.command()(balance.spend)
 app.add_typer(balance.app, name="balance")
 app.add_typer(balance.budget_app, name="budget")
 app.add_typer(report.app, name="report")

@@ -119,3 +119,37 @@ def _or_dash(value) -> str:
 
 def _percent(share) -> str:
     return "—" if share is None else f"{share * 100:.2f} %"
+
+
+def spend(
+    tenant: str = typer.Option(..., "--tenant", help="A registered tenant id."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object."),
+) -> None:
+    """A tenant's month to date: usage, charges, the estimated total with VAT, the balance and its runway."""
+    from reports.balances import balance
+    from reports.current_usage import current_usage
+    from reports.tenants import check_tenant_id
+
+    one = check_tenant_id(tenant)
+    settings = load_settings()
+    rules = read_rules(settings)
+    with connect(settings) as database:
+        figures = balance(database, rules, one)
+        month = current_usage(database, rules, one, now=figures.at)
+    if as_json:
+        import orjson
+
+        sys.stdout.write(orjson.dumps({**_json(figures), "gpu_hours": str(month.gpu_hours), "kwh": str(month.kwh),
+                                       "rent": str(month.rent), "electricity": str(month.electricity),
+                                       "credits": str(month.credits), "vat": str(month.vat),
+                                       "month_invoiced": month.invoiced},
+                                      option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    newest = month.newest_data_at.isoformat(timespec="seconds") if month.newest_data_at else "no data yet"
+    state = f"invoiced ({terminal_text(month.invoice_number or '')})" if month.invoiced else "an estimate"
+    out.print(f"{terminal_text(one)}, {month.period} to date ({state}; data to {newest}):", highlight=False)
+    out.print(f"  {month.gpu_hours} GPU-hours, {month.kwh} kWh; rent {month.rent}, electricity {month.electricity}, "
+              f"credits −{month.credits}, VAT {month.vat} → {month.estimated_total} CNY", highlight=False)
+    budget = "no budget" if figures.budget is None else f"budget {figures.budget} CNY, {_percent(figures.budget_used)} used"
+    out.print(f"  balance {figures.balance} CNY ({budget}); burn {figures.burn_per_hour} CNY/h over the last hour, "
+              f"runway {_or_dash(figures.runway_hours)} h", highlight=False)

@@ -164,6 +164,25 @@ def test_current_is_an_estimate_with_its_data_time(client, world):
     Decimal(body["estimated_total"])  # a decimal string, never a float
 
 
+def test_balance_is_top_ups_less_invoices_and_estimates(client, world):
+    db, seeded = world
+    from reports.balances import top_up
+
+    top_up(db, "t01", Decimal("5000.00"), "bank-20260402-t01")
+    auth = bearer(seeded["tokens"]["t01"])
+    body = client.get("/v1/balance", headers=auth).json()
+    march = next(i for i in client.get("/v1/invoices", headers=auth).json()["invoices"] if i["period"] == PERIOD)
+    assert body["tenant"] == "t01" and body["currency"] == "CNY" and body["top_ups"] == "5000.00"
+    # nothing used this month (the clock is the real one; the world's usage is March, invoiced)
+    assert body["estimated"] == "0" or Decimal(body["estimated"]) == 0
+    assert Decimal(body["invoiced"]) == Decimal(march["total"])
+    assert Decimal(body["balance"]) == Decimal("5000.00") - Decimal(march["total"])
+    other = client.get("/v1/balance", headers=bearer(seeded["tokens"]["t02"])).json()
+    assert other["tenant"] == "t02" and Decimal(other["top_ups"]) == 0  # t01's top-up is t01's alone
+    refused = client.get("/v1/balance?tenant=t01", headers=bearer(seeded["tokens"]["t02"]))
+    assert refused.status_code == 400 and refused.json()["param"] == "tenant"
+
+
 def test_operator_keys_choose_the_tenant(client, world):
     _, seeded = world
     operator = bearer(seeded["tokens"]["operator"])
@@ -179,7 +198,7 @@ def _endpoints(victim: str, numbers: dict[str, str]) -> list[str]:
     """Every route with every identifier of `victim`'s (its tenant id, its invoice number)."""
     number = numbers[victim]
     urls = ["/v1/me", f"/v1/me?tenant={victim}", "/v1/usage/current", f"/v1/usage/current?tenant={victim}",
-            "/v1/invoices", f"/v1/invoices?tenant={victim}"]
+            "/v1/invoices", f"/v1/invoices?tenant={victim}", "/v1/balance", f"/v1/balance?tenant={victim}"]
     for fmt in USAGE_FORMATS:
         urls += [f"/v1/usage?period={PERIOD}&format={fmt}", f"/v1/usage?period={PERIOD}&format={fmt}&tenant={victim}",
                  f"/v1/usage?period={PERIOD}&format={fmt}&granularity=hour"]

@@ -273,3 +273,11 @@ def test_the_commands_top_up_show_and_budget(cli_env, monkeypatch, capsys):
     assert code == 0 and "beta" in out and "120.50" in out and "1 tenants" in error
     code, out, _ = _gpubill(monkeypatch, capsys, "budget", "set", "--tenant", "beta", "--none")
     assert code == 0 and "beta has no budget" in out
+    code, out, _ = _gpubill(monkeypatch, capsys, "spend", "--tenant", "beta")
+    # nothing used this month: the month to date is zero and the balance the top-up
+    assert code == 0 and "beta, " in out and "an estimate" in out and "balance 120.50 CNY (no budget)" in out
+    code, out, _ = _gpubill(monkeypatch, capsys, "spend", "--tenant", "beta", "--json")
+    spent = json.loads(out)
+    assert (spent["balance"], spent["estimated"], spent["vat"], spent["month_invoiced"]) == ("120.50", "0.00", "0.00", False)
+    code, _, error = _gpubill(monkeypatch, capsys, "spend", "--tenant", "be\x1bta")
+    assert code == 1 and "\x1b" not in error and "is not an id" in error
