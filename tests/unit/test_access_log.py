@@ -4,7 +4,6 @@ audit`, and finance's view v_api_access over the same rows."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -22,6 +21,7 @@ from reports.access_log import (
 from reports.api_keys import InvalidKeyRequest
 from reports.tenants import InvalidTenant
 from warehouse.connection import open_database
+from tests.unit.cli_run import run_cli
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 KEY_A, KEY_B = "k_aaaaaaaaaaaaaaaa", "k_bbbbbbbbbbbbbbbb"
@@ -136,19 +136,10 @@ def test_finance_reads_the_same_rows_through_v_api_access(db):
 
 
 def audit(args, monkeypatch, capsys, dsn) -> tuple[int, str, str]:
-    from gpubill.cli import main
-
     monkeypatch.setenv("GPUBILL_CLICKHOUSE", dsn)
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "400")
-    monkeypatch.setattr(sys, "argv", ["gpubill", "key", "audit", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exited:
-        code = exited.code or 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli(monkeypatch, capsys, "key", "audit", *args)
 
 
 @pytest.fixture

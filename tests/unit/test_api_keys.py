@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import sys
 from datetime import UTC, date, datetime, timedelta
 
 import orjson
@@ -39,6 +38,7 @@ from reports.api_keys import (
 from reports.errors import NotFound, ReportsError
 from reports.tenants import InvalidTenant, add_tenant
 from warehouse.connection import open_database
+from tests.unit.cli_run import run_cli
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 # A token in the exact shape: gpb_, an id (k_ + 16 of a-z2-7), _, 43 characters of canonical
@@ -313,19 +313,10 @@ def test_list_is_by_tenant_and_filters_by_tenant(db):
 
 
 def gpubill(args, monkeypatch, capsys, dsn) -> tuple[int, str, str]:
-    from gpubill.cli import main
-
     monkeypatch.setenv("GPUBILL_CLICKHOUSE", dsn)
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "300")
-    monkeypatch.setattr(sys, "argv", ["gpubill", "key", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exited:
-        code = exited.code or 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli(monkeypatch, capsys, "key", *args)
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ Every expected figure is worked out by hand in a comment, never by the code unde
 from __future__ import annotations
 
 import json
-import sys
 from datetime import datetime, timezone
 from decimal import Decimal as D
 from fractions import Fraction
@@ -38,6 +37,7 @@ from tests.unit.test_tenants import assert_one_printable_line
 from warehouse import writes
 from warehouse.connection import open_database
 from warehouse.writes import stamp_hours
+from tests.unit.cli_run import run_cli
 
 NOW = datetime(2026, 3, 12, 6, 0, tzinfo=timezone.utc)  # 14:00 in Shanghai, March
 NOW_S = int(NOW.timestamp())
@@ -202,16 +202,7 @@ def test_a_closed_period_is_estimated_until_its_invoice_replaces_the_estimate(db
 
 
 def _gpubill(monkeypatch, capsys, *args) -> tuple[int, str, str]:
-    from gpubill.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["gpubill", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exited:
-        code = int(exited.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_cli(monkeypatch, capsys, *args)
 
 
 @pytest.fixture()
