@@ -99,6 +99,18 @@ class Settings(BaseSettings):
     api_db_connections: int = Field(4, ge=1, le=64, description="ClickHouse clients of the API for a server DSN "
                                     "(the embedded database has one, shared)")
 
+    # live spend and billing events (issue 15; streams/spend/, docs/balances.md)
+    spend: bool = Field(True, description="track month-to-date spend in the stream and emit billing events "
+                        "(every worker runs its share of the tracker)")
+    budget_alerts: str = Field("50,80,100", description="budget_threshold events at these percents of a tenant's "
+                               "monthly budget, comma-separated whole percents 1-100")
+    low_balance: str | None = Field(None, description="balance_low when a prepaid balance falls below this amount "
+                                    "(CNY, e.g. 100.00); unset: no amount threshold")
+    low_runway_h: int | None = Field(24, ge=1, le=99999, description="balance_low when a prepaid balance lasts fewer "
+                                     "hours than this at the last hour's burn rate; unset: no runway threshold")
+    spend_context_s: float = Field(10.0, ge=0.5, le=3600, description="how often each worker re-reads top-ups, "
+                                   "invoices, credits and budgets for the tracker (s)")
+
     @field_validator("kafka_password")
     @classmethod
     def _kafka_security_fits(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:

@@ -273,7 +273,7 @@ def balance(db: Any, rules: Any, tenant: str, *, now: datetime | None = None) ->
     budget = find_budget(db, tenant)
     budget_amount = budget.amount if budget else None
     used = None if budget_amount is None else (current.estimated_total / budget_amount).quantize(Decimal("0.0001"))
-    burn = _burn_per_hour(db, rules, tenant, now_s)
+    burn = burn_per_hour(db, rules, tenant, now_s)
     return Balance(
         tenant=tenant, at=at, period=period, top_ups=top_ups, invoiced=invoiced, invoices=len(invoiced_by_period),
         estimates=tuple(estimates), estimated=estimated, balance=remaining, month_to_date=current.estimated_total,
@@ -281,7 +281,7 @@ def balance(db: Any, rules: Any, tenant: str, *, now: datetime | None = None) ->
     )
 
 
-def _burn_per_hour(db: Any, rules: Any, tenant: str, now_s: int) -> Fraction:
+def burn_per_hour(db: Any, rules: Any, tenant: str, now_s: int) -> Fraction:
     """Exact charges of `tenant`'s rated seconds in [now − 3600 s, now), each period's VAT added."""
     burn = Fraction(0)
     for period, stream, price, per_s, pct, tariff, pue, n, mj in db.query(

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from billing_rules import (
+    CreditBalance,
     Adjustment,
     EnergyUsage,
     InvoiceDraft,
@@ -216,9 +217,15 @@ def _draft(db: Any, rules: Any, tenant: str, period: str, rent: Any, energy: Any
            *, new_tenant: bool) -> InvoiceDraft:
     """The tenant's invoice for `period` from its usage and adjustments: credits still
     available (the trial credit when `new_tenant`), discounts and VAT as the rules say."""
-    grants = rules.credit_grants(tenant, new_tenant=new_tenant)
-    credits = credit_balances(grants, _credit_spent(db, tenant, period), period)
+    credits = invoice_credits(db, rules, tenant, period, new_tenant=new_tenant)
     return build_invoice(tenant, period, rent, energy, adjustments, credits, rules.vat_rate(period))
+
+
+def invoice_credits(db: Any, rules: Any, tenant: str, period: str, *, new_tenant: bool) -> list[CreditBalance]:
+    """What is left of the tenant's credit grants for `period` (the trial credit when
+    `new_tenant`): the credits its invoice would spend, soonest-expiring first."""
+    grants = rules.credit_grants(tenant, new_tenant=new_tenant)
+    return credit_balances(grants, _credit_spent(db, tenant, period), period)
 
 
 def draft_invoice(db: Any, rules: Any, tenant: str, period: str, *, source: tuple[str, dict] | None = None) -> InvoiceDraft:

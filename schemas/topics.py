@@ -19,6 +19,15 @@ READING_TOPICS = {"usage": TOPIC_USAGE, "power": TOPIC_POWER}  # event kind → 
 KIND_OF_TOPIC = {TOPIC_USAGE: "usage", TOPIC_POWER: "power"}  # topic → the event kind it carries
 PIPELINE_TOPICS = (TOPIC_USAGE, TOPIC_POWER, TOPIC_DEADLETTER)  # what a worker consumes
 
+
+
+def spend_topic(group: str) -> str:
+    """The compacted spend topic of the rating group `group` (schemas/spend.py, issue 15): its
+    records are what that group's workers rated into that group's database, so a second
+    pipeline on the same brokers (a bench, a rebuild) keeps its own."""
+    return f"{group}.spend.v1"
+
+
 # Kafka headers on a dead letter.
 H_REASON = "gpubill-reason"
 H_TOPIC = "gpubill-source-topic"

@@ -50,6 +50,20 @@ class Metrics:
             registry=registry,
         )
 
+        # live spend (issue 15, streams/spend/)
+        self.spend_freshness = Histogram(
+            "gpubill_spend_freshness_seconds",
+            "From the oldest reading of a batch (its Kafka timestamp) to its spend applied in the tracker's table",
+            buckets=(0.25, 0.5, 1, 2, 3, 5, 10, 30, 60, 300), registry=registry,
+        )
+        self.spend_records = Counter("gpubill_spend_records_total", "Spend records produced by this worker",
+                                     registry=registry)
+        self.spend_refused = Counter("gpubill_spend_records_refused_total",
+                                     "Spend records the tracker refused: invalid, or older than its high-water marks",
+                                     ["reason"], registry=registry)
+        self.billing_events = Counter("gpubill_billing_events_total", "Billing events emitted by this worker",
+                                      ["kind"], registry=registry)
+
     def batch(self, result, rater) -> None:
         for topic, count in result.readings_in.items():
             self.readings_in.labels(topic).inc(count)

@@ -20,8 +20,10 @@ from typing import Any
 from streams.freshness import Freshness
 from streams.lookup import StoredLookup
 from streams.metrics import Metrics
+from schemas.spend import SpendRecord
 from streams.rating.protocol import BatchRater, BatchResult, utcnow
 from streams.sink import ClickHouseSink
+from streams.spend.ledger import SpendLedger
 from warehouse.errors import DatabaseError
 
 log = logging.getLogger("gpubill.worker")
@@ -37,6 +39,7 @@ class Pipeline:
     metrics: Metrics | None = None
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     freshness: "Freshness | None" = None
+    spend: SpendLedger | None = None  # live spend (streams/spend/ledger.py); None: not tracked
     # Two threads: one rates batch n + 1 while the other writes batch n to ClickHouse.
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="rating"))
     writer: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="writer"))
@@ -56,7 +59,10 @@ class Pipeline:
         in the rating thread (the only user of the rater). Returns the result and its time."""
         now = utcnow()
         lookup = StoredLookup(self.sink.database, before_read=self.writes_done) if self.sink else None
-        return self.rater.rate_batch(items, now=now, lookup=lookup, timestamps=self.freshness is not None), now
+        if self.spend is None:
+            return self.rater.rate_batch(items, now=now, lookup=lookup, timestamps=self.freshness is not None), now
+        return self.rater.rate_batch(items, now=now, lookup=lookup, timestamps=True,
+                                     spend_marks=self.spend.filter_marks), now
 
     def persist(self, result: BatchResult, now: datetime) -> BatchResult:
         """Write a rated batch to ClickHouse, in the writer thread; returns once acknowledged."""
@@ -69,6 +75,17 @@ class Pipeline:
             if self.freshness is not None:
                 self.freshness.observe(result.timestamps)
         return result
+
+    def write(self, result: BatchResult, now: datetime) -> list[SpendRecord]:
+        """`persist`, then account the batch's spend: the spend records to produce now, in batch
+        order (both in the writer thread). The batch is in ClickHouse before its spend leaves
+        the worker: see streams/spend/ledger.py for why that order."""
+        self.persist(result, now)
+        if self.spend is None:
+            return []
+        oldest_ms = min(result.timestamps, default=0)
+        return self.spend.apply(result.spend, result.positions, oldest_ms=oldest_ms,
+                                now_ms=int(utcnow().timestamp() * 1000))
 
     def handle(self, items: list) -> BatchResult:
         """Rate a batch and write it, in the calling thread (tests, tools)."""

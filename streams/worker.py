@@ -30,11 +30,13 @@ import faust
 from aiokafka.errors import KafkaError
 
 from billing_rules.periods import previous_period
-from schemas.topics import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE
+from schemas.spend import SpendRecord, encode_record, spend_partition
+from schemas.topics import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, spend_topic
 from streams.deadletters import deadletter_row_from_record
 from streams.errors import StreamsError
 from streams.kafka import record_sets
 from streams.kafka.feeder import Batch, Feeder
+from streams.kafka.logs import latest_spend_records
 from streams.kafka.record_sets import expand
 from streams.kafka.settings import (
     KafkaSettings,
@@ -46,6 +48,8 @@ from streams.metrics import unregistered_counts
 from streams.pipeline import Pipeline
 from streams.rating.protocol import BatchResult, EncodedOutcome, utcnow
 from streams.rules_watcher import RULES_POLL_S, RulesWatcher
+from streams.spend.app import build_tracker_app
+from streams.spend.tracker import SpendTracker
 
 log = logging.getLogger("gpubill.worker")
 
@@ -124,6 +128,7 @@ def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
     # every agent and clear its buffer (batches the feeder waits for) for Faust's rebalance.
     app.boot_strategy = app.BootStrategy(app, enable_kafka_consumer=False)
     deadletter_topic = app.topic(TOPIC_DEADLETTER, key_serializer="raw", value_serializer="raw")
+    spend_records = app.topic(spend_topic(settings.group), key_serializer="raw", value_serializer="raw")
     readings_channel, deadletters_channel = app.channel(), app.channel()
     writes: set[asyncio.Future] = set()  # batches rated and being written
 
@@ -131,15 +136,34 @@ def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
     async def rate_readings(batches):
         """Validate → dedupe → attribute → rate → ClickHouse, one fed batch at a time: a
         batch is rated while the one before it is still being written."""
+        spent = None  # the turn of the batch before: spend records leave in batch order
         async for batch in batches:
             rated = await pipeline.in_rating_thread(pipeline.rate, batch.take())
-            writing = asyncio.ensure_future(_write_and_finish(batch, *rated))
+            turn = asyncio.get_running_loop().create_future()
+            writing = asyncio.ensure_future(_write_and_finish(batch, *rated, spent, turn))
+            spent = turn
             writes.add(writing)  # the loop keeps only weak references to tasks
             writing.add_done_callback(writes.discard)
             yield rated[0]
 
-    async def _write_and_finish(batch: Batch, result: BatchResult, now: datetime) -> None:
-        await pipeline.in_writer_thread(pipeline.persist, result, now)  # the writer keeps batches in order
+    async def _write_and_finish(batch: Batch, result: BatchResult, now: datetime,
+                                before: asyncio.Future | None, turn: asyncio.Future) -> None:
+        # 1. ClickHouse (the writer keeps batches in order) and the batch's spend accounted;
+        # 2. the spend records produced, after the batch before's, and acknowledged;
+        # 3. the dead letters; then the feeder may commit. A crash before 3 re-reads the batch:
+        #    rows rewrite themselves, spend already produced is filtered by its marks.
+        records = await pipeline.in_writer_thread(pipeline.write, result, now)
+        if before is not None:
+            await before
+        try:
+            await _send_spend(spend_records, records, settings.partitions)
+        except Exception:  # noqa: BLE001 - a batch whose spend is lost must never be committed
+            log.exception("could not produce spend records; exiting without committing the batch")
+            logging.shutdown()
+            os._exit(3)
+        turn.set_result(None)
+        if pipeline.metrics and records:
+            pipeline.metrics.spend_records.inc(len(records))
         await _send_deadletters(deadletter_topic, result)
         batch.finish(result)  # only now may the feeder commit these offsets
         if pipeline.metrics:
@@ -184,10 +208,40 @@ def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
     app.gpubill_feeder = Feeder(
         settings.kafka, settings.group,
         routes={TOPIC_USAGE: feed_readings, TOPIC_POWER: feed_readings, TOPIC_DEADLETTER: feed_deadletters},
-        on_committed=pipeline.record, on_revoked=pipeline.rater.forget,
+        on_committed=pipeline.record, on_revoked=lambda: _forget(pipeline),
+        on_assigned=(lambda assigned: _take_over_spend(settings, pipeline, assigned)) if pipeline.spend else None,
         security=client_options(settings, client="aiokafka"),
     )
     return app
+
+
+def _forget(pipeline: Pipeline) -> None:
+    """Partitions were revoked (their batches written, spent and committed): drop their state."""
+    pipeline.rater.forget()
+    if pipeline.spend is not None:
+        pipeline.spend.forget()
+
+
+async def _take_over_spend(settings: KafkaSettings, pipeline: Pipeline, assigned: set[tuple[str, int]]) -> None:
+    """Load the spend records of the newly assigned reading partitions, before any is rated."""
+    partitions = {partition for topic, partition in assigned if topic in (TOPIC_USAGE, TOPIC_POWER)}
+    try:
+        records = await latest_spend_records(settings.kafka, spend_topic(settings.group), client_options(settings, client="aiokafka"),
+                                             settings.partitions)
+    except Exception:  # noqa: BLE001 - rating without the marks would count a predecessor's spend again
+        log.exception("could not read the spend topic at an assignment; exiting (nothing of it was rated)")
+        logging.shutdown()
+        os._exit(3)
+    loaded = pipeline.spend.load(records, partitions)
+    log.info("took over the spend of %d partitions (%d tenant records)", len(partitions), loaded)
+
+
+async def _send_spend(topic: Any, records: list[SpendRecord], partitions: int) -> None:
+    """Produce the cumulative spend records and wait for every acknowledgement."""
+    pending = [await topic.send(key=record.key.encode(), value=encode_record(record),
+                                partition=spend_partition(record.tenant, partitions)) for record in records]
+    for future in pending:
+        await future
 
 
 async def _send_deadletters(topic: Any, result: BatchResult) -> None:
@@ -220,15 +274,22 @@ class _Worker(faust.Worker):
 def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
                drain_targets: dict[tuple[str, int], tuple[int, int]] | None = None,
                loglevel: str = "WARN", extra_tasks: list | None = None,
-               on_progress: Callable[[int, int], None] | None = None, rules_dir: Path | None = None) -> int:
+               on_progress: Callable[[int, int], None] | None = None, rules_dir: Path | None = None,
+               tracker: SpendTracker | None = None, refresh_contexts: Callable[[], dict] | None = None,
+               publish_positions: Callable[[list], None] | None = None, context_every_s: float = 10.0) -> int:
     """Run the Faust worker until interrupted, or with `drain_targets` until they are reached.
 
     `drain_targets` maps (topic, partition) to (committed, end) offsets; `on_progress` is
     told (messages done, messages to do) while draining; with `rules_dir` the rule files
-    are watched and reloaded when they change. Returns the process exit code (0 when a
-    drain completed).
+    are watched and reloaded when they change; with `tracker` the process also runs its share
+    of the spend tracker (streams/spend/app.py), which reads the warehouse with
+    `refresh_contexts` and stores positions with `publish_positions`, both in the writer
+    thread. Returns the process exit code (0 when a drain completed).
     """
     app = build_app(settings, pipeline)
+    tracker_app = None if tracker is None else build_tracker_app(
+        settings, tracker, credentials=broker_credentials(settings), refresh_contexts=refresh_contexts,
+        executor=pipeline.writer, context_every_s=context_every_s, publish=publish_positions)
     outcome = {"code": 0}
     feeder: Feeder = app.gpubill_feeder
 
@@ -260,6 +321,8 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
             await reach(own_deadletters)
             # Positions move only when the feeder has committed: everything is written.
             log.info("drained to the end offsets; committed")
+            if tracker_app is not None:  # and the spend it produced is in the table, events emitted
+                await tracker_app.gpubill_caught_up()
             os.kill(os.getpid(), signal.SIGTERM)
 
     if rules_dir is not None:
@@ -306,7 +369,8 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
         async def write_freshness() -> None:
             pipeline.freshness.write()
 
-    worker = _Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker = _Worker(*([app] if tracker_app is None else [app, tracker_app]), loglevel=loglevel, quiet=True,
+                     redirect_stdouts=False)
     worker.spinner = None  # our own progress and logs; the spinner mangles non-terminal output
     _tune_garbage_collector()
     try:

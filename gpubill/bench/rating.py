@@ -12,6 +12,14 @@ size, which `gpubill bench pipeline` (ten minutes of data) does not show:
   eviction: the native core and the Python around it);
 - `state_entries`, `state_mb`: readings held at the end and the memory they take (the
   process's own peak is not reported: the fleet simulator's arrays would dominate it).
+
+With `spend`, a second core rates the same rounds with spend marks (the worker's spend
+tracking; streams/rating/protocol.py), the two taking turns round by round and first
+place alternately, so both figures come from one run on one machine state:
+
+- `core_per_s_spend`: readings per second of its rating time; its marks are (0, 0) for
+  every (tenant, partition) seen so far, so each rated row is looked up and counted;
+- `spend_rent_s`: the rented seconds it counted (every usage reading with a tenant).
 """
 
 from __future__ import annotations
@@ -64,29 +72,43 @@ def _rounds(readings: Iterator[dict], size: int) -> Iterator[list[RecordSet]]:
         yield sets
 
 
-def bench_rating(gpus: int, seconds: int, *, batch_s: int = 12, say: Callable[[str], None] = lambda _: None) -> dict:
+def bench_rating(gpus: int, seconds: int, *, batch_s: int = 12, spend: bool = False,
+                 say: Callable[[str], None] = lambda _: None) -> dict:
     """Run the benchmark; returns the fields `gpubill bench rating --json` prints."""
     if not NativeRater.available():
         raise RuntimeError("gpubill_native is not built: run scripts/bootstrap")
-    rater, store = NativeRater(load_rules(DEFAULT_RULES_DIR)), _EmptyStore()
+    rules, store = load_rules(DEFAULT_RULES_DIR), _EmptyStore()
+    raters = {"off": NativeRater(rules)} | ({"on": NativeRater(rules)} if spend else {})
+    marks: dict[tuple[str, int], tuple[int, int]] = {}  # of the spend core: (0, 0) per (tenant, partition) seen
     total = gpus * seconds * 2
     start = int(time.time()) - seconds - 120
     readings = islice(simulate_fleet(gpus=gpus, gpu_model="A800-80G", minutes=-(-seconds // 60), start=start,
                                      tenants=max(1, gpus // 16)), total)
-    say(f"rating {total:,} readings ({gpus} GPUs × {seconds} s × 2 streams) in rounds of {batch_s} s")
-    busy, done, refused, now = 0.0, 0, 0, datetime.now(UTC)
-    for sets in _rounds(readings, gpus * 2 * batch_s):
-        began = time.perf_counter()
-        result = process_batch_native(sets, rater, now=now, lookup=store)
-        rater.evict()
-        busy += time.perf_counter() - began
-        done += sum(result.readings_in.values())
-        refused += len(result.deadletters)
-    if done != total or refused:
-        raise RuntimeError(f"rated {done:,} of {total:,} readings ({refused} dead letters)")
-    return {
-        "readings": done,
-        "core_per_s": round(done / busy),
-        "state_entries": rater.state_size,
-        "state_mb": round(rater.state_bytes / 2**20, 1),
+    say(f"rating {total:,} readings ({gpus} GPUs × {seconds} s × 2 streams) in rounds of {batch_s} s"
+        + (", with and without spend marks in turn" if spend else ""))
+    busy, done = dict.fromkeys(raters, 0.0), dict.fromkeys(raters, 0)
+    refused, rent_s, now = 0, 0, datetime.now(UTC)
+    for number, sets in enumerate(_rounds(readings, gpus * 2 * batch_s)):
+        for name in sorted(raters, reverse=number % 2 == 1):  # who goes first alternates
+            rater = raters[name]
+            began = time.perf_counter()
+            result = process_batch_native(sets, rater, now=now, lookup=store,
+                                          spend_marks=marks if name == "on" else None)
+            rater.evict()
+            busy[name] += time.perf_counter() - began
+            done[name] += sum(result.readings_in.values())
+            refused += len(result.deadletters)
+            if result.spend is not None:
+                rent_s += sum(result.spend.rent.values())
+                marks.update(((key[0], key[1]), (0, 0)) for key in result.spend.rent)
+    if any(count != total for count in done.values()) or refused:
+        raise RuntimeError(f"rated {done['off']:,} of {total:,} readings ({refused} dead letters)")
+    figures = {
+        "readings": done["off"],
+        "core_per_s": round(done["off"] / busy["off"]),
+        "state_entries": raters["off"].state_size,
+        "state_mb": round(raters["off"].state_bytes / 2**20, 1),
     }
+    if spend:
+        figures |= {"core_per_s_spend": round(done["on"] / busy["on"]), "spend_rent_s": rent_s}
+    return figures

@@ -18,6 +18,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill tenant add | list | suspend | resume | unknown   tenant.py
     gpubill key create | list | revoke | audit   key.py
     gpubill balance topup | show, budget set, spend   balance.py
+    gpubill events deliver | deliveries       events.py
 
 common.py holds the consoles and helpers they share; gpubill/logs.py the JSON log lines of
 the long-running commands. Every error a user can cause derives from one of the bases in
@@ -33,8 +34,8 @@ import sys
 import typer
 
 from gpubill.cli import (
-    archive, balance, bench, db, demo, dlq, invoice, kafka, key, processes, producers, report, rollup, rules, serve,
-    tenant,
+    archive, balance, bench, db, demo, dlq, events, invoice, kafka, key, processes, producers, report, rollup, rules,
+    serve, tenant,
 )
 from gpubill.cli.common import err, terminal_text
 from gpubill.errors import USER_ERRORS
@@ -68,6 +69,7 @@ app.add_typer(key.app, name="key")
 app.command()(balance.spend)
 app.add_typer(balance.app, name="balance")
 app.add_typer(balance.budget_app, name="budget")
+app.add_typer(events.app, name="events")
 app.add_typer(report.app, name="report")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(rules.app, name="rules")

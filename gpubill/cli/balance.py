@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from gpubill.cli.common import connect, err, out, read_rules, terminal_text
+from gpubill.cli.common import check_period, connect, err, out, read_rules, terminal_text
 from gpubill.config import load_settings
 from gpubill.errors import GpubillError
 
@@ -117,6 +117,51 @@ def _or_dash(value) -> str:
     return "—" if value is None else str(value)
 
 
+def _or_none(value) -> str | None:
+    return None if value is None else str(value)
+
+
+def _stream_spend(settings, tenant: str, period: str | None, as_json: bool) -> None:
+    """`spend --stream`: the spend table's quantities for `tenant`, priced as invoice lines before credits."""
+    import asyncio
+
+    from billing_rules.spend import spend_invoice
+    from schemas.topics import spend_topic
+    from streams.kafka.logs import latest_values
+    from streams.kafka.settings import client_options
+    from streams.spend.app import changelog_topic
+    from streams.spend.tracker import table_totals
+
+    rules = read_rules(settings)
+    values = asyncio.run(latest_values(settings.kafka, changelog_topic(settings), client_options(settings, client="aiokafka"),
+                                       settings.partitions))
+    periods = table_totals(values).get(tenant, {})
+    shown = {}
+    for one, quantities in sorted(periods.items()):
+        if period is None or one == period:
+            draft = spend_invoice(tenant, one, quantities, vat_rate=rules.vat_rate(one))
+            shown[one] = {"lines": [{"kind": line.kind, "description": line.description, "quantity": str(line.quantity),
+                                     "unit": line.unit, "unit_price": str(line.unit_price), "amount": str(line.amount)}
+                                    for line in draft.lines],
+                          "before_credits": str(draft.net), "subtotal": str(draft.subtotal),
+                          "rented_seconds": sum(quantities.rent_s.values()),
+                          "energy_mj": sum(quantities.energy_mj.values())}
+    if as_json:
+        import orjson
+
+        sys.stdout.write(orjson.dumps({"tenant": tenant, "source": spend_topic(settings.group), "periods": shown},
+                                      option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    if not shown:
+        out.print(f"the stream holds no spend of {terminal_text(tenant)}{' in ' + period if period else ''}")
+    for one, figures in shown.items():
+        out.print(f"{terminal_text(tenant)} {one}, from the stream (before credits and VAT): {figures['before_credits']} CNY",
+                  highlight=False)
+        for line in figures["lines"]:
+            out.print(f"  {line['kind']:<12} {line['quantity']:>16} {line['unit']:<9} × {line['unit_price']:>12} = "
+                      f"{line['amount']:>12}  {terminal_text(line['description'])}", highlight=False)
+
+
 def _percent(share) -> str:
     return "—" if share is None else f"{share * 100:.2f} %"
 
@@ -124,25 +169,35 @@ def _percent(share) -> str:
 def spend(
     tenant: str = typer.Option(..., "--tenant", help="A registered tenant id."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object."),
+    stream: bool = typer.Option(False, "--stream", help="What the stream's spend table holds for the tenant, per "
+                                "period: the invoice lines of its exact quantities, before credits (read from Kafka)."),
+    period: Optional[str] = typer.Option(None, "--period", help="With --stream: only this period (YYYY-MM)."),
 ) -> None:
     """A tenant's month to date: usage, charges, the estimated total with VAT, the balance and its runway."""
     from reports.balances import balance
     from reports.current_usage import current_usage
+    from reports.live_spend import live_position
     from reports.tenants import check_tenant_id
 
     one = check_tenant_id(tenant)
     settings = load_settings()
+    if stream:
+        return _stream_spend(settings, one, check_period(period) if period else None, as_json)
     rules = read_rules(settings)
     with connect(settings) as database:
         figures = balance(database, rules, one)
         month = current_usage(database, rules, one, now=figures.at)
+        live = live_position(database, one, now=figures.at)
+    live_json = None if live is None else {
+        "month_to_date": str(live.month_to_date), "balance": _or_none(live.balance),
+        "runway_hours": _or_none(live.runway_hours), "as_of": live.as_of.isoformat(timespec="milliseconds")}
     if as_json:
         import orjson
 
         sys.stdout.write(orjson.dumps({**_json(figures), "gpu_hours": str(month.gpu_hours), "kwh": str(month.kwh),
                                        "rent": str(month.rent), "electricity": str(month.electricity),
                                        "credits": str(month.credits), "vat": str(month.vat),
-                                       "month_invoiced": month.invoiced},
+                                       "month_invoiced": month.invoiced, "stream": live_json},
                                       option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     newest = month.newest_data_at.isoformat(timespec="seconds") if month.newest_data_at else "no data yet"
@@ -153,3 +208,9 @@ def spend(
     budget = "no budget" if figures.budget is None else f"budget {figures.budget} CNY, {_percent(figures.budget_used)} used"
     out.print(f"  balance {figures.balance} CNY ({budget}); burn {figures.burn_per_hour} CNY/h over the last hour, "
               f"runway {_or_dash(figures.runway_hours)} h", highlight=False)
+    if live is not None:
+        out.print(f"  the stream: {live.month_to_date} CNY to date, balance {_or_dash(live.balance)} CNY, runway "
+                  f"{_or_dash(live.runway_hours)} h, as of {live.as_of.isoformat(timespec='seconds')}", highlight=False)
+    else:
+        out.print("  the stream: no live figure in the last minute (is a worker running with GPUBILL_SPEND?)",
+                  highlight=False)

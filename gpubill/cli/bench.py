@@ -1,4 +1,4 @@
-"""`gpubill bench pricing|pipeline|rating|month|api`: measured figures of the paths users run.
+"""`gpubill bench pricing|pipeline|spend|rating|month|api`: measured figures of the paths users run.
 
 The benchmarks themselves are gpubill/bench/; docs/performance.md records their results.
 """
@@ -55,17 +55,37 @@ def bench_pipeline_command(
     print_figures(result, as_json)
 
 
+@app.command("spend")
+def bench_spend_command(
+    rate: int = typer.Option(20_000, min=100, help="Readings/s of the steady producer."),
+    duration_s: int = typer.Option(30, min=5, help="How long it produces (s)."),
+    tenants: int = typer.Option(16, min=1, max=99, help="Tenants of the simulated fleet, each with a budget and a top-up."),
+    port: int = typer.Option(39292, min=1024, max=65534, help="Port of the private broker (and port + 1)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
+) -> None:
+    """Live spend at a steady rate on a private broker and chDB: freshness of month to date, events emitted."""
+    from gpubill.bench.spend import bench_spend
+
+    result = bench_spend(rate=rate, duration_s=duration_s, tenants=tenants, port=port,
+                         say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
+    print_figures(result, as_json)
+
+
 @app.command("rating")
 def bench_rating_command(
     gpus: int = typer.Option(1280, min=1, help="GPUs in the simulated fleet."),
     seconds: int = typer.Option(1200, min=1, help="Seconds of readings per GPU; beyond 900 the horizon is full."),
     batch_s: int = typer.Option(12, min=1, help="Seconds of the fleet per batch (a fetch round of the worker)."),
+    spend: bool = typer.Option(False, "--spend", help=(
+        "Also rate every round with spend marks on a second core, in turn: readings/s with spend tracking off "
+        "and on, side by side.")),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
     """The native core alone, no broker or database: readings/s of core time, state memory at a full horizon."""
     from gpubill.bench.rating import bench_rating
 
-    result = bench_rating(gpus, seconds, batch_s=batch_s, say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
+    result = bench_rating(gpus, seconds, batch_s=batch_s, spend=spend,
+                          say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)
 
 

@@ -30,6 +30,61 @@ def _pipeline(settings: Settings, rules, database, *, metrics: bool):
     return Pipeline(rules=rules, sink=sink, rater=best_rater(rules), metrics=Metrics() if metrics else None)
 
 
+def alert_policy(settings: Settings):
+    """The billing events' thresholds from GPUBILL_BUDGET_ALERTS, _LOW_BALANCE and _LOW_RUNWAY_H."""
+    from billing_rules.spend import AlertPolicy
+    from gpubill.errors import GpubillError
+    from reports.balances import BalanceRefused, parse_amount
+
+    try:
+        percents = tuple(int(part) for part in settings.budget_alerts.split(",") if part.strip())
+        low = None if settings.low_balance in (None, "") else parse_amount(settings.low_balance, "GPUBILL_LOW_BALANCE")
+        return AlertPolicy(budget_pct=percents, low_balance=low, low_runway_hours=settings.low_runway_h)
+    except BalanceRefused as exc:
+        raise GpubillError(str(exc)) from None
+    except ValueError as exc:
+        raise GpubillError(f"GPUBILL_BUDGET_ALERTS={settings.budget_alerts!r}: {exc}") from None
+
+
+def _track_spend(settings: Settings, pipeline, database) -> dict:
+    """Turn live spend on for `pipeline` (GPUBILL_SPEND): run_worker's tracker arguments."""
+    if not settings.spend:
+        return {}
+    from reports.live_spend import SpendContexts, store_positions
+    from streams.kafka.admin import ensure_spend_topics
+    from streams.kafka.logs import EmittedEvents
+    from streams.kafka.settings import client_options
+    from streams.spend.ledger import SpendLedger
+    from streams.spend.tracker import SpendTracker
+    from schemas.topics import TOPIC_BILLING_EVENTS
+
+    policy = alert_policy(settings)
+    ensure_spend_topics(settings)
+    pipeline.spend = SpendLedger()
+    events = EmittedEvents(settings.kafka, TOPIC_BILLING_EVENTS, client_options(settings, client="aiokafka"),
+                           settings.partitions)
+    tracker = SpendTracker(partitions=settings.partitions, policy=policy, events=events, produce=None,
+                           period_of=lambda second: pipeline.rules.period_of(second), metrics=pipeline.metrics)
+    contexts = SpendContexts()
+    return {"tracker": tracker, "context_every_s": settings.spend_context_s,
+            "refresh_contexts": lambda: contexts.read(database, pipeline.rules),
+            "publish_positions": lambda positions: store_positions(database, positions)}
+
+
+def _spend_reporter(tracker, path: Path):
+    """A task writing the tracker's figures to `path` every second, for `gpubill bench spend`."""
+    import asyncio
+
+    import orjson
+
+    async def report_spend() -> None:
+        while True:
+            path.write_bytes(orjson.dumps(tracker.report()))
+            await asyncio.sleep(1.0)
+
+    return report_spend
+
+
 def _start_from_committed(settings: Settings, pipeline) -> None:
     """Seed the pipeline's positions with the group's committed offsets (for the lag gauge)."""
     from streams.kafka.admin import group_offsets
@@ -71,9 +126,13 @@ def worker(
         with Progress(console=err, transient=True) as progress:
             task = progress.add_task(f"draining {len(targets)} partitions", total=total)
             code = run_worker(settings, pipeline, drain_targets=targets,
-                              on_progress=lambda done, _: progress.update(task, completed=done))
+                              on_progress=lambda done, _: progress.update(task, completed=done),
+                              **_track_spend(settings, pipeline, database))
     else:
-        code = run_worker(settings, pipeline, rules_dir=Path(settings.rules))
+        spend = _track_spend(settings, pipeline, database)
+        report = os.environ.get("GPUBILL_BENCH_SPEND")  # set by `gpubill bench spend`
+        tasks = [_spend_reporter(spend["tracker"], Path(report))] if report and spend else []
+        code = run_worker(settings, pipeline, rules_dir=Path(settings.rules), extra_tasks=tasks, **spend)
     database.close()
     if code:
         raise typer.Exit(code)
@@ -140,7 +199,8 @@ def up(
               "Ctrl-C to stop")
     try:
         code = run_worker(settings, pipeline, loglevel="INFO", rules_dir=Path(settings.rules),
-                          extra_tasks=[scheduler_task] + ([api_task] if api is not None else []))
+                          extra_tasks=[scheduler_task] + ([api_task] if api is not None else []),
+                          **_track_spend(settings, pipeline, database))
     finally:
         if api is not None:
             api.stop()  # requests in flight finish and the access records are written, then the database closes

@@ -4,7 +4,7 @@
 //! Records sit in arrival order in fixed-size chunks (no reallocation, no doubling: memory
 //! follows the readings held), and two kinds of small index point into them by sequence
 //! number: (gpu, second) → record, and per stream event id → record. An index entry is a
-//! 4-byte sequence number plus hashbrown's control byte, so a reading held costs ≈ 40 bytes
+//! 4-byte sequence number plus hashbrown's control byte, so a reading held costs ≈ 44 bytes
 //! of record and ≈ 10 of index, against ≈ 100 with a hash map per stream keyed by value.
 //! Eviction pops records from the front, as `Rater.evict` (streams/rating/reference.py)
 //! does, and drops their index entries.
@@ -32,9 +32,14 @@ const ABSENT: EventHash = (0, 0);
 #[derive(Clone, Copy)]
 pub struct UsageSeen {
     pub id: EventHash,
+    /// Where it was read in its partition: the spend marks judge a join by it (spend.rs).
+    pub offset: u64,
     pub tenant: u32,
     pub instance: u32,
     pub model: u32,
+    /// Spend only (rate.rs `SPENT_*`): what of this (gpu, second) this process counted, so
+    /// that a reading re-read after a crash counts once. In the record's padding: no bytes added.
+    pub spent: u8,
 }
 
 #[derive(Clone, Copy)]
@@ -47,14 +52,14 @@ pub struct PowerSeen {
     pub partition: u32,
 }
 
-/// One (gpu, second): 80 bytes.
+/// One (gpu, second): 88 bytes (80 before the usage half kept its offset for the spend marks).
 pub struct Pair {
     key: u64,
     usage: UsageSeen,
     power: PowerSeen,
 }
 
-const _: () = assert!(std::mem::size_of::<Pair>() == 80);
+const _: () = assert!(std::mem::size_of::<Pair>() == 88);
 
 /// A stream's half of a `Pair`.
 pub trait Half: Copy {
@@ -71,7 +76,7 @@ pub trait Half: Copy {
 
 impl Half for UsageSeen {
     const SIDE: usize = 0;
-    const EMPTY: Self = UsageSeen { id: ABSENT, tenant: 0, instance: 0, model: 0 };
+    const EMPTY: Self = UsageSeen { id: ABSENT, offset: 0, tenant: 0, instance: 0, model: 0, spent: 0 };
     fn id(&self) -> EventHash {
         self.id
     }
@@ -107,7 +112,8 @@ impl Half for PowerSeen {
 /// (why: `Clash`), or the first (now held in the record `Slot`).
 #[derive(Debug, PartialEq)]
 pub enum Admitted {
-    Duplicate,
+    /// The same reading again; the slot of the one held.
+    Duplicate(Slot),
     Conflict(Clash),
     First(Slot),
 }
@@ -135,7 +141,7 @@ impl Clash {
 #[derive(Debug, PartialEq, Clone, Copy)]
 pub struct Slot(u32);
 
-const CHUNK: usize = 4096; // records per chunk: 320 KiB
+const CHUNK: usize = 4096; // records per chunk: 352 KiB
 
 /// The records, oldest first: record `seq` (counted from the first ever held) is at
 /// position `seq - front + head` of the chunks. Indexes keep the low 32 bits of a `seq`;
@@ -223,6 +229,11 @@ impl Held {
         Some(T::of(self.records.at(slot.0))).filter(|half| half.id() != ABSENT)
     }
 
+    /// The usage half held at `slot`, to mark what of it was spent (rate.rs).
+    pub fn usage_mut(&mut self, slot: Slot) -> &mut UsageSeen {
+        &mut self.records.at_mut(slot.0).usage
+    }
+
     pub fn contains<T: Half>(&self, key: u64) -> bool {
         self.get::<T>(key).is_some()
     }
@@ -234,7 +245,7 @@ impl Held {
         if let Some(seq) = self.ids[T::SIDE].find(id.0, |seq| T::of(self.records.at(*seq)).id() == id) {
             let pair = self.records.at(*seq);
             return if pair.key == key && T::of(pair).same_content(&seen) {
-                Admitted::Duplicate
+                Admitted::Duplicate(Slot(*seq))
             } else {
                 Admitted::Conflict(Clash::IdReused)
             };
@@ -311,7 +322,7 @@ mod tests {
     use super::*;
 
     fn usage(id: u64, tenant: u32) -> UsageSeen {
-        UsageSeen { id: (id, id | 1), tenant, instance: 0, model: 0 }
+        UsageSeen { id: (id, id | 1), offset: 0, tenant, instance: 0, model: 0, spent: 0 }
     }
 
     fn power(id: u64, mw: u32) -> PowerSeen {
@@ -326,7 +337,7 @@ mod tests {
     fn first_duplicate_conflict_per_stream() {
         let mut held = Held::default();
         assert!(matches!(held.admit(7, usage(1, 10)), Admitted::First(_)));
-        assert!(matches!(held.admit(7, usage(1, 10)), Admitted::Duplicate));
+        assert!(matches!(held.admit(7, usage(1, 10)), Admitted::Duplicate(_)));
         // The same id with other content: another (gpu, second), or another tenant.
         assert_eq!(held.admit(8, usage(1, 10)), Admitted::Conflict(Clash::IdReused));
         assert_eq!(held.admit(7, usage(1, 11)), Admitted::Conflict(Clash::IdReused));
@@ -359,11 +370,11 @@ mod tests {
         assert!(held.get::<UsageSeen>(cutoff as u64).is_some());
         // An evicted id is new again; one still held is a duplicate.
         assert!(matches!(held.admit(0, usage(100, 1)), Admitted::First(_)));
-        assert!(matches!(held.admit(cutoff as u64, usage(100 + cutoff as u64, 1)), Admitted::Duplicate));
+        assert!(matches!(held.admit(cutoff as u64, usage(100 + cutoff as u64, 1)), Admitted::Duplicate(_)));
         assert_eq!(held.admit(n + 1, usage(100 + cutoff as u64, 1)), Admitted::Conflict(Clash::IdReused));
         // The late record waits behind fresher ones.
         assert_eq!(held.evict(cutoff, second), 0);
-        assert!(held.bytes() >= (n as usize - cutoff as usize) * 80);
+        assert!(held.bytes() >= (n as usize - cutoff as usize) * size_of::<Pair>());
         let (usage_held, power_held) = held.len();
         assert_eq!(held.evict(i64::MAX, second), usage_held + power_held);
         assert_eq!(held.len(), (0, 0));
@@ -376,7 +387,7 @@ mod tests {
         held.remember(3, power(9, 100));
         held.remember(3, power(10, 200));
         assert_eq!(held.get::<PowerSeen>(3).map(|p| p.power_mw), Some(100));
-        assert!(matches!(held.admit(3, power(9, 100)), Admitted::Duplicate));
+        assert!(matches!(held.admit(3, power(9, 100)), Admitted::Duplicate(_)));
         assert_eq!(held.admit(4, power(9, 100)), Admitted::Conflict(Clash::IdReused));
         assert_eq!(held.admit(3, power(9, 101)), Admitted::Conflict(Clash::IdReused));
         // A stored reading with an id held for another (gpu, second): kept, but the id still

@@ -23,6 +23,11 @@ impl Interner {
         id
     }
 
+    /// The id of `text` if it is held (nothing is added).
+    pub(crate) fn get(&self, text: &str) -> Option<u32> {
+        self.ids.get(text).copied()
+    }
+
     pub(crate) fn optional(&mut self, text: Option<&str>) -> u32 {
         text.map_or(NONE, |t| self.id(t))
     }

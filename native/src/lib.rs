@@ -35,6 +35,7 @@ mod prices;
 mod rate;
 mod reading;
 mod records;
+mod spend;
 
 use std::collections::{HashMap, HashSet};
 
@@ -47,7 +48,7 @@ use hashing::{id_hash, key, key_second, FxMap};
 use held::{Held, PowerSeen, UsageSeen};
 use intake::Pending;
 use interner::Interner;
-use prices::{EnergyRate, Priced, RentRate};
+use prices::{EnergyRate, Priced, RateIds, RentRate};
 use reading::Kind;
 
 #[pyclass(module = "gpubill_native")]
@@ -65,13 +66,17 @@ struct Core {
     cutoff: i64,
     pending: Vec<Pending>,
     // Prices and periods, asked of Python once per distinct key (cleared with new rules):
-    // Ok(index into the rates) or Err(why the reading cannot be priced).
+    // Ok(index into the rates) or Err(why the reading cannot be priced). Equal rates and
+    // periods share one index (`rate_ids`, `period_ids`): the spend sums (spend.rs) then
+    // key on a tenant's few prices, not on every second.
     rents: FxMap<(u32, u32, i64), Priced>,
     rent_rates: Vec<RentRate>,
     energies: FxMap<(u32, i64), Priced>,
     energy_rates: Vec<EnergyRate>,
     periods: FxMap<i64, usize>,
     period_texts: Vec<String>,
+    rate_ids: RateIds,
+    period_ids: FxMap<String, usize>,
 }
 
 /// A stored usage reading: (gpu, second, event_id, tenant, instance, gpu_model, offset).
@@ -87,7 +92,8 @@ impl Core {
             usage_topic, power_topic, sites: HashSet::new(), models: HashSet::new(), horizon_s,
             texts: Interner::default(), held: Held::default(), usage: Cards::default(), power: Cards::default(), newest_second: 0, cutoff: 0,
             pending: Vec::new(), rents: FxMap::default(), rent_rates: Vec::new(), energies: FxMap::default(),
-            energy_rates: Vec::new(), periods: FxMap::default(), period_texts: Vec::new(),
+            energy_rates: Vec::new(), periods: FxMap::default(), period_texts: Vec::new(), rate_ids: RateIds::default(),
+            period_ids: FxMap::default(),
         }
     }
 
@@ -220,11 +226,11 @@ impl Core {
 
     /// Stored usage readings: (gpu, second, event_id, tenant, instance, gpu_model, offset).
     fn preload_usage(&mut self, rows: Vec<StoredUsage>) {
-        for (gpu, second, event_id, tenant, instance, model, _offset) in rows {
+        for (gpu, second, event_id, tenant, instance, model, offset) in rows {
             let k = key(self.texts.id(&gpu), second);
             let seen = UsageSeen {
-                id: id_hash(&event_id), tenant: self.texts.optional(tenant.as_deref()),
-                instance: self.texts.optional(instance.as_deref()), model: self.texts.id(&model),
+                id: id_hash(&event_id), offset, tenant: self.texts.optional(tenant.as_deref()),
+                instance: self.texts.optional(instance.as_deref()), model: self.texts.id(&model), spent: 0,
             };
             self.held.remember(k, seen); // unless a reading of (gpu, second) is held
         }
@@ -248,19 +254,25 @@ impl Core {
     /// `priced_error` refuses the reading. Returns (usage block, usage rows, power block,
     /// power rows, rated block, rated rows, unallocated energy rows, conflicts, duplicates,
     /// refused, hours) — conflicts as `Conflict`s (rate.rs), refused as (message index, element,
-    /// reason), hours as the (period, UTC hour) the rated rows fall in.
+    /// reason), hours as the (period, UTC hour) the rated rows fall in, and spend: None
+    /// without `spend_marks`, else the batch's spend contributions as (rent, energy) lists of
+    /// `RentSpend` / `EnergySpend` tuples (spend.rs), counted past `spend_marks`
+    /// {(tenant, partition): (usage next offset, power next offset)}.
     /// Prices are asked with the GIL; the rest runs without it, beside the event loop's
     /// Kafka fetches and the writer thread's inserts.
-    fn rate<'py>(&mut self, py: Python<'py>, pricing: &Bound<'py, PyAny>, priced_error: &Bound<'py, PyAny>, now_ms: i64) -> PyResult<Bound<'py, PyTuple>> {
+    #[pyo3(signature = (pricing, priced_error, now_ms, spend_marks = None))]
+    fn rate<'py>(&mut self, py: Python<'py>, pricing: &Bound<'py, PyAny>, priced_error: &Bound<'py, PyAny>, now_ms: i64,
+                 spend_marks: Option<HashMap<(String, u32), (u64, u64)>>) -> PyResult<Bound<'py, PyTuple>> {
         self.prepare(py, pricing, priced_error)?;
-        let out = py.detach(|| self.rate_pending(now_ms));
+        let marks = spend_marks.map(|marks| self.marks(marks));
+        let out = py.detach(|| self.rate_pending(now_ms, marks));
         let items: Vec<Bound<'py, PyAny>> = vec![
             PyBytes::new(py, &out.usage_block).into_any(), out.usage_rows.into_pyobject(py)?.into_any(),
             PyBytes::new(py, &out.power_block).into_any(), out.power_rows.into_pyobject(py)?.into_any(),
             PyBytes::new(py, &out.rated_block).into_any(), out.rated_rows.into_pyobject(py)?.into_any(),
             out.unallocated.into_pyobject(py)?.into_any(), out.conflicts.into_pyobject(py)?.into_any(),
             out.duplicates.into_pyobject(py)?.into_any(), out.refused.into_pyobject(py)?.into_any(),
-            out.hours.into_pyobject(py)?.into_any(),
+            out.hours.into_pyobject(py)?.into_any(), out.spend.into_pyobject(py)?.into_any(),
         ];
         PyTuple::new(py, items)
     }

@@ -8,7 +8,7 @@ use std::hash::{BuildHasherDefault, Hash};
 
 use pyo3::prelude::*;
 
-use crate::hashing::{key, FxHasher};
+use crate::hashing::{key, FxHasher, FxMap};
 use crate::held::PowerSeen;
 use crate::interner::NONE;
 use crate::reading::Kind;
@@ -32,6 +32,13 @@ pub(crate) struct EnergyRate {
 /// The outcome of pricing: Ok(index into a cache) or Err(the reason it cannot be priced).
 pub(crate) type Priced = Result<usize, String>;
 
+/// The index of each distinct rent and energy rate by value, so equal rates share one.
+#[derive(Default)]
+pub(crate) struct RateIds {
+    rents: FxMap<(String, i64, u32, i32), usize>,
+    energies: FxMap<(String, i64, i32), usize>,
+}
+
 impl Core {
     pub(crate) fn reset_caches(&mut self) {
         self.rents.clear();
@@ -40,6 +47,8 @@ impl Core {
         self.energy_rates.clear();
         self.periods.clear();
         self.period_texts.clear();
+        self.rate_ids = RateIds::default();
+        self.period_ids.clear();
     }
 
     fn priced<'py>(py: Python<'py>, result: PyResult<Bound<'py, PyAny>>, priced_error: &Bound<'py, PyAny>) -> PyResult<Result<Bound<'py, PyAny>, String>> {
@@ -58,8 +67,11 @@ impl Core {
         let priced = match Self::priced(py, call, priced_error)? {
             Ok(rate) => {
                 let (plan, price_e6, per_s, discount_e4): (String, i64, u32, i32) = rate.extract()?;
-                self.rent_rates.push(RentRate { plan, price_e6, per_s, discount_e4 });
-                Ok(self.rent_rates.len() - 1)
+                let rates = &mut self.rent_rates;
+                Ok(*self.rate_ids.rents.entry((plan.clone(), price_e6, per_s, discount_e4)).or_insert_with(|| {
+                    rates.push(RentRate { plan, price_e6, per_s, discount_e4 });
+                    rates.len() - 1
+                }))
             }
             Err(reason) => Err(reason),
         };
@@ -75,8 +87,11 @@ impl Core {
         let priced = match Self::priced(py, call, priced_error)? {
             Ok(rate) => {
                 let (band, tariff_e6, pue_e4): (String, i64, i32) = rate.extract()?;
-                self.energy_rates.push(EnergyRate { band, tariff_e6, pue_e4 });
-                Ok(self.energy_rates.len() - 1)
+                let rates = &mut self.energy_rates;
+                Ok(*self.rate_ids.energies.entry((band.clone(), tariff_e6, pue_e4)).or_insert_with(|| {
+                    rates.push(EnergyRate { band, tariff_e6, pue_e4 });
+                    rates.len() - 1
+                }))
             }
             Err(reason) => Err(reason),
         };
@@ -87,8 +102,12 @@ impl Core {
     fn ask_period(&mut self, pricing: &Bound<'_, PyAny>, second: i64) -> PyResult<()> {
         if !self.periods.contains_key(&second) {
             let period: String = pricing.call_method1("period", (second,))?.extract()?;
-            self.period_texts.push(period);
-            self.periods.insert(second, self.period_texts.len() - 1);
+            let texts = &mut self.period_texts;
+            let index = *self.period_ids.entry(period.clone()).or_insert_with(|| {
+                texts.push(period);
+                texts.len() - 1
+            });
+            self.periods.insert(second, index);
         }
         Ok(())
     }

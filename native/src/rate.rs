@@ -4,14 +4,19 @@
 //! The Python reference is `Rater` in streams/rating/reference.py.
 
 use crate::hashing::{id_hash, key, key_second, FxMap};
-use crate::held::{Admitted, Clash, PowerSeen, UsageSeen};
+use crate::held::{Admitted, Clash, PowerSeen, Slot, UsageSeen};
 use crate::interner::NONE;
 use crate::reading::Kind;
+use crate::spend::{EnergySpend, Marks, RentSpend, Spend};
+use crate::intake::Pending;
 use crate::Core;
 
 // ReplacingMergeTree keeps the row with the highest version (see streams/rating/reference.py).
 const OFFSET_SPAN: u64 = 1 << 48;
 const JOINED: u64 = 1 << 50;
+// What of a held (gpu, second) this process counted for spend (`UsageSeen::spent`).
+const SPENT_RENT: u8 = 1;
+const SPENT_JOIN: u8 = 2;
 
 /// A rated_seconds row; texts as interned ids, prices as indexes into the caches.
 pub(crate) struct Rated {
@@ -50,11 +55,15 @@ pub(crate) struct RateOutput {
     pub(crate) refused: Vec<(u32, u32, String)>,
     /// The (period, UTC hour start) of every rated row, once each: the hours this batch writes.
     pub(crate) hours: Vec<(String, i64)>,
+    /// With marks: the spend contributions by value, (rent, energy) (spend.rs).
+    pub(crate) spend: Option<(Vec<RentSpend>, Vec<EnergySpend>)>,
 }
 
 impl Core {
-    /// Rate the pending batch with the prices `prepare` cached; no Python involved.
-    pub(crate) fn rate_pending(&mut self, now_ms: i64) -> RateOutput {
+    /// Rate the pending batch with the prices `prepare` cached; no Python involved. With
+    /// `marks`, also count the rows' spend contributions (spend.rs); without, none of that work.
+    pub(crate) fn rate_pending(&mut self, now_ms: i64, marks: Option<Marks>) -> RateOutput {
+        let mut spend = marks.map(Spend::new);
         let mut pending = std::mem::take(&mut self.pending);
         pending.sort_by_key(|r| (r.kind == Kind::Power, r.msg, r.elem));
         let mut raw_usage: Vec<usize> = Vec::new();
@@ -85,7 +94,7 @@ impl Core {
             };
             self.newest_second = self.newest_second.max(r.second);
             let id = id_hash(&r.event_id);
-            let usage = UsageSeen { id, tenant: r.tenant, instance: r.instance, model: r.model };
+            let usage = UsageSeen { id, offset: r.offset, tenant: r.tenant, instance: r.instance, model: r.model, spent: 0 };
             let power = PowerSeen { id, site: r.site, node: r.node, power_mw: r.power_mw as u32, partition: r.partition, offset: r.offset };
             let (admitted, kind_name) = match r.kind {
                 Kind::Usage => {
@@ -98,8 +107,11 @@ impl Core {
                 }
             };
             let slot = match admitted {
-                Admitted::Duplicate => {
+                Admitted::Duplicate(slot) => {
                     duplicates += 1;
+                    if let Some(spend) = spend.as_mut() {
+                        self.spend_replay(spend, r, k, slot, rate);
+                    }
                     continue;
                 }
                 Admitted::Conflict(clash) => {
@@ -122,11 +134,16 @@ impl Core {
             if r.kind == Kind::Usage {
                 raw_usage.push(index);
                 if let Some(rate) = rate {
-                    rated.push(Rated {
+                    let row = Rated {
                         energy: false, gpu: r.gpu, second: r.second, period, tenant: r.tenant, instance: r.instance, model: r.model,
                         site: r.site, node: r.node, rate, util_e4: r.util_e4, energy_mj: 0, version: OFFSET_SPAN - 1 - r.offset,
                         partition: r.partition, offset: r.offset,
-                    });
+                    };
+                    if let Some(spend) = spend.as_mut() {
+                        spend.add(&row, r.offset);
+                        self.held.usage_mut(slot).spent |= SPENT_RENT;
+                    }
+                    rated.push(row);
                 }
                 if let Some(power) = self.held.get_at::<PowerSeen>(slot) {
                     // The power of this second was rated before its usage: join it now. (If
@@ -135,12 +152,25 @@ impl Core {
                     // rater would refuse the usage reading instead. It takes a rules reload
                     // that withdraws the price of a second already rated.)
                     if let Some(Ok(rate)) = self.energies.get(&(power.site, r.second)) {
-                        rated.push(self.energy_row(k, power, Some(&usage), period, *rate));
+                        let row = self.energy_row(k, power, Some(&usage), period, *rate);
+                        if let Some(spend) = spend.as_mut() {
+                            spend.add(&row, r.offset);
+                            self.held.usage_mut(slot).spent |= SPENT_JOIN;
+                        }
+                        rated.push(row);
                     }
                 }
             } else {
                 let rate = rate.expect("power readings are priced");
-                rated.push(self.energy_row(k, &power, self.held.get_at::<UsageSeen>(slot), period, rate));
+                let usage = self.held.get_at::<UsageSeen>(slot).copied();
+                let row = self.energy_row(k, &power, usage.as_ref(), period, rate);
+                if let Some(spend) = spend.as_mut() {
+                    spend.add(&row, usage.map_or(0, |usage| usage.offset));
+                    if usage.is_some() {
+                        self.held.usage_mut(slot).spent |= SPENT_JOIN;
+                    }
+                }
+                rated.push(row);
                 raw_power.push(index);
             }
         }
@@ -162,6 +192,8 @@ impl Core {
         let mut hours: Vec<(usize, i64)> = rated.iter().map(|row| (row.period, row.second.div_euclid(3600) * 3600)).collect();
         hours.sort_unstable();
         hours.dedup();
+        // In the order of the period's text, as the Python reference sorts them.
+        hours.sort_by(|a, b| (self.period_texts[a.0].as_str(), a.1).cmp(&(self.period_texts[b.0].as_str(), b.1)));
         RateOutput {
             usage_block: self.readings_block(Kind::Usage, &pending, &raw_usage, now_ms),
             usage_rows: raw_usage.len(),
@@ -174,6 +206,52 @@ impl Core {
             duplicates,
             refused,
             hours: hours.into_iter().map(|(period, hour)| (self.period_texts[period].clone(), hour)).collect(),
+            spend: spend.map(|spend| self.spend_by_value(spend)),
+        }
+    }
+
+    /// The spend of a duplicate that is the held reading re-read at its own offset (a batch
+    /// read again after a crash: its rows are stored, its spend may not have been produced;
+    /// streams/spend/ledger.py): its rent and its join, each counted once by this process,
+    /// past the marks. A duplicate sent again at another offset counts nothing.
+    fn spend_replay(&mut self, spend: &mut Spend, r: &Pending, k: u64, slot: Slot, rate: Option<usize>) {
+        let period = self.periods[&r.second];
+        match r.kind {
+            Kind::Usage => {
+                let Some(usage) = self.held.get_at::<UsageSeen>(slot).copied() else { return };
+                if usage.offset != r.offset {
+                    return;
+                }
+                if let Some(rate) = rate.filter(|_| usage.spent & SPENT_RENT == 0) {
+                    let row = Rated {
+                        energy: false, gpu: r.gpu, second: r.second, period, tenant: usage.tenant, instance: usage.instance,
+                        model: usage.model, site: r.site, node: r.node, rate, util_e4: 0, energy_mj: 0, version: 0,
+                        partition: r.partition, offset: r.offset,
+                    };
+                    spend.add(&row, r.offset);
+                    self.held.usage_mut(slot).spent |= SPENT_RENT;
+                }
+                if let Some(power) = self.held.get_at::<PowerSeen>(slot).copied() {
+                    if let Some(Ok(rate)) = self.energies.get(&(power.site, r.second)).cloned() {
+                        self.spend_join(spend, k, slot, &power, period, rate);
+                    }
+                }
+            }
+            Kind::Power => {
+                let Some(power) = self.held.get_at::<PowerSeen>(slot).copied() else { return };
+                if let Some(rate) = rate.filter(|_| power.offset == r.offset && power.partition == r.partition) {
+                    self.spend_join(spend, k, slot, &power, period, rate);
+                }
+            }
+        }
+    }
+
+    /// Count the join held at `slot` unless this process counted it already.
+    fn spend_join(&mut self, spend: &mut Spend, k: u64, slot: Slot, power: &PowerSeen, period: usize, rate: usize) {
+        let Some(usage) = self.held.get_at::<UsageSeen>(slot).copied() else { return };
+        if usage.spent & SPENT_JOIN == 0 {
+            spend.add(&self.energy_row(k, power, Some(&usage), period, rate), usage.offset);
+            self.held.usage_mut(slot).spent |= SPENT_JOIN;
         }
     }
 

@@ -13,7 +13,7 @@ from typing import Iterable
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
-from schemas.topics import PIPELINE_TOPICS
+from schemas.topics import PIPELINE_TOPICS, TOPIC_BILLING_EVENTS, spend_topic
 from streams.errors import KafkaUnreachable, TopicsNotCreated
 from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options
 
@@ -22,6 +22,39 @@ def ensure_pipeline_topics(settings: KafkaSettings) -> None:
     """Create the readings and dead-letter topics when missing (replication 1 locally)."""
     ensure_topics(settings.kafka, {topic: settings.partitions for topic in PIPELINE_TOPICS},
                   options=client_options(settings, client="kafka-python"))
+
+
+# The spend topic holds one cumulative record per (tenant, source partition): compacted, it
+# stays small, and a segment rolls every ten minutes so that compaction can work on it.
+# Billing events are rare and kept for a year and more: they are what consumers and the
+# tracker deduplicate against.
+SPEND_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
+EVENTS_TOPIC_CONFIG = {"retention.ms": str(400 * 24 * 3600 * 1000)}
+
+
+def ensure_spend_topics(settings: KafkaSettings) -> None:
+    """Create <group>.spend.v1 (compacted) and gpu.billing-events.v1 when missing, with the
+    readings topics' partition count (the tracker's table is co-partitioned with them)."""
+    spend = spend_topic(settings.group)
+    ensure_topics(settings.kafka, {spend: settings.partitions, TOPIC_BILLING_EVENTS: settings.partitions},
+                  options=client_options(settings, client="kafka-python"),
+                  configs={spend: SPEND_TOPIC_CONFIG, TOPIC_BILLING_EVENTS: EVENTS_TOPIC_CONFIG})
+    try:
+        consumer = KafkaConsumer(bootstrap_servers=settings.kafka.split(","), request_timeout_ms=TIMEOUT_MS + 1000,
+                                 bootstrap_timeout_ms=TIMEOUT_MS, **client_options(settings, client="kafka-python"))
+    except KafkaError as exc:
+        raise KafkaUnreachable(settings.kafka, str(exc)) from exc
+    try:
+        for topic in (spend, TOPIC_BILLING_EVENTS):
+            count = len(consumer.partitions_for_topic(topic) or ())
+            if count != settings.partitions:
+                raise TopicsNotCreated(
+                    f"{topic} has {count} partitions and GPUBILL_PARTITIONS is {settings.partitions}: live spend "
+                    "places each tenant by that count; set GPUBILL_PARTITIONS to the topics' count")
+    except KafkaError as exc:
+        raise KafkaUnreachable(settings.kafka, str(exc)) from exc
+    finally:
+        consumer.close()
 
 
 def group_offsets(settings: KafkaSettings, topics: Iterable[str]) -> dict[tuple[str, int], tuple[int, int]]:
@@ -56,12 +89,13 @@ def drain_targets(settings: KafkaSettings, topics: Iterable[str]) -> dict[tuple[
 
 
 def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.0, *,
-                  options: dict | None = None) -> None:
+                  options: dict | None = None, configs: dict[str, dict[str, str]] | None = None) -> None:
     """Create the topics that do not exist yet ({name: partitions}, replication 1).
 
     Existing topics are left as they are, whatever their partition count. Returns once
     every topic is visible in the cluster metadata; raises KafkaUnreachable when no broker
-    answers within `timeout_s`. `options`: the client's security (`client_options`).
+    answers within `timeout_s`. `options`: the client's security (`client_options`);
+    `configs`: topic configs of the topics created here ({name: {key: value}}).
     """
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError, TopicAlreadyExistsError
@@ -81,7 +115,7 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.
     try:
         existing = set(admin.list_topics())
         missing = {
-            name: {"num_partitions": partitions, "replication_factor": 1}
+            name: {"num_partitions": partitions, "replication_factor": 1, "configs": (configs or {}).get(name, {})}
             for name, partitions in topics.items()
             if name not in existing
         }

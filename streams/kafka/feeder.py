@@ -84,6 +84,9 @@ class Feeder:
     routes: dict[str, Callable[[Batch], Awaitable[None]]]
     on_committed: Callable[[dict[tuple[str, int], int]], None] = lambda positions: None
     on_revoked: Callable[[], None] = lambda: None
+    # Told the (topic, partition)s assigned, before anything of them is fetched (live spend
+    # loads its state here); None: nothing to do.
+    on_assigned: Callable[[set[tuple[str, int]]], Awaitable[None]] | None = None
     consumer: AIOKafkaConsumer | None = None  # made by run() unless given (tests give a fake)
     security: dict[str, Any] = field(default_factory=dict)  # streams.kafka.settings.client_options
     generation: int = 0
@@ -245,4 +248,7 @@ class _Listener(ConsumerRebalanceListener):
         log.info("partitions revoked; in-flight batches written and committed", extra={"revoked": len(list(revoked))})
 
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        assigned = list(assigned)
         log.info("partitions assigned", extra={"assigned": sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)})
+        if self.feeder.on_assigned is not None:
+            await self.feeder.on_assigned({(tp.topic, tp.partition) for tp in assigned})

@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 import os
 from datetime import datetime
-from typing import Any
+from decimal import Decimal
+from typing import Any, Callable
 
 from billing_rules import BillingRulesError
 from schemas.quick_parser import QuickParser
@@ -29,7 +30,7 @@ from streams.deadletters import refused
 from streams.errors import StreamsError
 from streams.kafka.message import Message
 from streams.kafka.record_sets import RecordSet, messages_of
-from streams.rating.protocol import BatchRater, BatchResult, EncodedOutcome, Lookup
+from streams.rating.protocol import BatchRater, BatchResult, EncodedOutcome, Lookup, SpendContributions, SpendMarks
 from streams.rating.reference_batch import PythonRater
 from streams.rating.validate import check_cards, validate_message
 from warehouse.native_format import epoch_ms, scaled
@@ -44,18 +45,32 @@ log = logging.getLogger("gpubill.native")
 
 class NativePricing:
     """Prices for the Rust core from the billing rules, as the integers of the rated_seconds
-    columns (Decimal(18, 6) and Decimal(9, 4) scaled; see schemas/tables.py)."""
+    columns (Decimal(18, 6) and Decimal(9, 4) scaled; see schemas/tables.py).
+
+    `decimals` keeps the rule's Decimal of each scaled price it handed out, {(scaled, places):
+    Decimal}, so the spend contributions carry the rules' own values (few: one per price)."""
 
     def __init__(self, rules: Any) -> None:
         self.rules = rules
+        self.decimals: dict[tuple[int, int], Decimal] = {}
+
+    def _scaled(self, value: Decimal, places: int) -> int:
+        number = scaled(value, places)
+        self.decimals[(number, places)] = value
+        return number
 
     def rent(self, tenant: str, gpu_model: str, second: int) -> tuple[str, int, int, int]:
         rate = self.rules.rent_rate(tenant, gpu_model, second)
-        return rate.plan, scaled(rate.list_price, 6), rate.per_s, scaled(rate.discount_pct, 4)
+        return rate.plan, self._scaled(rate.list_price, 6), rate.per_s, self._scaled(rate.discount_pct, 4)
 
     def energy(self, site: str, second: int) -> tuple[str, int, int]:
         rate = self.rules.energy_rate(site, second)
-        return rate.band, scaled(rate.tariff_per_kwh, 6), scaled(rate.pue, 4)
+        return rate.band, self._scaled(rate.tariff_per_kwh, 6), self._scaled(rate.pue, 4)
+
+    def decimal(self, number: int, places: int) -> Decimal:
+        """The Decimal of a price scaled by 10^places (the rule's own when it was handed out)."""
+        value = self.decimals.get((number, places))
+        return value if value is not None else Decimal(number).scaleb(-places)
 
     def period(self, second: int) -> str:
         return self.rules.period_of(second)
@@ -90,8 +105,9 @@ class NativeRater:
         self.state_size = self.state_bytes = 0
 
     def rate_batch(self, items: list, *, now: datetime, lookup: Lookup | None = None,
-                   timestamps: bool = False) -> BatchResult:
-        return process_batch_native(items, self, now=now, lookup=lookup, timestamps=timestamps)
+                   timestamps: bool = False, spend_marks: SpendMarks | None = None) -> BatchResult:
+        return process_batch_native(items, self, now=now, lookup=lookup, timestamps=timestamps,
+                                    spend_marks=spend_marks)
 
     def evict(self) -> int:
         dropped = self.core.evict()
@@ -112,12 +128,14 @@ def best_rater(rules: Any) -> BatchRater:
 
 
 def process_batch_native(items: list, rater: NativeRater, *, now: datetime, lookup: Lookup | None = None,
-                         timestamps: bool = False) -> BatchResult:
+                         timestamps: bool = False, spend_marks: SpendMarks | None = None) -> BatchResult:
     """`process_batch` (streams/rating/reference_batch.py) on the Rust core: the same steps, rows and dead letters.
 
     `items` are `Message`s and `RecordSet`s (streams/kafka/record_sets.py): plain sets are read in
     place by the core; the others are decoded here. With `timestamps` the result carries
-    every record's Kafka timestamp (for the freshness benchmark)."""
+    every record's Kafka timestamp (for the freshness benchmark). With `spend_marks` the core
+    also sums the spend contributions (native/src/spend.rs); Python only turns its few
+    aggregated keys into `SpendContributions` (no work per row)."""
     result = BatchResult()
     core, now_s = rater.core, int(now.timestamp())
     messages: list[Message] = []
@@ -157,8 +175,11 @@ def process_batch_native(items: list, rater: NativeRater, *, now: datetime, look
             core.preload_usage([_usage_row(row) for row in usage_rows])
             core.preload_power([_power_row(row) for row in power_rows])
     # (3) Rate and encode.
+    marks = None if spend_marks is None else dict(spend_marks)
     (usage_block, usage_rows, power_block, power_rows, rated_block, rated_rows, unallocated, conflicts, duplicates,
-     not_priced, hours) = core.rate(rater.pricing, BillingRulesError, epoch_ms(now))
+     not_priced, hours, spend) = core.rate(rater.pricing, BillingRulesError, epoch_ms(now), marks)
+    if spend is not None:
+        result.spend = _spend_contributions(*spend, rater.pricing.decimal)
     outcome = EncodedOutcome(duplicates=duplicates, unallocated=unallocated, hours=hours)
     for table, block, rows in (("rated_seconds", rated_block, rated_rows), ("readings_usage", usage_block, usage_rows),
                                ("readings_power", power_block, power_rows)):
@@ -172,6 +193,17 @@ def process_batch_native(items: list, rater: NativeRater, *, now: datetime, look
     result.outcome = outcome
     rater.evict()
     return result
+
+
+def _spend_contributions(rent: list[tuple], energy: list[tuple],
+                        decimal: Callable[[int, int], Decimal]) -> SpendContributions:
+    """The core's spend contributions (native/src/spend.rs: one tuple per key, prices as the
+    scaled integers of `NativePricing`) with the prices as Decimals (`decimal(number, places)`)."""
+    return SpendContributions(
+        rent={(tenant, partition, period, model, plan, decimal(price_e6, 6), per_s, decimal(discount_e4, 4)): seconds
+              for tenant, partition, period, model, plan, price_e6, per_s, discount_e4, seconds in rent},
+        energy={(tenant, partition, period, site, band, decimal(tariff_e6, 6), decimal(pue_e4, 4)): mj
+                for tenant, partition, period, site, band, tariff_e6, pue_e4, mj in energy})
 
 
 def _record_at(index: int, messages: list[Message], sets: list[RecordSet]) -> Message:

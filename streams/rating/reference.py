@@ -23,6 +23,9 @@ gpu_model, for power the site, node and power_mw (whole milliwatts). Not compare
 text beyond its second, util_pct, mem_used_mib, and a usage reading's site and node; a
 reading differing from the held one only there is a duplicate. State is kept for `horizon_s` behind the newest second seen and evicted
 after that, so memory is bounded by fleet size × horizon, not by the length of the run.
+
+Spend: an `Outcome` given a `SpendTally` also counts its rows' spend contributions past the
+tally's marks (streams/rating/protocol.py; the Rust core's is native/src/spend.rs).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any, Protocol
 
 from schemas.events import PowerReading, UsageReading, stored_ts
 from schemas.quick_parser import Power, Usage
+from streams.rating.protocol import SpendContributions, SpendMarks, counts_energy, counts_rent
 from warehouse.blocks import encode_rows
 
 # ReplacingMergeTree keeps the row with the highest version. Offsets stay below 2**48.
@@ -58,6 +62,10 @@ class _UsageSeen:
     instance: str | None
     gpu_model: str
     offset: int
+    # Spend only: whether this process counted the reading's rent, and the join of its
+    # (gpu, second), so that a replay counts each once (see `_replayed`).
+    rent_spent: bool = False
+    join_spent: bool = False
 
 
 @dataclass(slots=True)
@@ -81,6 +89,7 @@ class Outcome:
     rated: list[tuple] = field(default_factory=list)
     conflicts: list[tuple] = field(default_factory=list)
     duplicates: int = 0
+    spend: SpendTally | None = None  # counts the rated rows' spend contributions when given
 
     @property
     def row_count(self) -> int:
@@ -108,6 +117,30 @@ class Outcome:
         self.rated += other.rated
         self.conflicts += other.conflicts
         self.duplicates += other.duplicates
+
+
+class SpendTally:
+    """The spend contributions of rated rows, counted past `marks` (streams/rating/protocol.py:
+    `counts_rent`, `counts_energy`); `contributions` holds them, keys of zero left out."""
+
+    def __init__(self, marks: SpendMarks) -> None:
+        self.marks = marks
+        self.contributions = SpendContributions()
+
+    def rent(self, row: tuple) -> None:
+        """Count a rent row (rated_seconds order): one second, read at the row's offset."""
+        tenant, partition, offset = row[4], row[19], row[20]
+        if counts_rent(self.marks, tenant, partition, offset):
+            key = (tenant, partition, row[3], row[6], row[9], row[10], row[11], row[12])
+            self.contributions.rent[key] = self.contributions.rent.get(key, 0) + 1
+
+    def energy(self, row: tuple, usage_offset: int | None) -> None:
+        """Count an energy row joined with the usage reading read at `usage_offset` (None:
+        unjoined): its power_mw over one second, in mJ."""
+        tenant, partition, power_offset, energy_mj = row[4], row[19], row[20], row[14]
+        if energy_mj and counts_energy(self.marks, tenant, partition, usage_offset, power_offset):
+            key = (tenant, partition, row[3], row[7], row[15], row[16], row[17])
+            self.contributions.energy[key] = self.contributions.energy.get(key, 0) + energy_mj
 
 
 def encode_outcome(outcome: Outcome) -> dict[str, tuple[bytes, int]]:
@@ -331,6 +364,8 @@ class Rater:
                     rate: Any) -> None:
         key = (reading.gpu_uuid, second)
         if not self._is_first(self._usage, self._usage_ids, reading, key, partition, offset, now, out):
+            if out.spend is not None and self._replayed(self._usage.get(key), reading, offset):
+                self._spend_usage(self._usage[key], reading, partition, rate, now, out)
             return
         self._hold(self._usage, self._usage_ids, key, _UsageSeen(reading.event_id, reading.tenant, reading.instance, reading.gpu_model, offset))
         out.readings_usage.append(
@@ -341,23 +376,28 @@ class Rater:
             )
         )
         if rate is not None:
-            out.rated.append(
-                (
-                    "rent", reading.gpu_uuid, second, self._period_of(second), reading.tenant,
-                    reading.instance or "", reading.gpu_model, reading.site, reading.node,
-                    rate.plan, rate.list_price, rate.per_s, rate.discount_pct, reading.util_pct, 0, "", ZERO, ZERO,
-                    _OFFSET_SPAN - 1 - offset, partition, offset, now,
-                )
+            row = (
+                "rent", reading.gpu_uuid, second, self._period_of(second), reading.tenant,
+                reading.instance or "", reading.gpu_model, reading.site, reading.node,
+                rate.plan, rate.list_price, rate.per_s, rate.discount_pct, reading.util_pct, 0, "", ZERO, ZERO,
+                _OFFSET_SPAN - 1 - offset, partition, offset, now,
             )
+            out.rated.append(row)
+            if out.spend is not None:
+                out.spend.rent(row)
+                self._usage[key].rent_spent = True
         power = self._power.get(key)
         if power is not None:  # the power of this second was rated before its usage: join it now
-            out.rated.append(self._energy_row(power, self._usage[key], now))
+            self._add_energy(power, self._usage[key], now, out)
 
     # -- power ---------------------------------------------------------------------------
 
     def _rate_power(self, reading: Power | PowerReading, second: int, partition: int, offset: int, now: Any, out: Outcome) -> None:
         key = (reading.gpu_uuid, second)
         if not self._is_first(self._power, self._power_ids, reading, key, partition, offset, now, out):
+            held, usage = self._power.get(key), self._usage.get(key)
+            if out.spend is not None and self._replayed(held, reading, offset) and usage is not None:
+                self._spend_join(held, usage, now, out)
             return
         power = _PowerSeen(
             reading.event_id, reading.gpu_uuid, second, reading.site, reading.node, reading.power_mw, partition, offset
@@ -369,7 +409,44 @@ class Rater:
                 power.power_mw, partition, offset, now,
             )
         )
-        out.rated.append(self._energy_row(power, self._usage.get(key), now))
+        self._add_energy(power, self._usage.get(key), now, out)
+
+    def _add_energy(self, power: _PowerSeen, usage: _UsageSeen | None, now: Any, out: Outcome) -> None:
+        row = self._energy_row(power, usage, now)
+        out.rated.append(row)
+        if out.spend is not None:
+            out.spend.energy(row, usage.offset if usage is not None else None)
+            if usage is not None:
+                usage.join_spent = True
+
+    # -- spend of replays ----------------------------------------------------------------
+
+    @staticmethod
+    def _replayed(held: _UsageSeen | _PowerSeen | None, reading: Any, offset: int) -> bool:
+        """Whether a duplicate is the held reading read again at its own offset (a batch re-read
+        after a crash), not the same reading sent twice: its rows are stored, but its spend
+        may not have been produced (streams/spend/ledger.py), so it counts once more, past
+        the marks, if this process has not counted it yet."""
+        return (held is not None and held.event_id == reading.event_id and held.offset == offset
+                and _same_content(held, reading))
+
+    def _spend_usage(self, usage: _UsageSeen, reading: Any, partition: int, rate: Any, now: Any, out: Outcome) -> None:
+        """The spend a replayed usage reading causes: its rent and its join, each once."""
+        second = reading.second
+        if rate is not None and not usage.rent_spent:
+            usage.rent_spent = True
+            out.spend.rent(("rent", reading.gpu_uuid, second, self._period_of(second), reading.tenant, "", reading.gpu_model,
+                            "", "", rate.plan, rate.list_price, rate.per_s, rate.discount_pct, ZERO, 0, "", ZERO, ZERO,
+                            0, partition, usage.offset, now))
+        power = self._power.get((reading.gpu_uuid, second))
+        if power is not None:
+            self._spend_join(power, usage, now, out)
+
+    def _spend_join(self, power: _PowerSeen, usage: _UsageSeen, now: Any, out: Outcome) -> None:
+        """Count the join of `power` and `usage` unless this process counted it already."""
+        if not usage.join_spent:
+            usage.join_spent = True
+            out.spend.energy(self._energy_row(power, usage, now), usage.offset)
 
     def _energy_row(self, power: _PowerSeen, usage: _UsageSeen | None, now: Any) -> tuple:
         second = power.second

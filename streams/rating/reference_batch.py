@@ -17,13 +17,14 @@ from schemas.quick_parser import QuickParser
 from streams.deadletters import refused
 from streams.kafka.message import Message
 from streams.kafka.record_sets import expand
-from streams.rating.protocol import BatchResult, Lookup
-from streams.rating.reference import Outcome, Rater
+from streams.rating.protocol import BatchResult, Lookup, SpendMarks
+from streams.rating.reference import Outcome, Rater, SpendTally
 from streams.rating.validate import check_cards, validate_message
 
 
 def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_models, now: datetime,
-                  lookup: Lookup | None = None, quick: QuickParser | None = None) -> BatchResult:
+                  lookup: Lookup | None = None, quick: QuickParser | None = None,
+                  spend_marks: SpendMarks | None = None) -> BatchResult:
     """Validate, deduplicate, attribute and price a batch of reading messages.
 
     Steps: (1) decode and validate each message — or each element of a message that is a
@@ -31,9 +32,11 @@ def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_m
     `lookup` for stored counterparts the rater no longer (or never) held in memory —
     usage for power readings, power for usage readings — and preload them; (3) rate.
     `quick` is the fast validation path for these sites and models (built when not given).
-    The result's `outcome` is the reference `Outcome` (rows as tuples).
+    The result's `outcome` is the reference `Outcome` (rows as tuples). With `spend_marks`
+    the result's `spend` holds the rows' spend contributions past them (protocol.py).
     """
-    result = BatchResult(outcome=Outcome())
+    tally = SpendTally(spend_marks) if spend_marks is not None else None
+    result = BatchResult(outcome=Outcome(spend=tally))
     now_s = int(now.timestamp())
     quick = quick or QuickParser(known_sites, known_models)
     accepted = []
@@ -64,6 +67,8 @@ def process_batch(messages: list[Message], rater: Rater, *, known_sites, known_m
         except BillingRulesError as exc:  # e.g. a second before the first rule in force
             result.deadletters.append(refused(message, value, index, f"cannot be priced: {exc}"))
     rater.evict()
+    if tally is not None:
+        result.spend = tally.contributions
     return result
 
 
@@ -95,9 +100,9 @@ class PythonRater:
         return self.rater.state_size
 
     def rate_batch(self, items: list, *, now: datetime, lookup: Lookup | None = None,
-                   timestamps: bool = False) -> BatchResult:
+                   timestamps: bool = False, spend_marks: SpendMarks | None = None) -> BatchResult:
         messages = expand(items)
         result = process_batch(messages, self.rater, known_sites=self.known_sites, known_models=self.known_models,
-                               now=now, lookup=lookup, quick=self.quick)
+                               now=now, lookup=lookup, quick=self.quick, spend_marks=spend_marks)
         result.timestamps = [m.timestamp for m in messages] if timestamps else []
         return result

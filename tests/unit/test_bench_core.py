@@ -24,3 +24,10 @@ def test_the_state_stops_growing_past_the_horizon() -> None:
     # (eviction is by whole (card, second) records in arrival order: none waits here).
     result = bench_rating(2, 1000, batch_s=50)
     assert result["state_entries"] == 2 * 2 * 901
+
+
+def test_with_spend_a_second_core_rates_the_same_rounds_with_marks() -> None:
+    result = bench_rating(4, 30, batch_s=7, spend=True)
+    assert result["readings"] == 240 and result["core_per_s_spend"] > 0
+    # at most one rented second per usage reading: 4 cards × 30 s
+    assert 0 <= result["spend_rent_s"] <= 120

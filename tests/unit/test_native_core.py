@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -164,20 +165,31 @@ def as_record_sets(messages: list[Message], *, gzip: bool = False, earlier: bool
     return sets
 
 
+# Spend marks: none (no spend work), none yet, or some on the tenants and partitions of `batch`
+# (offsets up to 12: below, between and past what the batches read).
+MARKS = st.one_of(st.none(), st.just({}), st.dictionaries(
+    st.tuples(st.sampled_from(["acme", "beta", "nobody"]), st.integers(0, 1)),
+    st.tuples(st.integers(0, 12), st.integers(0, 12)), max_size=6))
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(batch(), min_size=1, max_size=4), st.integers(0, 4), st.sampled_from([5, 900]), st.booleans(),
-       st.sampled_from(["messages", "sets", "sets from inside a batch", "gzip sets"]))
-def test_the_rust_core_writes_what_the_python_rater_writes(batches, forget_after, horizon_s, cards, fetched):
+       st.sampled_from(["messages", "sets", "sets from inside a batch", "gzip sets"]), MARKS)
+def test_the_rust_core_writes_what_the_python_rater_writes(batches, forget_after, horizon_s, cards, fetched, marks):
     python, rust = Rater(RULES, horizon_s=horizon_s), NativeRater(RULES, horizon_s=horizon_s)
     lookup = StoredFake(dict(STORE), cards=cards)
     for number, messages in enumerate(batches):
         if number == forget_after:
             python.forget()
             rust.forget()
-        expected = process_batch(messages, python, known_sites=SITES, known_models=MODELS, now=NOW, lookup=lookup)
+        expected = process_batch(messages, python, known_sites=SITES, known_models=MODELS, now=NOW, lookup=lookup,
+                                 spend_marks=marks)
         items = messages if fetched == "messages" else as_record_sets(
             messages, gzip=fetched == "gzip sets", earlier=fetched == "sets from inside a batch")
-        got = process_batch_native(items, rust, now=NOW, lookup=lookup)
+        got = process_batch_native(items, rust, now=NOW, lookup=lookup, spend_marks=marks)
+        # The same spend contributions (None without marks), Decimals equal by value.
+        assert (got.spend is None) == (marks is None)
+        assert got.spend == expected.spend
         lookup.wrote(expected.outcome)
         assert {t: b for t, (b, _) in got.outcome.blocks.items()} == python_blocks(expected.outcome)
         assert {t: n for t, (_, n) in got.outcome.blocks.items()} == {
@@ -187,6 +199,7 @@ def test_the_rust_core_writes_what_the_python_rater_writes(batches, forget_after
         assert got.outcome.conflicts == expected.outcome.conflicts
         assert got.outcome.duplicates == expected.outcome.duplicates
         assert got.outcome.unallocated == expected.outcome.unallocated
+        assert got.outcome.hours == expected.outcome.hours  # once each, in order
         assert [(d.message, d.reason, d.index) for d in got.deadletters] == [
             (d.message, d.reason, d.index) for d in expected.deadletters]
         assert got.readings_in == expected.readings_in
@@ -292,3 +305,42 @@ def test_what_the_definition_refuses_the_core_never_takes(value, reason):
     assert [d.reason for d in got.deadletters] == [d.reason for d in expected.deadletters]
     assert len(got.deadletters) == 1 and got.deadletters[0].reason.startswith(reason), got.deadletters[0].reason
     assert not got.outcome.blocks
+
+
+@st.composite
+def dense_batch(draw) -> list[Message]:
+    """Valid readings of 2 cards over 4 seconds: joins within and across batches are common."""
+    messages = []
+    for _ in range(draw(st.integers(1, 12))):
+        kind = draw(st.sampled_from(["usage", "power"]))
+        gpu, second = draw(st.sampled_from(GPUS[:2])), T + draw(st.integers(0, 3))
+        fields = {"kind": kind, "event_id": f"{kind[0]}{draw(st.integers(0, 40))}", "ts": f"2026-03-01T00:00:0{second - T}Z",
+                  "site": "gz-guian", "node": "node-01", "gpu_uuid": gpu}
+        if kind == "usage":
+            fields |= {"gpu_model": draw(st.sampled_from(["A800-80G", "H800-80G"])),
+                       "tenant": draw(st.sampled_from(["acme", "beta", None])), "instance": None, "util_pct": 50,
+                       "mem_used_mib": 1}
+        else:
+            fields["power_w"] = draw(st.sampled_from([0, 250, 412.3455]))
+        messages.append((TOPIC_USAGE if kind == "usage" else TOPIC_POWER, draw(st.integers(0, 1)),
+                         orjson.dumps(fields)))
+    return messages
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(dense_batch(), min_size=1, max_size=4), MARKS, st.booleans())
+def test_both_raters_count_the_same_spend_on_dense_batches(batches, marks, stored):
+    python, rust = Rater(RULES), NativeRater(RULES)
+    lookup = StoredFake(dict(STORE) if stored else {}, cards=True)
+    offsets: dict = {}
+    for drawn in batches:
+        messages = []
+        for topic, partition, value in drawn:  # offsets grow per partition across the batches
+            offset = offsets[(topic, partition)] = offsets.get((topic, partition), -1) + 1
+            messages.append(Message(topic, partition, offset, None, value))
+        expected = process_batch(messages, python, known_sites=SITES, known_models=MODELS, now=NOW, lookup=lookup,
+                                 spend_marks=marks)
+        got = process_batch_native(messages, rust, now=NOW, lookup=lookup, spend_marks=marks)
+        lookup.wrote(expected.outcome)
+        assert {t: b for t, (b, _) in got.outcome.blocks.items()} == python_blocks(expected.outcome)
+        assert got.spend == expected.spend

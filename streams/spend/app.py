@@ -1,0 +1,170 @@
+"""The spend tracker as a Faust app: keyed state in a changelog-backed table, fed by a topic
+partitioned by tenant (issue 15; docs/balances.md).
+
+    <group>.spend.v1 ──► track_spend ──► spend_by_tenant (table, changelog <group>.spend-spend_by_tenant-changelog)
+    (records per                          │
+     tenant/partition)                    └──► gpu.billing-events.v1 (budget_threshold, balance_low,
+                                                balance_exhausted: once each)
+    refresh_context (timer) ── top-ups, invoices, credits, budgets, burn from the warehouse
+                            └─ re-evaluates every tenant this worker holds (time moves runways)
+
+Every rating worker runs one alongside its own app (streams/worker.py), in the consumer
+group `<group>.spend`: the tenants are shared among the workers, and a tenant's table entry
+moves with its partition, recovered from the changelog. Faust commits an event's offset
+after the agent handled it (at least once); a record handled again replaces itself in the
+table (its value is each source's latest record, by marks), so nothing counts twice.
+
+This module and streams/worker.py are the only ones that import Faust.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from concurrent.futures import Executor
+from typing import Any, Callable
+
+import faust
+
+from schemas.billing_events import BillingEvent, encode_event
+from schemas.spend import InvalidSpendRecord, parse_record, spend_partition
+from schemas.topics import TOPIC_BILLING_EVENTS, spend_topic
+from streams.kafka.logs import committed_offsets, end_offsets
+from streams.kafka.settings import KafkaSettings, client_options
+from streams.spend.tracker import SpendTracker
+
+log = logging.getLogger("gpubill.spend")
+
+TABLE = "spend_by_tenant"
+
+
+def changelog_topic(settings: KafkaSettings) -> str:
+    """The topic Faust keeps the table's changes in: its durable state."""
+    return f"{settings.group}.spend-{TABLE}-changelog"
+
+
+def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credentials: Any,
+                      refresh_contexts: Callable[[], dict] | None, executor: Executor | None,
+                      context_every_s: float = 10.0,
+                      publish: Callable[[list], None] | None = None) -> faust.App:
+    """The tracker app; `refresh_contexts` (run in `executor`) reads the warehouse's side of
+    every tenant's balance, `publish` (same thread) stores the positions for the surfaces."""
+    app = faust.App(
+        f"{settings.group}.spend",
+        broker=[f"kafka://{server.strip()}" for server in settings.kafka.split(",")],
+        store="memory://",  # rebuilt from the changelog at every start: the changelog is the state
+        web_enabled=False,
+        topic_partitions=settings.partitions,
+        producer_acks=-1,
+        broker_credentials=credentials,
+        consumer_auto_offset_reset="earliest",
+    )
+    spend = spend_topic(settings.group)
+    spend_records = app.topic(spend, key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
+    events_topic = app.topic(TOPIC_BILLING_EVENTS, key_serializer="raw", value_serializer="raw")
+    # key: the tenant id (JSON); value: {"sources": {"<source partition>": "<its latest record>"}}
+    spend_by_tenant = app.Table(TABLE, default=None, partitions=settings.partitions,
+                                schema=faust.Schema(key_type=str, key_serializer="json", value_serializer="json"))
+
+    async def produce(event: BillingEvent, partition: int) -> None:
+        sent = await events_topic.send(key=event.tenant.encode(), value=encode_event(event), partition=partition)
+        await sent  # acknowledged by the broker (acks=all) before the event counts as emitted
+
+    tracker.produce = produce
+
+    @app.agent(spend_records, name="track_spend")
+    async def track_spend(stream):
+        """Fold each spend record into its tenant's entry, then emit what became due."""
+        async for event in stream.events():
+            try:
+                yield await _track(event)
+            except Exception:  # noqa: BLE001 - a tracker that stopped tracking must not linger
+                log.exception("the spend tracker failed on a record; exiting (it is consumed again on restart)")
+                logging.shutdown()
+                os._exit(3)
+
+    async def _track(event: Any) -> list[BillingEvent]:
+        record = _accepted(tracker, event, settings.partitions)
+        if record is None:
+            return []
+        value = tracker.merge(spend_by_tenant.get(record.tenant), record, event.value.decode())
+        if value is None:
+            _refused(tracker, "older than the high-water mark", event)
+            return []
+        spend_by_tenant[record.tenant] = value
+        tracker.observe(record)
+        return await tracker.evaluate(record.tenant, value)
+
+    async def refresh() -> None:
+        """Re-read the warehouse's side and re-evaluate every tenant held here: a top-up, a new
+        budget or an hour of burn changes what is due without any new spend record."""
+        if refresh_contexts is None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            tracker.contexts = await loop.run_in_executor(executor, refresh_contexts)
+        except Exception:  # noqa: BLE001 - the last contexts stay; the next tick retries
+            log.warning("could not read balances for the spend tracker", exc_info=True)
+            return
+        held = {tp.partition for tp in app.consumer.assignment() if tp.topic == spend}
+        for tenant in sorted(tracker.contexts):
+            if spend_partition(tenant, settings.partitions) in held:
+                await tracker.evaluate(tenant, spend_by_tenant.get(tenant))
+        if publish is not None:
+            positions = list(tracker.positions.items())
+            try:
+                await loop.run_in_executor(executor, publish, positions)
+            except Exception:  # noqa: BLE001 - the surfaces fall back to the warehouse
+                log.warning("could not store the live spend positions", exc_info=True)
+
+    @app.task
+    async def read_context_at_start() -> None:
+        await refresh()
+
+    @app.timer(context_every_s)
+    async def refresh_context() -> None:
+        await refresh()
+
+    async def caught_up() -> None:
+        """Return once the tracker group has committed every spend record produced until now —
+        applied, in whichever worker holds its tenant — and this worker re-evaluated the
+        tenants it holds (the end of a drain)."""
+        security = client_options(settings, client="aiokafka")
+        ends = await end_offsets(settings.kafka, spend, security, settings.partitions)
+        while True:
+            done = await committed_offsets(settings.kafka, security, app.conf.id, spend, settings.partitions)
+            if all(done.get(p, 0) >= end for p, end in ends.items()):
+                break
+            await asyncio.sleep(0.2)
+        await refresh()
+
+    app.gpubill_tracker = tracker
+    app.gpubill_caught_up = caught_up
+    app.gpubill_agents = (track_spend,)
+    return app
+
+
+def _accepted(tracker: SpendTracker, event: Any, partitions: int):
+    """The event's record when it is valid, keyed as its content says and on its tenant's
+    partition (its state lives in that partition's table); None, counted and logged, otherwise."""
+    try:
+        record = parse_record(event.value or b"")
+    except InvalidSpendRecord as exc:
+        _refused(tracker, "invalid", event, str(exc))
+        return None
+    if event.key != record.key.encode():
+        _refused(tracker, "key", event, "the key is not <tenant>/<partition> of the record")
+        return None
+    if event.message.partition != spend_partition(record.tenant, partitions):
+        _refused(tracker, "partition", event, "not on its tenant's partition")
+        return None
+    return record
+
+
+def _refused(tracker: SpendTracker, reason: str, event: Any, detail: str = "") -> None:
+    if tracker.metrics is not None:
+        tracker.metrics.spend_refused.labels(reason).inc()
+    message = event.message
+    log.warning("spend record refused at %s:%s@%s: %s %s", message.topic, message.partition, message.offset,
+                reason, detail)

@@ -1,0 +1,236 @@
+"""Live spend and billing events on the real parts (issue 15): a fresh Kafka broker, chDB,
+`gpubill` as child processes, the tracker's Faust table and its changelog.
+
+The readings are the fault suite's fleet (faults_helpers.py), dated in the *current*
+billing period so that the tracker prices them as month to date. In the test rules both
+tenants pay ¥1 per rented second in every month of 31 days (acme A800-80G hourly
+¥3600/h; beta RTX4090 monthly ¥2,678,400 / 2,678,400 s, less 10 %), energy costs
+mJ × 1.12 × ¥330 / 3.6e9, VAT 6 %, each registered tenant has the ¥10 trial credit.
+
+What each case shows:
+- thresholds crossed during a drain are emitted exactly once each, and a second drain adds none;
+- a worker killed with SIGKILL three times while crossing thresholds emits no duplicate and
+  misses none, and the table holds every second and millijoule once;
+- when a period is invoiced, the table's lines for it are the invoice's lines before credits.
+Two workers sharing the partitions are in test_spend_two_workers.py.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+
+from tests.e2e.faults_helpers import (
+    PERIOD,
+    Card,
+    committed_total,
+    dumps,
+    expected_invoice,
+    fen,
+    fleet,
+    kill9,
+    make_readings,
+    start_worker,
+    truth_of,
+    wait_until,
+    watts_of,
+)
+from tests.e2e.test_faults import GROUP, SEED, drain, replay
+
+pytestmark = pytest.mark.e2e
+
+SHANGHAI = timedelta(hours=8)
+
+
+def current_start(seconds: int) -> datetime:
+    """A start such that `seconds` of readings end a minute ago and lie in one billing month
+    (Asia/Shanghai); skips the test in the first hours of a month, when they would not."""
+    start = (datetime.now(UTC) - timedelta(seconds=seconds + 60)).replace(microsecond=0)
+    if (start + SHANGHAI).month != (datetime.now(UTC) + SHANGHAI).month:
+        pytest.skip("too close to the start of a billing month for readings of this month")
+    return start
+
+
+def period_of(moment: datetime) -> str:
+    return (moment + SHANGHAI).strftime("%Y-%m")
+
+
+def readings_from(start: datetime, seconds: int, cards: list[Card], first: int = 0) -> list[dict]:
+    """make_readings' layout, dated from `start` instead of May 2026."""
+    out = []
+    for i in range(first, seconds):
+        ts = (start + timedelta(seconds=i)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for card in cards:
+            common = {"ts": ts, "site": "gz-guian", "node": f"gz-n{card.gpu[0]}", "gpu_uuid": card.gpu}
+            if card.usage:
+                tenant = card.tenant_at(i)
+                out.append({"kind": "usage", "event_id": f"{card.gpu}-u-{start:%d%H%M}-{i}", **common,
+                            "gpu_model": card.model, "tenant": tenant, "instance": f"i-{card.gpu}" if tenant else None,
+                            "util_pct": i % 101, "mem_used_mib": 1024})
+            out.append({"kind": "power", "event_id": f"{card.gpu}-p-{start:%d%H%M}-{i}", **common,
+                        "power_w": Decimal(watts_of(card, i))})
+    return out
+
+
+def billing_events(bootstrap: str) -> list[dict]:
+    """Every message on gpu.billing-events.v1, parsed."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=3000)
+    try:
+        partitions = [TopicPartition("gpu.billing-events.v1", p)
+                      for p in sorted(consumer.partitions_for_topic("gpu.billing-events.v1") or ())]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning()
+        return [json.loads(message.value) for message in consumer]
+    finally:
+        consumer.close()
+
+
+def event_keys(events: list[dict]) -> Counter:
+    return Counter((e["tenant"], e["kind"], e["threshold"], e["period"]) for e in events)
+
+
+def stream_figures(gpubill, tenant: str, period: str) -> dict:
+    shown = gpubill.json("spend", "--tenant", tenant, "--stream", "--period", period, "--json")
+    return shown["periods"].get(period, {})
+
+
+def register(gpubill, *, acme_budget: str | None = None, beta_top_up: str | None = None) -> None:
+    for tenant in ("acme", "beta"):
+        gpubill.run("tenant", "add", tenant, "--name", tenant.title())
+    if acme_budget:
+        gpubill.run("budget", "set", "--tenant", "acme", "--amount", acme_budget)
+    if beta_top_up:
+        gpubill.run("balance", "topup", "--tenant", "beta", "--amount", beta_top_up, "--ref", "pay-e2e-1")
+
+
+def month_to_date(truth, tenant: str) -> Fraction:
+    """The tenant's invoice total for the readings, computed independently (faults_helpers)."""
+    return Fraction(Decimal(expected_invoice(truth, tenant)["total"]))
+
+
+def due(truth, *, acme_budget: Fraction, beta_top_up: Fraction, period: str) -> set:
+    """The events the readings call for: acme's budget shares reached, beta's balance gone."""
+    acme, beta = month_to_date(truth, "acme"), month_to_date(truth, "beta")
+    expected = {("acme", "budget_threshold", str(pct), period) for pct in (50, 80, 100) if acme * 100 >= acme_budget * pct}
+    if beta >= beta_top_up:
+        expected.add(("beta", "balance_exhausted", "0", period))
+    return expected
+
+
+def assert_emitted_once(bootstrap: str, expected: set, period: str) -> Counter:
+    seen = event_keys(billing_events(bootstrap))
+    assert seen and max(seen.values()) == 1, seen  # nothing twice
+    assert expected <= set(seen), seen  # nothing missing
+    # beta may also have been seen low on runway before it ran out (when the tracker re-read
+    # its burn mid-drain): the only other event allowed
+    assert set(seen) - expected <= {("beta", "balance_low", "runway:24h", period)}, seen
+    return seen
+
+
+def assert_table_holds(gpubill, truth, period: str) -> None:
+    """Every second and millijoule once in the tracker's table, priced as the invoice would."""
+    for tenant in ("acme", "beta"):
+        figures = stream_figures(gpubill, tenant, period)
+        assert (figures["rented_seconds"], figures["energy_mj"]) == (truth.rent_seconds[tenant], truth.energy_mj[tenant])
+        charged = {line["kind"]: line["amount"] for line in figures["lines"]}
+        assert charged["rent"] == fen(Fraction(truth.rent_seconds[tenant]))  # ¥1 a second
+        assert charged["electricity"] == fen(truth.electricity(tenant))
+
+
+def test_thresholds_crossed_during_a_drain_are_emitted_once(gpubill, broker, tmp_path):
+    start = current_start(600)
+    period = period_of(start)
+    cards = fleet(600)
+    readings = readings_from(start, 600, cards)
+    truth = truth_of(readings)
+    assert dict(truth.rent_seconds) == {"acme": 1500, "beta": 1200}  # 2.5 and 2 cards × 600 s
+    # acme's budget is 90 % of its month to date: 50, 80 and 100 % are crossed; beta's
+    # top-up covers 70 % of its month: its balance runs out.
+    budget = Fraction(int(month_to_date(truth, "acme") * 9 / 10))
+    top_up = Fraction(int(month_to_date(truth, "beta") * 7 / 10))
+    register(gpubill, acme_budget=str(budget), beta_top_up=str(top_up))
+    expected = due(truth, acme_budget=budget, beta_top_up=top_up, period=period)
+    assert len(expected) == 4
+    replay(gpubill, tmp_path / "readings.ndjson", [dumps(r) for r in readings])
+    drain(gpubill)
+    seen = assert_emitted_once(broker.bootstrap, expected, period)
+    assert_table_holds(gpubill, truth, period)
+
+    # more usage later: nothing is emitted again
+    more = readings_from(start, 660, cards, first=600)
+    replay(gpubill, tmp_path / "more.ndjson", [dumps(r) for r in more])
+    drain(gpubill)
+    assert event_keys(billing_events(broker.bootstrap)) == seen
+
+
+def test_kill9_three_times_while_crossing_thresholds(gpubill, broker, tmp_path):
+    """SIGKILL the draining worker three times, 0–0.5 s after it committed progress, while
+    the spend it produces crosses thresholds; then drain to the end. No event twice, none
+    missing, and the table holds every second and millijoule once."""
+    rng = random.Random(SEED + 15)
+    seconds = 8000
+    start = current_start(seconds)
+    period = period_of(start)
+    readings = readings_from(start, seconds, fleet(seconds))
+    truth = truth_of(readings)
+    assert dict(truth.rent_seconds) == {"acme": 20_000, "beta": 16_000}
+    # acme's budget is 110 % of its month: 50 and 80 % are crossed, 100 % must not be (a
+    # double count would cross it); beta's top-up covers 70 % of its month.
+    budget = Fraction(int(month_to_date(truth, "acme") * 11 / 10))
+    top_up = Fraction(int(month_to_date(truth, "beta") * 7 / 10))
+    register(gpubill, acme_budget=str(budget), beta_top_up=str(top_up))
+    expected = due(truth, acme_budget=budget, beta_top_up=top_up, period=period)
+    assert len(expected) == 3 and ("acme", "budget_threshold", "100", period) not in expected
+    # every insert 0.15 s slower (as in test_faults.py): the drain is still running at the third kill
+    failpoints = tmp_path / "failpoints"
+    failpoints.mkdir()
+    (failpoints / "clickhouse-slow").write_text("0.15")
+    gpubill.env["GPUBILL_FAILPOINTS"] = str(failpoints)
+    replay(gpubill, tmp_path / "readings.ndjson", [dumps(r) for r in readings])
+
+    log = tmp_path / "worker.log"
+    at_kill = []
+    for round_ in range(3):
+        before = committed_total(broker.bootstrap, GROUP)
+        worker = start_worker(gpubill, "--drain", log=log)
+        progressed = wait_until(
+            lambda: worker.poll() is not None or committed_total(broker.bootstrap, GROUP) > before, 120, 0.3)
+        assert progressed and worker.poll() is None, f"kill {round_ + 1}: the drain ended first\n{log.read_text()[-3000:]}"
+        time.sleep(rng.uniform(0, 0.5))
+        assert worker.poll() is None, f"kill {round_ + 1}: the drain ended first"
+        kill9(worker)
+        at_kill.append(committed_total(broker.bootstrap, GROUP))
+    print("committed offsets at each kill:", at_kill, "of", len(readings))
+    assert 0 < at_kill[-1] < len(readings)
+
+    del gpubill.env["GPUBILL_FAILPOINTS"]
+    drain(gpubill)
+    assert_emitted_once(broker.bootstrap, expected, period)
+    assert_table_holds(gpubill, truth, period)
+
+
+def test_table_totals_equal_the_invoice_at_period_end(gpubill, tmp_path):
+    """May 2026, invoiced: the table's rent, discount and electricity lines for the period
+    are the invoice's, to the fen and the sixth decimal of each quantity."""
+    readings = make_readings(600)
+    replay(gpubill, tmp_path / "readings.ndjson", [dumps(r) for r in readings])
+    drain(gpubill)
+    register(gpubill)
+    assert "2 invoices created" in gpubill.run("invoice", "run", "--period", PERIOD).stdout
+    for tenant in ("acme", "beta"):
+        invoice = gpubill.json("invoice", "show", "--tenant", tenant, "--period", PERIOD, "--format", "json")
+        charged = [(line["kind"], line["quantity"], line["unit_price"], line["amount"])
+                   for line in invoice["lines"] if line["kind"] in ("rent", "discount", "electricity")]
+        streamed = [(line["kind"], line["quantity"], line["unit_price"], line["amount"])
+                    for line in stream_figures(gpubill, tenant, PERIOD)["lines"]]
+        assert sorted(streamed) == sorted(charged), (streamed, charged)
+        assert len(charged) == (3 if tenant == "beta" else 2)
