@@ -160,16 +160,16 @@ def _api_routes(app: FastAPI, service: Service) -> None:
     def usage_current(tenant: str | None = None, key=Depends(key_of)) -> JSONResponse:
         """Month to date: GPU-hours, kWh, rent, electricity, credits and the estimated total with
         VAT — an estimate until the period is invoiced — and the time of the newest data included."""
-        figures = service.current(key, service.tenant_for(key, tenant))
-        return _json(_current_dict(figures))
+        one = service.tenant_for(key, tenant)
+        return _json({**_current_dict(service.current(key, one)), "stream": _live_dict(service.live(key, one))})
 
     @app.get("/v1/balance", dependencies=[Depends(_params("tenant"))], responses=problem_responses, tags=["tenant"])
     def balance(tenant: str | None = None, key=Depends(key_of)) -> JSONResponse:
         """The prepaid balance: top-ups less finalized invoices less the estimates of every period
         not invoiced yet (with credits and VAT), the monthly budget's used share, the last hour's
         burn and the runway at it (docs/balances.md). Money as strings, two decimals, CNY."""
-        figures = service.balance(key, service.tenant_for(key, tenant))
-        return _json(_balance_dict(figures))
+        one = service.tenant_for(key, tenant)
+        return _json({**_balance_dict(service.balance(key, one)), "stream": _live_dict(service.live(key, one))})
 
     @app.get("/v1/invoices", dependencies=[Depends(_params("tenant"))], responses=problem_responses, tags=["tenant"])
     def invoices(tenant: str | None = None, key=Depends(key_of)) -> JSONResponse:
@@ -182,6 +182,16 @@ def _api_routes(app: FastAPI, service: Service) -> None:
                 tenant: str | None = None, key=Depends(key_of)) -> Response:
         """One invoice by number (GB-YYYY-NNNNNN) as json, csv or pdf (default json); lang: en or zh-CN."""
         return _file(service.invoice_download(key, service.tenant_for(key, tenant), number, format, lang))
+
+
+def _live_dict(live: Any) -> dict | None:
+    """The stream's figures (reports.live_spend.LivePosition) as JSON, or None (null) when no
+    worker priced the tenant in the last minute."""
+    if live is None:
+        return None
+    money = {name: None if getattr(live, name) is None else f"{getattr(live, name):f}"
+             for name in ("month_to_date", "before_credits", "budget", "balance", "runway_hours")}
+    return {"period": live.period, **money, "as_of": live.as_of.isoformat(timespec="milliseconds").replace("+00:00", "Z")}
 
 
 def _current_dict(figures: Any, *, estimate: bool | None = True) -> dict:

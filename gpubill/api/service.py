@@ -193,6 +193,13 @@ class Service:
         except NotFound:
             raise self._refused(Problem(404, f"no registered tenant {_shown(tenant)}", reason="no-tenant")) from None
 
+    def live(self, key: "ApiKey", tenant: str) -> "LivePosition | None":
+        """The stream's figures of the tenant (reports.live_spend): month to date, balance and
+        runway as the spend tracker priced them at most a minute ago; None when it has not."""
+        from reports.live_spend import live_position
+
+        return self.reads.run(lambda db: live_position(db, tenant, now=self.now()))
+
     def daily(self, key: "ApiKey", tenant: str, period: str) -> "list[DailyUsage]":
         """Per day of `period`: GPU-hours, rent, electricity, spend (for the page's chart)."""
         from reports.current_usage import daily_usage

@@ -157,6 +157,7 @@ def up(
     setup_logging("INFO")
     rules = read_rules(settings)
     ensure_pipeline_topics(settings)
+    target = _webhook_target()  # checked before anything opens
     api = _bind_api(settings, listen)  # before the database: a taken port costs nothing
     try:
         database = connect(settings)
@@ -195,17 +196,47 @@ def up(
         scheduler.start()
         await asyncio.Event().wait()
 
-    err.print(f"gpubill up: worker + scheduler{' + tenant API' if api else ''}; metrics on :{settings.metrics_port}; "
-              "Ctrl-C to stop")
+    webhooks = _webhook_task(settings, target, database)
+    err.print(f"gpubill up: worker + scheduler{' + tenant API' if api else ''}{' + webhooks' if webhooks else ''}; "
+              f"metrics on :{settings.metrics_port}; Ctrl-C to stop")
     try:
         code = run_worker(settings, pipeline, loglevel="INFO", rules_dir=Path(settings.rules),
-                          extra_tasks=[scheduler_task] + ([api_task] if api is not None else []),
+                          extra_tasks=[scheduler_task] + ([api_task] if api is not None else [])
+                          + ([webhooks] if webhooks else []),
                           **_track_spend(settings, pipeline, database))
     finally:
         if api is not None:
             api.stop()  # requests in flight finish and the access records are written, then the database closes
     database.close()
     raise typer.Exit(code)
+
+
+def _webhook_target():
+    """GPUBILL_WEBHOOK_URL and GPUBILL_WEBHOOK_SECRET as a checked target, or None when no URL
+    is set: `up` then delivers the billing events itself (the embedded database allows one
+    process; `gpubill events deliver` is the same loop on its own)."""
+    url = os.environ.get("GPUBILL_WEBHOOK_URL", "")
+    if not url:
+        return None
+    from gpubill.cli.events import SECRET_VARIABLE
+    from streams.webhooks import WebhookTarget
+
+    return WebhookTarget(url, os.environ.get(SECRET_VARIABLE, ""))
+
+
+def _webhook_task(settings: Settings, target, database):
+    """The task delivering billing events to `target` (None: no task)."""
+    if target is None:
+        return None
+    from reports.webhook_deliveries import record_attempts
+    from streams.webhooks import run_deliverer
+
+    async def deliver_webhooks() -> None:
+        # One row per attempt, inserted from the loop: chDB's client serializes it with the
+        # writer thread's inserts; an attempt is rare (an event), a few milliseconds.
+        await run_deliverer(settings, target, lambda attempt: record_attempts(database, [attempt]))
+
+    return deliver_webhooks
 
 
 def _bind_api(settings: Settings, listen: Optional[str]):

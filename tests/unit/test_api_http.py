@@ -183,6 +183,29 @@ def test_balance_is_top_ups_less_invoices_and_estimates(client, world):
     assert refused.status_code == 400 and refused.json()["param"] == "tenant"
 
 
+def test_balance_and_current_carry_the_streams_live_figures(client, world):
+    db, seeded = world
+    from datetime import UTC, datetime
+
+    from billing_rules.spend import TenantPosition
+    from reports.live_spend import store_positions
+
+    auth = bearer(seeded["tokens"]["t01"])
+    assert client.get("/v1/balance", headers=auth).json()["stream"] is None  # no worker priced it yet
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    position = TenantPosition("t01", "2026-12", Decimal("12.34"), Decimal("11.00"), None, Decimal("87.66"), Decimal("5.25"))
+    store_positions(db, [("t01", (position, now_ms))])
+    for path in ("/v1/balance", "/v1/usage/current"):
+        live = client.get(path, headers=auth).json()["stream"]
+        assert live["month_to_date"] == "12.34" and live["balance"] == "87.66" and live["runway_hours"] == "5.25"
+        assert live["budget"] is None and live["as_of"].endswith("Z")
+    # t02 sees its own (none), never t01's
+    assert client.get("/v1/balance", headers=bearer(seeded["tokens"]["t02"])).json()["stream"] is None
+    # a figure older than a minute is not shown as live
+    store_positions(db, [("t02", (position, now_ms - 120_000))])
+    assert client.get("/v1/balance", headers=bearer(seeded["tokens"]["t02"])).json()["stream"] is None
+
+
 def test_operator_keys_choose_the_tenant(client, world):
     _, seeded = world
     operator = bearer(seeded["tokens"]["operator"])
