@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from reports.api_keys import ApiKey
     from reports.balances import Balance
     from reports.current_usage import CurrentUsage, DailyUsage
+    from reports.live_spend import LivePosition
 
 __all__ = ["Download", "Limits", "Problem", "Service", "USAGE_FORMATS", "INVOICE_FORMATS", "GRANULARITIES"]
 

@@ -48,7 +48,7 @@ def spend_members(bootstrap: str) -> list[frozenset[int]]:
             for member in described["members"]]
 
 
-def test_two_workers_sharing_the_partitions_agree(shared, broker, tmp_path):
+def test_two_workers_sharing_the_partitions_agree(shared, broker, tmp_path):  # noqa: F811 - the fixture
     start = current_start(600)
     period = period_of(start)
     readings = readings_from(start, 600, fleet(600))
