@@ -41,6 +41,7 @@ __all__ = ["AlertPolicy", "EnergyTerms", "PeriodSpend", "RentTerms", "SpendConte
            "due_events", "position", "spend_invoice"]
 
 _CENT = Decimal("0.01")
+USAGE_KINDS = ("rent", "discount", "electricity")  # the lines of the quantities themselves
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -163,8 +164,7 @@ def position(tenant: str, period: str, spend: PeriodSpend, context: SpendContext
     """`tenant`'s month to date, balance and runway from the live quantities and the context."""
     draft = spend_invoice(tenant, period, spend, vat_rate=context.vat_rate, adjustments=context.adjustments,
                           credits=context.credits)
-    usage_only = spend_invoice(tenant, period, spend, vat_rate=context.vat_rate)
-    before_credits = usage_only.net
+    before_credits = sum((line.amount for line in draft.lines if line.kind in USAGE_KINDS), Decimal("0.00"))
     mtd = context.invoiced_total if context.invoiced_total is not None else draft.total
     balance = None if context.base is None else context.base - (0 if context.invoiced_total is not None else mtd)
     return TenantPosition(tenant=tenant, period=period, month_to_date=mtd, before_credits=before_credits,

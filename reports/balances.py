@@ -51,7 +51,7 @@ from reports.tenants import shown_value, utc_ms, check_note, check_tenant_id, fi
 from schemas.ids import is_id
 
 __all__ = ["MAX_AMOUNT", "Balance", "BalanceRefused", "Budget", "InvalidAmount", "InvalidRef", "PeriodEstimate",
-           "RefConflict", "TopUp", "balance", "balance_of_all", "check_ref", "find_budget", "ledger", "parse_amount", "set_budget", "top_up"]
+           "RefConflict", "TopUp", "balance", "balance_of_all", "burn_per_hour", "burn_per_hour_by_tenant", "check_ref", "find_budget", "ledger", "parse_amount", "set_budget", "top_up"]
 
 MAX_AMOUNT = Decimal("100000000.00")  # ¥100 million: one top-up or budget above it is a typo
 _AMOUNT = re.compile(r"[0-9]{1,12}(\.[0-9]{1,2})?")  # ASCII digits only: \d would take "１００"
@@ -279,6 +279,24 @@ def balance(db: Any, rules: Any, tenant: str, *, now: datetime | None = None) ->
         estimates=tuple(estimates), estimated=estimated, balance=remaining, month_to_date=current.estimated_total,
         budget=budget_amount, budget_used=used, burn_per_hour=round_fen(burn), runway_hours=_runway(remaining, burn),
     )
+
+
+_LAST_HOUR_ALL_SQL = """
+SELECT tenant, period, stream, rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue, count() AS n, sum(energy_mj) AS mj
+FROM rated_seconds FINAL
+WHERE tenant != '' AND second >= toDateTime({lo:UInt32}, 'UTC') AND second < toDateTime({hi:UInt32}, 'UTC')
+GROUP BY tenant, period, stream, rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue
+"""
+
+
+def burn_per_hour_by_tenant(db: Any, rules: Any, now_s: int) -> dict[str, Fraction]:
+    """`burn_per_hour` of every tenant with rated seconds in [now − 3600 s, now), in one scan."""
+    burns: dict[str, Fraction] = {}
+    for tenant, period, stream, price, per_s, pct, tariff, pue, n, mj in db.query(
+            _LAST_HOUR_ALL_SQL, {"lo": now_s - 3600, "hi": now_s}):
+        charge = rent_amount(int(n), price, int(per_s), pct) if stream == "rent" else energy_amount(int(mj), pue, tariff)
+        burns[tenant] = burns.get(tenant, Fraction(0)) + charge * (1 + Fraction(rules.vat_rate(period)))
+    return burns
 
 
 def burn_per_hour(db: Any, rules: Any, tenant: str, now_s: int) -> Fraction:

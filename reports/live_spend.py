@@ -19,23 +19,25 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from billing_rules.spend import SpendContext, TenantPosition
-from reports.balances import burn_per_hour
+from reports.balances import burn_per_hour_by_tenant
 from reports.invoicing import draft_invoice, invoice_credits, late_periods, pending_adjustments
 from reports.tenants import list_tenants, trial_tenants, utc_ms
 
 __all__ = ["ESTIMATE_TTL_S", "LivePosition", "SpendContexts", "live_position", "store_positions"]
 
 ESTIMATE_TTL_S = 300.0
+BURN_TTL_S = 60.0  # the last hour's burn moves slowly; its scan of the hour's rows is the costly read
 _TOP_UPS_SQL = "SELECT tenant, sum(amount) FROM balance_ledger FINAL GROUP BY tenant"
 _INVOICED_SQL = "SELECT tenant, period, total FROM invoices FINAL"
 _BUDGETS_SQL = "SELECT tenant, amount FROM budgets FINAL"
-_USAGE_PERIODS_SQL = (
-    "SELECT DISTINCT tenant, period FROM rated_hours WHERE period != {p:String} "
-    "UNION DISTINCT SELECT DISTINCT tenant, period FROM rated_seconds WHERE period != {p:String}"
-)
+# Other periods with usage: from the rollups only (small; a closed period is rolled up within
+# minutes of its end). The per-second rows of a month are billions at the operator's size,
+# too many to scan every few seconds.
+_USAGE_PERIODS_SQL = "SELECT DISTINCT tenant, period FROM rated_hours WHERE period != {p:String} AND tenant != ''"
 _COLUMNS = ("tenant", "period", "month_to_date", "before_credits", "budget", "balance", "runway_hours", "as_of")
 
 
@@ -44,7 +46,9 @@ class SpendContexts:
     """Reads the contexts; keeps the estimates of other open periods for ESTIMATE_TTL_S."""
 
     ttl_s: float = ESTIMATE_TTL_S
+    burn_ttl_s: float = BURN_TTL_S
     _estimates: dict[tuple[str, str], tuple[float, Decimal]] = field(default_factory=dict)
+    _burns: tuple[float, dict[str, Fraction]] | None = None
 
     def read(self, db: Any, rules: Any, *, now: datetime | None = None) -> dict[str, SpendContext]:
         """Every registered tenant's context for the period of `now` (default: the clock)."""
@@ -61,24 +65,28 @@ class SpendContexts:
             open_periods.setdefault(tenant, set()).add(used_period)
         late = late_periods(db, period)
         trial = trial_tenants(db)
+        burns = self._burns_now(db, rules, int(at.timestamp()))
         contexts = {}
         for registered in list_tenants(db):
             tenant = registered.tenant
             done = invoiced.get(tenant, {})
             base = None
-            burn = 0
             if tenant in top_ups:
                 others = sorted(open_periods.get(tenant, set()) - set(done))
                 estimated = sum((self._estimate(db, rules, tenant, p) for p in others), Decimal(0))
                 base = top_ups[tenant] - sum(done.values(), Decimal(0)) - estimated
-                burn = burn_per_hour(db, rules, tenant, int(at.timestamp()))
             contexts[tenant] = SpendContext(
                 tenant=tenant, period=period, vat_rate=vat, base=base, budget=budgets.get(tenant),
                 credits=tuple(invoice_credits(db, rules, tenant, period, new_tenant=tenant in trial)),
                 adjustments=tuple(pending_adjustments(db, rules, tenant, period, late[tenant])) if tenant in late else (),
-                burn_per_hour=burn, invoiced_total=done.get(period),
+                burn_per_hour=burns.get(tenant, Fraction(0)), invoiced_total=done.get(period),
             )
         return contexts
+
+    def _burns_now(self, db: Any, rules: Any, now_s: int) -> dict[str, Fraction]:
+        if self._burns is None or time.monotonic() - self._burns[0] >= self.burn_ttl_s:
+            self._burns = (time.monotonic(), burn_per_hour_by_tenant(db, rules, now_s))
+        return self._burns[1]
 
     def _estimate(self, db: Any, rules: Any, tenant: str, period: str) -> Decimal:
         cached = self._estimates.get((tenant, period))

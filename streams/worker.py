@@ -30,13 +30,13 @@ import faust
 from aiokafka.errors import KafkaError
 
 from billing_rules.periods import previous_period
-from schemas.spend import SpendRecord, encode_record, spend_partition
 from schemas.topics import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, spend_topic
 from streams.deadletters import deadletter_row_from_record
 from streams.errors import StreamsError
 from streams.kafka import record_sets
 from streams.kafka.feeder import Batch, Feeder
 from streams.kafka.logs import latest_spend_records
+from streams.kafka.spend_producer import SpendProducer
 from streams.kafka.record_sets import expand
 from streams.kafka.settings import (
     KafkaSettings,
@@ -128,7 +128,8 @@ def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
     # every agent and clear its buffer (batches the feeder waits for) for Faust's rebalance.
     app.boot_strategy = app.BootStrategy(app, enable_kafka_consumer=False)
     deadletter_topic = app.topic(TOPIC_DEADLETTER, key_serializer="raw", value_serializer="raw")
-    spend_records = app.topic(spend_topic(settings.group), key_serializer="raw", value_serializer="raw")
+    spend_producer = SpendProducer(settings.kafka, spend_topic(settings.group), settings.partitions,
+                                   client_options(settings, client="aiokafka"))
     readings_channel, deadletters_channel = app.channel(), app.channel()
     writes: set[asyncio.Future] = set()  # batches rated and being written
 
@@ -156,7 +157,7 @@ def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
         if before is not None:
             await before
         try:
-            await _send_spend(spend_records, records, settings.partitions)
+            await spend_producer.send(records)
         except Exception:  # noqa: BLE001 - a batch whose spend is lost must never be committed
             log.exception("could not produce spend records; exiting without committing the batch")
             logging.shutdown()
@@ -234,14 +235,6 @@ async def _take_over_spend(settings: KafkaSettings, pipeline: Pipeline, assigned
         os._exit(3)
     loaded = pipeline.spend.load(records, partitions)
     log.info("took over the spend of %d partitions (%d tenant records)", len(partitions), loaded)
-
-
-async def _send_spend(topic: Any, records: list[SpendRecord], partitions: int) -> None:
-    """Produce the cumulative spend records and wait for every acknowledgement."""
-    pending = [await topic.send(key=record.key.encode(), value=encode_record(record),
-                                partition=spend_partition(record.tenant, partitions)) for record in records]
-    for future in pending:
-        await future
 
 
 async def _send_deadletters(topic: Any, result: BatchResult) -> None:

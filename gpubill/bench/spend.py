@@ -20,6 +20,7 @@ Figures (the worker writes its own to GPUBILL_BENCH_SPEND every second):
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import signal
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -37,14 +39,14 @@ from gpubill.devenv.kafka_broker import LocalBroker
 from gpubill.devenv.simulator import simulate_fleet
 from schemas.topics import READING_TOPICS, TOPIC_BILLING_EVENTS, TOPIC_POWER, TOPIC_USAGE
 from streams.kafka.admin import ensure_pipeline_topics, ensure_spend_topics, group_offsets
-from streams.kafka.producers import make_producer
 
 Say = Callable[[str], None]
 
 
 def bench_spend(*, rate: int = 20_000, duration_s: int = 30, tenants: int = 16, port: int = 39292,
-                say: Say = lambda _: None) -> dict:
-    """Run the benchmark; returns the fields `gpubill bench spend --json` prints."""
+                spend: bool = True, say: Say = lambda _: None) -> dict:
+    """Run the benchmark; returns the fields `gpubill bench spend --json` prints. With `spend`
+    off the worker runs with GPUBILL_SPEND=0: only the rating figures (the baseline)."""
     with tempfile.TemporaryDirectory(prefix="gpubill-bench-spend-") as tmp:
         work = Path(tmp)
         broker = LocalBroker(work / "kafka", bootstrap=f"localhost:{port}", port=port, controller_port=port + 1)
@@ -56,13 +58,14 @@ def bench_spend(*, rate: int = 20_000, duration_s: int = 30, tenants: int = 16, 
             env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPUBILL_KAFKA_")},
                    "GPUBILL_KAFKA": settings.kafka, "GPUBILL_CLICKHOUSE": settings.clickhouse,
                    "GPUBILL_HOME": str(work), "GPUBILL_GROUP": settings.group, "GPUBILL_METRICS_PORT": "0",
-                   "GPUBILL_SPEND": "1", "GPUBILL_SPEND_CONTEXT_S": "2",
-                   "GPUBILL_BENCH_SPEND": str(work / "spend.json")}
+                   "GPUBILL_SPEND": "1" if spend else "0",
+                   "GPUBILL_BENCH_SPEND": str(work / "spend.json"),
+                   "GPUBILL_BENCH_FRESHNESS": str(work / "rated.json")}
             ensure_pipeline_topics(settings)
-            ensure_spend_topics(settings)
-            say(f"registering {tenants} tenants with a ¥200 budget and a ¥300 top-up each")
+            ensure_spend_topics(settings)  # the events topic, read at the end, exists either way
+            say(f"registering {tenants} tenants with a ¥20 budget and a ¥25 top-up each")
             _register(settings, tenants)
-            return _run(settings, env, work, rate, duration_s, tenants, say)
+            return {"spend": spend, **_run(settings, env, work, rate, duration_s, tenants, spend, say)}
         finally:
             broker.down()
 
@@ -76,11 +79,12 @@ def _register(settings: Settings, tenants: int) -> None:
         for k in range(tenants):
             tenant = f"tenant-{k + 1:02d}"
             add_tenant(database, tenant, f"Tenant {k + 1}")
-            set_budget(database, tenant, "200")
-            top_up(database, tenant, "300", f"bench-{k + 1}")
+            set_budget(database, tenant, "20")
+            top_up(database, tenant, "25", f"bench-{k + 1}")
 
 
-def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, tenants: int, say: Say) -> dict:
+def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, tenants: int, spend: bool,
+         say: Say) -> dict:
     report = work / "spend.json"
     log = open(work / "worker.log", "ab")
     worker = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "worker"], env=env, stdout=log,
@@ -88,19 +92,13 @@ def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, 
     try:
         time.sleep(10)  # let the worker join both groups before the clock starts
         gpus = max(rate // 2, 1)  # one usage and one power reading per card and second
-        say(f"producing {rate:,} readings/s for {duration_s} s ({gpus:,} cards, {tenants} tenants)")
-        producer = make_producer(settings)
-        fleet = simulate_fleet(gpus=gpus, gpu_model="A800-80G", minutes=duration_s // 60 + 1,
-                               start=int(time.time()), tenants=tenants)
+        say(f"preparing {rate * duration_s:,} readings ({gpus:,} cards, {tenants} tenants)")
+        ticks = _ticks(simulate_fleet(gpus=gpus, gpu_model="A800-80G", minutes=duration_s // 60 + 1,
+                                      start=int(time.time()), tenants=tenants), rate, duration_s, settings.partitions)
         total = rate * duration_s
+        say(f"producing {rate:,} readings/s for {duration_s} s")
         began = time.perf_counter()
-        for sent, reading in enumerate(itertools.islice(fleet, total)):
-            ahead = sent / rate - (time.perf_counter() - began)
-            if ahead > 0:
-                time.sleep(ahead)
-            producer.send(READING_TOPICS[reading["kind"]], key=reading["gpu_uuid"].encode(), value=orjson.dumps(reading))
-        producer.flush(timeout=120)
-        producer.close()
+        asyncio.run(_produce(settings, ticks))
         produced_s = time.perf_counter() - began
         say(f"produced in {produced_s:.1f} s; waiting for the worker to commit and apply everything")
         deadline = time.monotonic() + 600
@@ -110,7 +108,10 @@ def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, 
                 break
             time.sleep(0.5)
         done_s = time.perf_counter() - began
-        time.sleep(3)  # the tracker applies the last records and writes its report
+        if spend:
+            say("waiting for the tracker to apply every spend record")
+            asyncio.run(_tracker_caught_up(settings))
+        time.sleep(2)  # its evaluation of the last changes, and one more report
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
@@ -119,17 +120,82 @@ def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, 
             worker.kill()
         log.close()
     figures = orjson.loads(report.read_bytes()) if report.exists() else {}
+    rated = orjson.loads((work / "rated.json").read_bytes()) if (work / "rated.json").exists() else {}
     return {
         "rate_per_s": rate,
         "duration_s": duration_s,
         "readings": total,
+        "produced_per_s": round(total / produced_s),
         "readings_per_s": round(total / done_s),
+        "rated_p50_s": None if rated.get("p50_s") is None else round(rated["p50_s"], 3),
+        "rated_p99_s": None if rated.get("p99_s") is None else round(rated["p99_s"], 3),
         "freshness_p50_s": figures.get("freshness_p50_s"),
         "freshness_p99_s": figures.get("freshness_p99_s"),
         "spend_records": figures.get("records"),
+        "transit_p50_s": figures.get("transit_p50_s"),
+        "transit_p99_s": figures.get("transit_p99_s"),
         "events_emitted": _events_on_topic(settings),
         "events_emitted_by_worker": figures.get("events_emitted"),
     }
+
+
+TICK_S = 0.1
+
+
+async def _tracker_caught_up(settings: Settings, timeout_s: float = 300) -> None:
+    """Until the tracker group has committed the spend topic to its end (as of now)."""
+    from schemas.topics import spend_topic
+    from streams.kafka.logs import committed_offsets, end_offsets
+
+    topic = spend_topic(settings.group)
+    ends = await end_offsets(settings.kafka, topic, {}, settings.partitions)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done = await committed_offsets(settings.kafka, {}, f"{settings.group}.spend", topic, settings.partitions)
+        if all(done.get(p, 0) >= end for p, end in ends.items()):
+            return
+        await asyncio.sleep(0.5)
+
+
+def _ticks(fleet, rate: int, duration_s: int, partitions: int) -> list[dict]:
+    """The readings as they will be sent, serialized before the clock starts: per tick of
+    TICK_S, {(topic, partition): [(key, value)]}, a card's readings on one partition of both topics."""
+    per_tick = max(1, int(rate * TICK_S))
+    ticks: list[dict] = []
+    for n, reading in enumerate(itertools.islice(fleet, rate * duration_s)):
+        if n % per_tick == 0:
+            ticks.append({})
+        key = reading["gpu_uuid"].encode()
+        where = (READING_TOPICS[reading["kind"]], zlib.crc32(key) % partitions)
+        ticks[-1].setdefault(where, []).append((key, orjson.dumps(reading)))
+    return ticks
+
+
+async def _produce(settings: Settings, ticks: list[dict]) -> None:
+    """Send a tick's readings every TICK_S, each partition's as one batch (a node agent's
+    producer batches too): the producer's own cost stays far below the worker's."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.split(","), acks="all", linger_ms=5)
+    await producer.start()
+    try:
+        began = time.perf_counter()
+        for n, tick in enumerate(ticks):
+            ahead = n * TICK_S - (time.perf_counter() - began)
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+            sent = []
+            for (topic, partition), messages in tick.items():
+                batch = producer.create_batch()
+                for key, value in messages:
+                    if batch.append(key=key, value=value, timestamp=None) is None:  # full: send it, start another
+                        sent.append(await producer.send_batch(batch, topic, partition=partition))
+                        batch = producer.create_batch()
+                        batch.append(key=key, value=value, timestamp=None)
+                sent.append(await producer.send_batch(batch, topic, partition=partition))
+            await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
 
 
 def _events_on_topic(settings: Settings) -> int:

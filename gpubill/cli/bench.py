@@ -61,13 +61,25 @@ def bench_spend_command(
     duration_s: int = typer.Option(30, min=5, help="How long it produces (s)."),
     tenants: int = typer.Option(16, min=1, max=99, help="Tenants of the simulated fleet, each with a budget and a top-up."),
     port: int = typer.Option(39292, min=1024, max=65534, help="Port of the private broker (and port + 1)."),
+    compare: bool = typer.Option(False, "--compare", help=(
+        "Run it twice, with GPUBILL_SPEND=0 first (the rating alone) then on, and print both: the cost of live "
+        "spend on the pipeline's own freshness, side by side.")),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
     """Live spend at a steady rate on a private broker and chDB: freshness of month to date, events emitted."""
     from gpubill.bench.spend import bench_spend
 
-    result = bench_spend(rate=rate, duration_s=duration_s, tenants=tenants, port=port,
-                         say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
+    def run(spend: bool) -> dict:
+        return bench_spend(rate=rate, duration_s=duration_s, tenants=tenants, port=port, spend=spend,
+                           say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
+
+    if compare:
+        off = run(False)
+        on = run(True)
+        result = {**on, "off_readings_per_s": off["readings_per_s"], "off_rated_p50_s": off["rated_p50_s"],
+                  "off_rated_p99_s": off["rated_p99_s"]}
+    else:
+        result = run(True)
     print_figures(result, as_json)
 
 

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import faust
 
 from schemas.billing_events import BillingEvent, encode_event
-from schemas.spend import InvalidSpendRecord, parse_record, spend_partition
+from schemas.spend import InvalidSpendRecord, SpendRecord, parse_record, spend_partition
 from schemas.topics import TOPIC_BILLING_EVENTS, spend_topic
 from streams.kafka.logs import committed_offsets, end_offsets
 from streams.kafka.settings import KafkaSettings, client_options
@@ -37,6 +37,7 @@ from streams.spend.tracker import SpendTracker
 log = logging.getLogger("gpubill.spend")
 
 TABLE = "spend_by_tenant"
+EVALUATE_EVERY_S = 1.0  # how often changed tenants are priced and their events emitted
 
 
 def changelog_topic(settings: KafkaSettings) -> str:
@@ -75,7 +76,7 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
 
     @app.agent(spend_records, name="track_spend")
     async def track_spend(stream):
-        """Fold each spend record into its tenant's entry, then emit what became due."""
+        """Fold each spend record into its tenant's entry (`evaluate_changed` emits what became due)."""
         async for event in stream.events():
             try:
                 yield await _track(event)
@@ -84,7 +85,7 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
                 logging.shutdown()
                 os._exit(3)
 
-    async def _track(event: Any) -> list[BillingEvent]:
+    async def _track(event: Any) -> list[SpendRecord]:
         record = _accepted(tracker, event, settings.partitions)
         if record is None:
             return []
@@ -94,7 +95,8 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
             return []
         spend_by_tenant[record.tenant] = value
         tracker.observe(record)
-        return await tracker.evaluate(record.tenant, value)
+        tracker.dirty.add(record.tenant)
+        return [record]
 
     async def refresh() -> None:
         """Re-read the warehouse's side and re-evaluate every tenant held here: a top-up, a new
@@ -121,6 +123,18 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
     @app.task
     async def read_context_at_start() -> None:
         await refresh()
+
+    @app.task
+    async def evaluate_changed() -> None:
+        """Every EVALUATE_EVERY_S, price the tenants whose entries changed and emit what is due."""
+        while True:
+            await asyncio.sleep(EVALUATE_EVERY_S)
+            try:
+                await tracker.evaluate_dirty(spend_by_tenant.get)
+            except Exception:  # noqa: BLE001 - as the agent: a tracker that stopped must not linger
+                log.exception("the spend tracker failed to evaluate; exiting (its state is in the changelog)")
+                logging.shutdown()
+                os._exit(3)
 
     @app.timer(context_every_s)
     async def refresh_context() -> None:

@@ -48,42 +48,51 @@ class SpendTracker:
     contexts: dict[str, SpendContext] = field(default_factory=dict)
     positions: dict[str, tuple[TenantPosition, int]] = field(default_factory=dict)  # tenant → (position, as of ms)
     freshness_s: deque = field(default_factory=lambda: deque(maxlen=100_000))
+    transit_s: deque = field(default_factory=lambda: deque(maxlen=100_000))  # produced → applied
     emitted_count: int = 0
     _local: set[str] = field(default_factory=set)  # ids known to be on the topic
-    _parsed: dict[tuple[str, str], tuple[str, dict[str, PeriodSpend]]] = field(default_factory=dict)
+    _parsed: dict[tuple[str, str], tuple[str, tuple[int, int], dict[str, PeriodSpend]]] = field(default_factory=dict)
+    dirty: set[str] = field(default_factory=set)  # tenants changed since they were last evaluated
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     # -- the table ---------------------------------------------------------------------------
 
-    @staticmethod
-    def merge(value: dict | None, record: SpendRecord, raw: str) -> dict | None:
+    def merge(self, value: dict | None, record: SpendRecord, raw: str) -> dict | None:
         """The table value once `record` is in, or None when it is older than what is held
         for its source partition (a record replayed after a newer one, or a zombie's)."""
         sources = dict((value or {}).get("sources", {}))
         held = sources.get(str(record.partition))
         if held is not None:
-            marks = parse_record(held.encode()).marks
+            marks = self._source(record.tenant, str(record.partition), held)[0]
             if record.marks[0] < marks[0] or record.marks[1] < marks[1]:
                 return None
         sources[str(record.partition)] = raw
+        self._parsed[(record.tenant, str(record.partition))] = (raw, record.marks, periods_of(record))
         return {"sources": sources}
 
     def spend_of(self, tenant: str, value: dict | None) -> dict[str, PeriodSpend]:
         """Per period, the tenant's quantities summed over its source partitions."""
         periods: dict[str, PeriodSpend] = {}
         for source, raw in sorted((value or {}).get("sources", {}).items()):
-            cached = self._parsed.get((tenant, source))
-            if cached is None or cached[0] != raw:
-                cached = self._parsed[(tenant, source)] = (raw, periods_of(parse_record(raw.encode())))
-            for period, spend in cached[1].items():
+            for period, spend in self._source(tenant, source, raw)[1].items():
                 periods.setdefault(period, PeriodSpend()).add(spend)
         return periods
+
+    def _source(self, tenant: str, source: str, raw: str) -> tuple[tuple[int, int], dict[str, PeriodSpend]]:
+        """The marks and quantities of a source's record, parsed once per record."""
+        cached = self._parsed.get((tenant, source))
+        if cached is None or cached[0] != raw:
+            record = parse_record(raw.encode())
+            cached = self._parsed[(tenant, source)] = (raw, record.marks, periods_of(record))
+        return cached[1], cached[2]
 
     def observe(self, record: SpendRecord, now_ms: int | None = None) -> float:
         """Record how fresh an applied record is: now − its batch's oldest reading, in s."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         lag_s = max(now_ms - record.oldest_ms, 0) / 1000 if record.oldest_ms else 0.0
         self.freshness_s.append(lag_s)
+        if record.produced_ms:
+            self.transit_s.append(max(now_ms - record.produced_ms, 0) / 1000)
         if self.metrics is not None:
             self.metrics.spend_freshness.observe(lag_s)
         return lag_s
@@ -91,15 +100,24 @@ class SpendTracker:
     def report(self) -> dict:
         """Freshness percentiles (s) of the records applied so far and the events emitted
         (`gpubill bench spend` reads this from GPUBILL_BENCH_SPEND)."""
-        ordered = sorted(self.freshness_s)
-
-        def pick(q: float) -> float | None:
+        def pick(values: deque, q: float) -> float | None:
+            ordered = sorted(values)
             return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3) if ordered else None
 
-        return {"records": len(ordered), "freshness_p50_s": pick(0.50), "freshness_p99_s": pick(0.99),
-                "events_emitted": self.emitted_count}
+        return {"records": len(self.freshness_s), "freshness_p50_s": pick(self.freshness_s, 0.50),
+                "freshness_p99_s": pick(self.freshness_s, 0.99), "transit_p50_s": pick(self.transit_s, 0.50),
+                "transit_p99_s": pick(self.transit_s, 0.99), "events_emitted": self.emitted_count}
 
     # -- events ------------------------------------------------------------------------------
+
+    async def evaluate_dirty(self, value_of: Callable[[str], dict | None]) -> list[BillingEvent]:
+        """Evaluate every tenant changed since the last call (the agent only folds records in:
+        a batch brings a record per source partition of a tenant, one evaluation is enough)."""
+        tenants, self.dirty = sorted(self.dirty), set()
+        emitted = []
+        for tenant in tenants:
+            emitted += await self.evaluate(tenant, value_of(tenant))
+        return emitted
 
     async def evaluate(self, tenant: str, value: dict | None, now: datetime | None = None) -> list[BillingEvent]:
         """Price `tenant`'s month to date from the table `value` and emit what is newly due.

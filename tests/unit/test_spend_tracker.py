@@ -47,18 +47,18 @@ def _tracker(log: _Log, produced: list) -> SpendTracker:
 
 
 def test_merge_keeps_each_source_partitions_latest_record_by_marks():
+    tracker = _tracker(_Log(), [])
     value = None
     for partition, marks, seconds in ((0, (10, 10), 100), (1, (5, 5), 50), (0, (20, 15), 300)):
         record, raw = _record(partition, marks, seconds)
-        value = SpendTracker.merge(value, record, raw)
-    tracker = _tracker(_Log(), [])
+        value = tracker.merge(value, record, raw)
     # partition 0's latest (300 s) + partition 1's (50 s): records are cumulative, never added twice
     assert list(tracker.spend_of("acme", value)["2026-03"].rent_s.values()) == [350]
     # the same record again (a replay) is accepted and changes nothing; an older one is refused
     record, raw = _record(0, (20, 15), 300)
-    assert SpendTracker.merge(value, record, raw) == value
+    assert tracker.merge(value, record, raw) == value
     record, raw = _record(0, (20, 14), 999)
-    assert SpendTracker.merge(value, record, raw) is None
+    assert tracker.merge(value, record, raw) is None
 
 
 def test_events_are_emitted_once_across_re_evaluations():
@@ -66,7 +66,7 @@ def test_events_are_emitted_once_across_re_evaluations():
     log = _Log()
     tracker = _tracker(log, produced)
     record, raw = _record(0, (1, 1), 7200)  # ¥20.00 of ¥40.00: 50 %
-    value = SpendTracker.merge(None, record, raw)
+    value = tracker.merge(None, record, raw)
 
     async def run():
         first = await tracker.evaluate("acme", value, NOW)
@@ -84,12 +84,12 @@ def test_an_event_already_on_the_topic_is_not_produced_again():
     produced: list = []
     tracker = _tracker(_Log(), produced)
     record, raw = _record(0, (1, 1), 14400)  # ¥40.00: 50, 80 and 100 %
-    first = asyncio.run(tracker.evaluate("acme", SpendTracker.merge(None, record, raw), NOW))
+    first = asyncio.run(tracker.evaluate("acme", tracker.merge(None, record, raw), NOW))
     assert [e.threshold for e in first] == ["50", "80", "100"]
     # a new tracker (a restart, or the tenant's new owner) finds them on the topic
     again: list = []
     successor = _tracker(_Log({e.event_id for e in produced}), again)
-    assert asyncio.run(successor.evaluate("acme", SpendTracker.merge(None, record, raw), NOW)) == []
+    assert asyncio.run(successor.evaluate("acme", tracker.merge(None, record, raw), NOW)) == []
     assert again == []
 
 
@@ -98,5 +98,5 @@ def test_no_context_no_events():
     tracker = _tracker(_Log(), produced)
     tracker.contexts.clear()
     record, raw = _record(0, (1, 1), 14400)
-    assert asyncio.run(tracker.evaluate("acme", SpendTracker.merge(None, record, raw), NOW)) == []
+    assert asyncio.run(tracker.evaluate("acme", tracker.merge(None, record, raw), NOW)) == []
     assert produced == []

@@ -1,0 +1,58 @@
+"""The worker's producer of spend records: one batch per spend partition, acknowledged.
+
+After every batch a worker produces a record per (tenant, source partition) it changed —
+at 20,000 readings/s over sixteen tenants and eight partitions, about a hundred per batch.
+Sent one by one through Faust's producer they cost ≈ 0.2 ms each on the event loop that
+also feeds the raters, and a batch is committed only once they are acknowledged. Grouped
+by partition into one record batch each (aiokafka's `create_batch`/`send_batch`), they
+cost a few microseconds each and one round trip per partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from schemas.spend import MAX_RECORD_BYTES, SpendRecord, encode_record, spend_partition
+
+MAX_BATCH_BYTES = 2 * MAX_RECORD_BYTES  # a record the tracker accepts always fits a batch
+
+
+class SpendProducer:
+    """Produces spend records to `topic`, each on its tenant's partition; `send` returns once
+    the broker acknowledged all of them (acks=all, idempotent: a retry never duplicates)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, security: dict[str, Any]) -> None:
+        self.topic, self.partitions = topic, partitions
+        self._options = dict(bootstrap_servers=bootstrap.split(","), acks="all", enable_idempotence=True,
+                             linger_ms=0,
+                             max_batch_size=MAX_BATCH_BYTES, **security)
+        self._producer: AIOKafkaProducer | None = None  # made on the worker's loop, at the first send
+
+    async def send(self, records: list[SpendRecord]) -> None:
+        if not records:
+            return
+        if self._producer is None:
+            self._producer = AIOKafkaProducer(**self._options)
+            await self._producer.start()
+        by_partition: dict[int, list[SpendRecord]] = {}
+        for record in records:
+            by_partition.setdefault(spend_partition(record.tenant, self.partitions), []).append(record)
+        sent = []
+        for partition, group in sorted(by_partition.items()):
+            batch = self._producer.create_batch()
+            for record in group:
+                key, value = record.key.encode(), encode_record(record)
+                if batch.append(key=key, value=value, timestamp=None) is None:  # full: send it, start another
+                    sent.append(await self._producer.send_batch(batch, self.topic, partition=partition))
+                    batch = self._producer.create_batch()
+                    if batch.append(key=key, value=value, timestamp=None) is None:
+                        raise ValueError(f"a spend record of {len(value)} bytes does not fit a record batch")
+            sent.append(await self._producer.send_batch(batch, self.topic, partition=partition))
+        await asyncio.gather(*sent)
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
