@@ -35,6 +35,7 @@ from typing import Callable
 import orjson
 
 from gpubill.config import Settings
+from gpubill.devenv.ch_gateway import spawn as spawn_gateway
 from gpubill.devenv.kafka_broker import LocalBroker
 from gpubill.devenv.simulator import simulate_fleet
 from schemas.topics import READING_TOPICS, TOPIC_BILLING_EVENTS, TOPIC_POWER, TOPIC_USAGE
@@ -44,13 +45,16 @@ Say = Callable[[str], None]
 
 
 def bench_spend(*, rate: int = 20_000, duration_s: int = 30, tenants: int = 16, port: int = 39292,
-                spend: bool = True, say: Say = lambda _: None) -> dict:
+                spend: bool = True, gateway: bool = False, say: Say = lambda _: None) -> dict:
     """Run the benchmark; returns the fields `gpubill bench spend --json` prints. With `spend`
-    off the worker runs with GPUBILL_SPEND=0: only the rating figures (the baseline)."""
+    off the worker runs with GPUBILL_SPEND=0: only the rating figures (the baseline). With
+    `gateway` the chDB database is served by `gpubill clickhouse serve` from its own process
+    (port + 2), as a ClickHouse server would be: the worker's process then holds no database."""
     with tempfile.TemporaryDirectory(prefix="gpubill-bench-spend-") as tmp:
         work = Path(tmp)
         broker = LocalBroker(work / "kafka", bootstrap=f"localhost:{port}", port=port, controller_port=port + 1)
         broker.up(progress=say)
+        server = None
         try:
             settings = Settings(kafka=broker.bootstrap, clickhouse=f"chdb://{work / 'ch'}", home=str(work),
                                 group="bench-spend", metrics_port=0, kafka_security_protocol="PLAINTEXT",
@@ -65,8 +69,15 @@ def bench_spend(*, rate: int = 20_000, duration_s: int = 30, tenants: int = 16, 
             ensure_spend_topics(settings)  # the events topic, read at the end, exists either way
             say(f"registering {tenants} tenants with a ¥20 budget and a ¥25 top-up each")
             _register(settings, tenants)
-            return {"spend": spend, **_run(settings, env, work, rate, duration_s, tenants, spend, say)}
+            if gateway:
+                say(f"serving the private chDB on 127.0.0.1:{port + 2} (gpubill clickhouse serve)")
+                server = spawn_gateway(env, port + 2)
+                env["GPUBILL_CLICKHOUSE"] = server.dsn
+            return {"spend": spend, "gateway": gateway, **_run(settings, env, work, rate, duration_s, tenants, spend, say)}
         finally:
+            if server is not None:
+                server.process.send_signal(signal.SIGTERM)
+                server.process.wait(timeout=60)
             broker.down()
 
 

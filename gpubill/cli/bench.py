@@ -61,6 +61,8 @@ def bench_spend_command(
     duration_s: int = typer.Option(30, min=5, help="How long it produces (s)."),
     tenants: int = typer.Option(16, min=1, max=99, help="Tenants of the simulated fleet, each with a budget and a top-up."),
     port: int = typer.Option(39292, min=1024, max=65534, help="Port of the private broker (and port + 1)."),
+    gateway: bool = typer.Option(False, "--gateway", help=(
+        "Serve the private chDB from its own process (`gpubill clickhouse serve`), as a ClickHouse server.")),
     compare: bool = typer.Option(False, "--compare", help=(
         "Run it twice, with GPUBILL_SPEND=0 first (the rating alone) then on, and print both: the cost of live "
         "spend on the pipeline's own freshness, side by side.")),
@@ -70,7 +72,7 @@ def bench_spend_command(
     from gpubill.bench.spend import bench_spend
 
     def run(spend: bool) -> dict:
-        return bench_spend(rate=rate, duration_s=duration_s, tenants=tenants, port=port, spend=spend,
+        return bench_spend(rate=rate, duration_s=duration_s, tenants=tenants, port=port, spend=spend, gateway=gateway,
                            say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
 
     if compare:

@@ -272,3 +272,28 @@ def test_the_commands_top_up_show_and_budget(cli_env, monkeypatch, capsys):
     assert (spent["balance"], spent["estimated"], spent["vat"], spent["month_invoiced"]) == ("120.50", "0.00", "0.00", False)
     code, _, error = _gpubill(monkeypatch, capsys, "spend", "--tenant", "be\x1bta")
     assert code == 1 and "\x1b" not in error and "is not an id" in error
+
+
+# -------------------------------------------------------------------------- the stream's side (issue 15)
+
+
+def test_the_live_context_prices_the_streams_quantities_to_the_warehouses_balance(db):
+    """SpendContexts.read gives the tracker what the stream cannot know; priced with the
+    stream's quantities of beta's March (800 s of RTX 4090 monthly at ¥1/s, 10 % off) it is
+    the warehouse's balance to the fen: 1000.00 − 752.60 = 247.40, burn ¥572.40/h, runway 0.43 h."""
+    from billing_rules.spend import PeriodSpend, RentTerms, position
+    from reports.live_spend import SpendContexts
+
+    top_up(db, "beta", "1000", "pay-1", now=NOW)
+    set_budget(db, "beta", "1000", now=NOW)
+    contexts = SpendContexts().read(db, RULES, now=NOW)
+    assert set(contexts) == {"acme", "beta"}
+    beta = contexts["beta"]
+    assert (beta.period, beta.vat_rate, beta.base, beta.budget) == (PERIOD, D("0.06"), D("1000.00"), D("1000.00"))
+    assert beta.burn_per_hour == Fraction("572.40")  # 600 s × ¥1 × 0.9 × 1.06
+    assert [c.remaining for c in beta.credits] == [D("10.00")]  # the trial credit
+    assert contexts["acme"].base is None  # never topped up: not prepaid
+    stream = PeriodSpend({RentTerms("RTX4090", "monthly", D("2678400"), 2_678_400, D("10")): 800}, {})
+    where = position("beta", PERIOD, stream, beta)
+    assert (where.month_to_date, where.balance, where.runway_hours) == (D("752.60"), D("247.40"), D("0.43"))
+    assert where.month_to_date == balance(db, RULES, "beta", now=NOW).month_to_date
