@@ -2,7 +2,8 @@
 
     gpu.usage.v1 ┐            ┌─ channel ─► rate_readings ───┬─► ClickHouse readings_*, rated_seconds,
     gpu.power.v1 ┼─► Feeder ──┤                              │   conflicts, deadletters
-    gpu.dead…v1  ┘ (getmany)  └─ channel ─► store_deadletters └─► gpu.deadletter.v1 (bad input)
+    gpu.dead…v1  ┘ (getmany)  └─ channel ─► store_deadletters ├─► <group>.spend.v1 (live spend, then commit)
+                                                              └─► gpu.deadletter.v1 (bad input)
 
 The feeder (streams/kafka/feeder.py) consumes the topics in the worker's consumer group and
 hands each agent whole batches; it commits offsets only after the agent has written them.
@@ -11,7 +12,9 @@ assignor gives partition p of both to the same worker: a card's usage and power 
 one process. Two threads do the heavy work (streams/pipeline.py): the rating thread rates
 batch n + 1 while the writer thread inserts batch n.
 
-This is the one module that knows Faust: the rest of streams/ is plain Python and asyncio.
+With live spend on, the same Faust worker also runs the spend tracker's app
+(streams/spend/app.py: a table keyed by tenant, its own consumer group). This module and
+that one are the two that know Faust: the rest of streams/ is plain Python and asyncio.
 """
 
 from __future__ import annotations
@@ -227,8 +230,8 @@ async def _take_over_spend(settings: KafkaSettings, pipeline: Pipeline, assigned
     """Load the spend records of the newly assigned reading partitions, before any is rated."""
     partitions = {partition for topic, partition in assigned if topic in (TOPIC_USAGE, TOPIC_POWER)}
     try:
-        records = await latest_spend_records(settings.kafka, spend_topic(settings.group), client_options(settings, client="aiokafka"),
-                                             settings.partitions)
+        records = await latest_spend_records(settings.kafka, spend_topic(settings.group),
+                                             client_options(settings, client="aiokafka"), settings.partitions)
     except Exception:  # noqa: BLE001 - rating without the marks would count a predecessor's spend again
         log.exception("could not read the spend topic at an assignment; exiting (nothing of it was rated)")
         logging.shutdown()

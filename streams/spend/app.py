@@ -60,8 +60,15 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
         producer_acks=-1,
         broker_credentials=credentials,
         consumer_auto_offset_reset="earliest",
+        # As the feeder's group (streams/kafka/feeder.py): a worker that died is noticed after
+        # 10 s, not Faust's 60, so its tenants move on; offsets committed twice a second, so a
+        # drain that waits for them (caught_up) ends promptly.
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=2.0,
+        broker_commit_interval=0.5,
     )
     spend = spend_topic(settings.group)
+    applied: dict[int, int] = {}  # spend partition → the offset after the last record this process handled
     spend_records = app.topic(spend, key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
     events_topic = app.topic(TOPIC_BILLING_EVENTS, key_serializer="raw", value_serializer="raw")
     # key: the tenant id (JSON); value: {"sources": {"<source partition>": "<its latest record>"}}
@@ -86,6 +93,8 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
                 os._exit(3)
 
     async def _track(event: Any) -> list[SpendRecord]:
+        message = event.message
+        applied[message.partition] = max(applied.get(message.partition, 0), message.offset + 1)
         record = _accepted(tracker, event, settings.partitions)
         if record is None:
             return []
@@ -141,14 +150,14 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
         await refresh()
 
     async def caught_up() -> None:
-        """Return once the tracker group has committed every spend record produced until now —
-        applied, in whichever worker holds its tenant — and this worker re-evaluated the
+        """Return once every spend record produced until now is applied — by this process, or
+        committed by whichever worker holds its tenant — and this worker re-evaluated the
         tenants it holds (the end of a drain)."""
         security = client_options(settings, client="aiokafka")
         ends = await end_offsets(settings.kafka, spend, security, settings.partitions)
         while True:
             done = await committed_offsets(settings.kafka, security, app.conf.id, spend, settings.partitions)
-            if all(done.get(p, 0) >= end for p, end in ends.items()):
+            if all(max(done.get(p, 0), applied.get(p, 0)) >= end for p, end in ends.items()):
                 break
             await asyncio.sleep(0.2)
         await refresh()
