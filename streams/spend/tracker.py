@@ -17,6 +17,7 @@ agent and the timer never race for the same event.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -157,8 +158,6 @@ class SpendTracker:
 def table_totals(values: dict[bytes, bytes | None]) -> dict[str, dict[str, PeriodSpend]]:
     """Per tenant and period, the quantities the table holds, from its changelog's latest
     values (`streams.kafka.logs.latest_values`): what `gpubill spend --stream` shows."""
-    import json
-
     totals: dict[str, dict[str, PeriodSpend]] = {}
     for key, raw in sorted(values.items()):
         if raw is None:
