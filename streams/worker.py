@@ -25,6 +25,7 @@ import inspect
 import logging
 import os
 import signal
+from concurrent.futures import Executor
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -272,20 +273,22 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
                loglevel: str = "WARN", extra_tasks: list | None = None,
                on_progress: Callable[[int, int], None] | None = None, rules_dir: Path | None = None,
                tracker: SpendTracker | None = None, refresh_contexts: Callable[[], dict] | None = None,
-               publish_positions: Callable[[list], None] | None = None, context_every_s: float = 10.0) -> int:
+               publish_positions: Callable[[list], None] | None = None, context_every_s: float = 10.0,
+               tracker_executor: Executor | None = None) -> int:
     """Run the Faust worker until interrupted, or with `drain_targets` until they are reached.
 
     `drain_targets` maps (topic, partition) to (committed, end) offsets; `on_progress` is
     told (messages done, messages to do) while draining; with `rules_dir` the rule files
     are watched and reloaded when they change; with `tracker` the process also runs its share
     of the spend tracker (streams/spend/app.py), which reads the warehouse with
-    `refresh_contexts` and stores positions with `publish_positions`, both in the writer
-    thread. Returns the process exit code (0 when a drain completed).
+    `refresh_contexts` and stores positions with `publish_positions`, both in
+    `tracker_executor` (default: the writer thread). Returns the process exit code (0 when a
+    drain completed).
     """
     app = build_app(settings, pipeline)
     tracker_app = None if tracker is None else build_tracker_app(
         settings, tracker, credentials=broker_credentials(settings), refresh_contexts=refresh_contexts,
-        executor=pipeline.writer, context_every_s=context_every_s, publish=publish_positions)
+        executor=tracker_executor or pipeline.writer, context_every_s=context_every_s, publish=publish_positions)
     outcome = {"code": 0}
     feeder: Feeder = app.gpubill_feeder
 

@@ -9,6 +9,7 @@ tenant API and web page (gpubill/api/) from a thread of that process on the same
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
@@ -57,9 +58,15 @@ def _track_spend(settings: Settings, pipeline, database) -> dict:
     from streams.spend.ledger import SpendLedger
     from streams.spend.tracker import SpendTracker
     from schemas.topics import TOPIC_BILLING_EVENTS
+    from warehouse.connection import open_database
 
     policy = alert_policy(settings)
     ensure_spend_topics(settings)
+    # The tracker reads the warehouse in a thread of its own, never the writer's (a refresh
+    # must not hold batches up), through a client of its own for a server DSN (an HTTP
+    # client's session takes one query at a time: the rating thread's look-ups share the
+    # pipeline's); chDB's embedded client serializes its callers and is shared.
+    reads = database if database.embedded else open_database(settings.clickhouse, migrate=False)
     pipeline.spend = SpendLedger()
     events = EmittedEvents(settings.kafka, TOPIC_BILLING_EVENTS, client_options(settings, client="aiokafka"),
                            settings.partitions)
@@ -67,8 +74,9 @@ def _track_spend(settings: Settings, pipeline, database) -> dict:
                            period_of=lambda second: pipeline.rules.period_of(second), metrics=pipeline.metrics)
     contexts = SpendContexts()
     return {"tracker": tracker, "context_every_s": settings.spend_context_s,
-            "refresh_contexts": lambda: contexts.read(database, pipeline.rules),
-            "publish_positions": lambda positions: store_positions(database, positions)}
+            "tracker_executor": ThreadPoolExecutor(1, thread_name_prefix="spend"),
+            "refresh_contexts": lambda: contexts.read(reads, pipeline.rules),
+            "publish_positions": lambda positions: store_positions(reads, positions)}
 
 
 def _spend_reporter(tracker, path: Path):
