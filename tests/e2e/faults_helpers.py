@@ -229,6 +229,23 @@ def kill9(process: subprocess.Popen) -> None:
     process.wait(timeout=30)
 
 
+def kill_draining_worker(gpubill, bootstrap: str, group: str, log: Path, rng, rounds: int = 3) -> list[int]:
+    """Start `gpubill worker --drain` and SIGKILL it 0–0.5 s after it was seen to commit
+    progress, `rounds` times; returns the group's committed total at each kill."""
+    at_kill = []
+    for round_ in range(rounds):
+        before = committed_total(bootstrap, group)
+        worker = start_worker(gpubill, "--drain", log=log)
+        progressed = wait_until(lambda: worker.poll() is not None or committed_total(bootstrap, group) > before, 120, 0.3)
+        assert progressed and worker.poll() is None, \
+            f"kill {round_ + 1}: the drain ended before it could be killed\n{log.read_text()[-3000:]}"
+        time.sleep(rng.uniform(0, 0.5))
+        assert worker.poll() is None, f"kill {round_ + 1}: the drain ended before it could be killed"
+        kill9(worker)
+        at_kill.append(committed_total(bootstrap, group))
+    return at_kill
+
+
 def committed_total(bootstrap: str, group: str, topics: tuple[str, ...] = ("gpu.usage.v1", "gpu.power.v1")) -> int:
     """Sum of the group's committed offsets over the reading topics (0 where none)."""
     from kafka import KafkaConsumer, TopicPartition

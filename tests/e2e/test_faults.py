@@ -47,6 +47,7 @@ from tests.e2e.faults_helpers import (
     fleet,
     invoice_figures,
     kill9,
+    kill_draining_worker,
     make_readings,
     produce_raw,
     start_worker,
@@ -147,18 +148,7 @@ def test_kill9_three_times_during_a_drain(faults, broker, tmp_path):
     assert dict(truth.rent_seconds) == {"acme": 20_000, "beta": 16_000}  # 2.5 and 2 cards × 8,000 s
     replay(faults, tmp_path / "readings.ndjson", [dumps(r) for r in readings])
 
-    log = tmp_path / "worker.log"
-    at_kill = []
-    for round_ in range(3):
-        before = committed_total(broker.bootstrap, GROUP)
-        worker = start_worker(faults, "--drain", log=log)
-        progressed = wait_until(
-            lambda: worker.poll() is not None or committed_total(broker.bootstrap, GROUP) > before, 120, 0.3)
-        assert progressed and worker.poll() is None, f"kill {round_ + 1}: the drain ended before it could be killed"
-        time.sleep(rng.uniform(0, 0.5))
-        assert worker.poll() is None, f"kill {round_ + 1}: the drain ended before it could be killed"
-        kill9(worker)
-        at_kill.append(committed_total(broker.bootstrap, GROUP))
+    at_kill = kill_draining_worker(faults, broker.bootstrap, GROUP, tmp_path / "worker.log", rng)
     print("committed offsets at each kill:", at_kill, "of", len(readings))
     assert at_kill == sorted(at_kill) and 0 < at_kill[-1] < len(readings)
 

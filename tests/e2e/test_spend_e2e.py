@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -30,16 +29,13 @@ import pytest
 from tests.e2e.faults_helpers import (
     PERIOD,
     Card,
-    committed_total,
     dumps,
     expected_invoice,
     fen,
     fleet,
-    kill9,
+    kill_draining_worker,
     make_readings,
-    start_worker,
     truth_of,
-    wait_until,
     watts_of,
 )
 from tests.e2e.test_faults import GROUP, SEED, drain, replay
@@ -197,18 +193,7 @@ def test_kill9_three_times_while_crossing_thresholds(gpubill, broker, tmp_path):
     gpubill.env["GPUBILL_FAILPOINTS"] = str(failpoints)
     replay(gpubill, tmp_path / "readings.ndjson", [dumps(r) for r in readings])
 
-    log = tmp_path / "worker.log"
-    at_kill = []
-    for round_ in range(3):
-        before = committed_total(broker.bootstrap, GROUP)
-        worker = start_worker(gpubill, "--drain", log=log)
-        progressed = wait_until(
-            lambda: worker.poll() is not None or committed_total(broker.bootstrap, GROUP) > before, 120, 0.3)
-        assert progressed and worker.poll() is None, f"kill {round_ + 1}: the drain ended first\n{log.read_text()[-3000:]}"
-        time.sleep(rng.uniform(0, 0.5))
-        assert worker.poll() is None, f"kill {round_ + 1}: the drain ended first"
-        kill9(worker)
-        at_kill.append(committed_total(broker.bootstrap, GROUP))
+    at_kill = kill_draining_worker(gpubill, broker.bootstrap, GROUP, tmp_path / "worker.log", rng)
     print("committed offsets at each kill:", at_kill, "of", len(readings))
     assert 0 < at_kill[-1] < len(readings)
 
