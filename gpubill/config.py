@@ -96,6 +96,14 @@ class Settings(BaseSettings):
     api_auth_window_s: int = Field(300, ge=1, le=86400, description="the window of api_auth_failures (s)")
     api_cache_s: float = Field(10.0, ge=0, le=3600, description="how long a built report or month-to-date figure "
                                "is reused for the same request (s; 0: rebuilt every time)")
+    api_max_connections: int = Field(1024, ge=2, le=1000000, description="connections the API keeps open at once; "
+                                     "past it the oldest one still waiting for a request head is closed (lowered to "
+                                     "half the process's descriptor limit, ulimit -n)")
+    api_head_timeout_s: float = Field(10.0, gt=0, le=3600, description="a connection must complete its request "
+                                      "head this long after connecting or after its previous response, else it is "
+                                      "closed (s)")
+    api_keep_alive_s: float = Field(5.0, gt=0, le=3600, description="an idle connection is kept open this long "
+                                    "after a response (s)")
     api_db_connections: int = Field(4, ge=1, le=64, description="ClickHouse clients of the API for a server DSN "
                                     "(the embedded database has one, shared)")
 

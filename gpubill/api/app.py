@@ -27,6 +27,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gpubill.api.connections import ConnectionLimits
 from gpubill.api.metrics import ApiMetrics
 from gpubill.api.problems import MEDIA_TYPE, Problem, bad_param, reason_of
 from gpubill.api.reads import Reads
@@ -73,6 +74,7 @@ def create_app(settings: Any, database: Any, rules_provider: Callable[[], Any], 
                   description="Usage reports, month-to-date figures and invoices of one tenant, for its API keys "
                               "(`Authorization: Bearer gpb_...`). Errors are RFC 9457 problem JSON. See docs/api.md.")
     app.state.service = service
+    app.state.connection_limits = ConnectionLimits.from_settings(settings)  # what ApiServer.attach serves within
     app.state.metrics = metrics
     _problems(app, service)
     _api_routes(app, service)

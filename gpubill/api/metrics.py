@@ -20,11 +20,20 @@ class ApiMetrics:
                                      "Access records not yet written to ClickHouse", registry=registry)
         self.records_dropped = Gauge("gpubill_api_access_records_dropped",
                                      "Access records dropped after the database refused them too long", registry=registry)
+        self.connection_guard = Gauge("gpubill_api_connection_guard", "1 while the request-head deadline and the "
+                                      "connection cap hold (0: uvicorn did not fit the adapter, see the log)",
+                                      registry=registry)
+        self.connections_closed = Counter("gpubill_api_connections_closed_total", "Connections closed by the "
+                                          "guard: at the cap, or for no request head in time", ["why"],
+                                          registry=registry)
         self.ready = Gauge("gpubill_api_up", "1 while the API serves", registry=registry)
 
     def records(self, pending: int, dropped: int) -> None:
         self.records_pending.set(pending)
         self.records_dropped.set(dropped)
+
+    def connection_closed(self, why: str) -> None:
+        self.connections_closed.labels(why).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -11,15 +11,21 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpubill.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpubill.api.connections import ConnectionLimits
 
 __all__ = ["ApiServer", "RulesReloader", "parse_listen"]
 
 log = logging.getLogger("gpubill.api")
 
 RULES_POLL_S = 10.0
+HEAD_BYTES = 16 * 1024  # the largest request head h11 takes (431 past it)
+DESCRIPTORS_RESERVED = 0.5  # the share of the process's descriptor limit left to everything but connections
+LOG_EVERY_S = 10.0  # uvicorn's own per-request warnings (a malformed request, ...): at most one a message this often
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -95,16 +101,42 @@ class ApiServer:
         self.server: Any = None
         self._thread: threading.Thread | None = None
 
-    def attach(self, app: Any) -> "ApiServer":
+    def attach(self, app: Any, limits: "ConnectionLimits | None" = None) -> "ApiServer":
+        """Serve `app` within `limits` (default: what create_app put in app.state.connection_limits,
+        from the GPUBILL_API_* settings)."""
         import uvicorn
 
+        from gpubill.api.connections import ConnectionGuard, ConnectionLimits, fits, guarded_protocol
+
+        if limits is None:
+            limits = getattr(getattr(app, "state", None), "connection_limits", None) or ConnectionLimits()
+        max_connections = _within_descriptors(limits.max_connections)
+        metrics = getattr(getattr(app, "state", None), "metrics", None)
+        misfit = fits()
+        http: Any = "h11"
+        self.guard = None
+        if misfit:
+            # serving matters more than the guard: plain h11, bounded by uvicorn's limit_concurrency only
+            log.error("uvicorn %s does not fit gpubill/api/connections.py (%s): serving WITHOUT the request-head "
+                      "deadline and the connection cap", uvicorn.__version__, misfit)
+        else:
+            self.guard = ConnectionGuard(max_connections, limits.head_timeout_s,
+                                         on_close=metrics.connection_closed if metrics is not None else lambda why: None)
+            http = guarded_protocol(self.guard, HEAD_BYTES)
+            log.info("API connections: at most %d open, request heads within %g s, kept alive %g s (uvicorn %s)",
+                     max_connections, limits.head_timeout_s, limits.keep_alive_s, uvicorn.__version__)
+        if metrics is not None:
+            metrics.connection_guard.set(0 if misfit else 1)
+        _quiet_uvicorn()
         # h11, whose header limit below holds (uvicorn's httptools protocol has none, and measured
         # no faster here); the plain asyncio loop, never uvloop, which would change the event loop
-        # policy of the whole process (`gpubill up` runs the worker's loop beside this one)
-        config = uvicorn.Config(app, loop="asyncio", http="h11", log_config=None, access_log=False,
-                                proxy_headers=False, server_header=False,
-                                timeout_keep_alive=5, backlog=512, h11_max_incomplete_event_size=16 * 1024,
-                                lifespan="on", timeout_graceful_shutdown=10)
+        # policy of the whole process (`gpubill up` runs the worker's loop beside this one).
+        # limit_concurrency (503 past it) is one above the guard's cap, so it never fires while the
+        # guard holds; without the guard it is the bound that is left. No websockets: none are served.
+        config = uvicorn.Config(app, loop="asyncio", http=http, ws="none", log_config=None, access_log=False,
+                                proxy_headers=False, server_header=False, limit_concurrency=max_connections + 1,
+                                timeout_keep_alive=limits.keep_alive_s, backlog=512,
+                                h11_max_incomplete_event_size=HEAD_BYTES, lifespan="on", timeout_graceful_shutdown=10)
         self.server = uvicorn.Server(config)
         return self
 
@@ -147,3 +179,53 @@ class ApiServer:
             self._thread.join(timeout_s)
             self._thread = None
         self.socket.close()
+
+
+def _within_descriptors(max_connections: int) -> int:
+    """`max_connections`, lowered (and said so) to half of the process's descriptor limit, so
+    that connections never take the descriptors the database and the log files need."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    room = max(16, int(soft * (1 - DESCRIPTORS_RESERVED))) if soft != resource.RLIM_INFINITY else max_connections
+    if max_connections > room:
+        log.warning("API connections: at most %d, not %d (GPUBILL_API_MAX_CONNECTIONS): the process may open %d "
+                    "descriptors (ulimit -n) and keeps half for the rest", room, max_connections, soft)
+        return room
+    return max_connections
+
+
+class _EveryWhile(logging.Filter):
+    """Lets one record of each message through per `every_s`; the next one says how many were held back."""
+
+    def __init__(self, every_s: float, *, errors_too: bool = False) -> None:
+        super().__init__()
+        self.every_s, self.errors_too = every_s, errors_too
+        self._seen: dict[str, tuple[float, int]] = {}  # message → (last let through, held back since)
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and not self.errors_too:
+            return True  # an exception in the app: every one is worth its line
+        key = str(record.msg)[:200]
+        now = time.monotonic()
+        with self._lock:
+            last, held = self._seen.get(key, (-float("inf"), 0))
+            if now - last < self.every_s:
+                self._seen[key] = (last, held + 1)
+                return False
+            if len(self._seen) > 1000:
+                self._seen.clear()
+            self._seen[key] = (now, 0)
+        if held:
+            record.msg = f"{record.msg} (and {held} more like it in the last {self.every_s:g} s)"
+        return True
+
+
+def _quiet_uvicorn() -> None:
+    """uvicorn warns once per malformed request or connection over its limit, asyncio errs once
+    per failed accept when descriptors run out: rate-limit those lines (per message)."""
+    for name, errors_too in (("uvicorn.error", False), ("asyncio", True)):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _EveryWhile) for f in logger.filters):
+            logger.addFilter(_EveryWhile(LOG_EVERY_S, errors_too=errors_too))
