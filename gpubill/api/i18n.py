@@ -50,6 +50,7 @@ _EN: dict[str, str] = {
     "sign_out": "Sign out",
     "refused": "This key was not accepted: it is unknown, revoked or expired. Ask your provider for a new one.",
     "too_many": "Too many attempts from this address. Try again in {seconds} seconds.",
+    "sessions_full": "This server has as many people signed in as it keeps. Try again in a few minutes.",
     "ended": "Your session has ended (the key was revoked or expired, or you were idle too long). "
              "Please sign in again.",
     "form_expired": "This form has expired or did not come from this page. Please try again.",
@@ -133,6 +134,7 @@ _ZH: dict[str, str] = {
     "sign_out": "退出登录",
     "refused": "此密钥未被接受：密钥不存在、已吊销或已过期。请向服务商申请新的密钥。",
     "too_many": "此地址尝试次数过多，请在 {seconds} 秒后重试。",
+    "sessions_full": "本服务器的登录会话已满，请几分钟后重试。",
     "ended": "会话已结束（密钥已吊销或过期，或长时间未操作）。请重新登录。",
     "form_expired": "表单已过期或并非来自本页面，请重试。",
     "signed_out": "您已退出登录。",

@@ -45,7 +45,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from gpubill.api.i18n import LANG_NAMES, LANGS, Words, moment, money, number, pick_lang
 from gpubill.api.problems import Problem
 from gpubill.api.web_chart import build_chart
-from gpubill.api.web_session import Session, Sessions, new_token, same_origin, tokens_match
+from gpubill.api.web_session import Session, Sessions, SessionsFull, new_token, same_origin, tokens_match
 
 __all__ = ["SECURITY_HEADERS", "install"]
 
@@ -147,12 +147,17 @@ class Page:
         if not token or len(token) > MAX_KEY_CHARS:
             return self._sign_in_page(request, lang, notice="empty_key" if not token else "refused", status=400)
         try:
-            self.service.authenticate(token, _client(request))
+            verified = self.service.authenticate(token, _client(request))
         except Problem as problem:
             return self._refused(request, lang, problem, None)
         # a new session every time: a cookie planted before sign-in is never promoted (fixation)
         self.sessions.end(request.cookies.get(SESSION_COOKIE))
-        session_id, _ = self.sessions.start(token)
+        try:
+            session_id, _ = self.sessions.start(token, key_id=verified.id, tenant=verified.tenant)
+        except SessionsFull:
+            response = self._sign_in_page(request, lang, notice="sessions_full", status=503)
+            response.headers["Retry-After"] = "300"
+            return response
         response = RedirectResponse("/", status_code=303)
         _set_cookie(response, request, SESSION_COOKIE, session_id, max_age=None)
         response.delete_cookie(LOGIN_COOKIE, path="/", secure=_https(request), httponly=True, samesite="strict")

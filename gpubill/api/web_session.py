@@ -7,8 +7,10 @@ revoked or expired key ends its sessions within the service's key cache (5 s).
 
 - Sessions live in this process only (the embedded database is held by one process too):
   a restart signs everybody out, which is the safe failure. They end after
-  :data:`IDLE_S` without a request, :data:`LIFETIME_S` after sign-in, at sign-out, or —
-  the oldest first — when more than :data:`MAX_SESSIONS` are open.
+  :data:`IDLE_S` without a request, :data:`LIFETIME_S` after sign-in, at sign-out, or — the
+  least recently used first — past :data:`MAX_PER_KEY` of one key, :data:`MAX_PER_TENANT` of
+  one tenant, or :data:`MAX_SESSIONS` in all; the last never ends another tenant's session
+  (the tenant's own goes, or the sign-in is refused: :class:`SessionsFull`).
 - Ids are looked up by their SHA-256, so the table never holds a usable cookie value.
 - Sign-in always opens a *new* session (no fixation); sign-out deletes it here, so a copied
   cookie is worthless afterwards.
@@ -31,12 +33,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["IDLE_S", "LIFETIME_S", "MAX_SESSIONS", "Session", "Sessions", "new_token", "same_origin",
-           "tokens_match"]
+__all__ = ["IDLE_S", "LIFETIME_S", "MAX_PER_KEY", "MAX_PER_TENANT", "MAX_SESSIONS", "Session", "Sessions",
+           "SessionsFull", "new_token", "same_origin", "tokens_match"]
 
 IDLE_S = 30 * 60
 LIFETIME_S = 12 * 3600
 MAX_SESSIONS = 10_000
+MAX_PER_KEY = 16
+MAX_PER_TENANT = 500
+
+
+class SessionsFull(Exception):
+    """No room for a new session: the table is full of other tenants' sessions (sign-in refused;
+    nobody else's session is ever pushed out)."""
 
 
 def new_token() -> str:
@@ -50,37 +59,54 @@ def _digest(session_id: str) -> bytes:
 
 @dataclass
 class Session:
-    """One signed-in browser: the key it signed in with (never sent back to the browser),
-    the token its forms carry, and an operator key's chosen tenant."""
+    """One signed-in browser: the key it signed in with (never sent back to the browser), that
+    key's id and tenant ('' for an operator key), the token its forms carry, and an operator
+    key's chosen tenant."""
 
     token: str
     csrf: str
     started_s: float
     seen_s: float
     tenant: str | None = None
+    key_id: str = ""
+    owner: str = ""
 
 
 class Sessions:
-    """The open sessions of this process; safe to use from the server's threads."""
+    """The open sessions of this process; safe to use from the server's threads.
+
+    Room is made within what signs in: past `max_per_key` sessions of a key its least recently
+    used one ends, past `max_per_tenant` of a tenant (its keys together) the tenant's, and when
+    the whole table is full the tenant's own least recently used one — or, when it has none,
+    the sign-in is refused (SessionsFull). So one tenant's keys, however many, never end
+    another tenant's session."""
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic, idle_s: float = IDLE_S,
-                 lifetime_s: float = LIFETIME_S, max_sessions: int = MAX_SESSIONS) -> None:
+                 lifetime_s: float = LIFETIME_S, max_sessions: int = MAX_SESSIONS, max_per_key: int = MAX_PER_KEY,
+                 max_per_tenant: int = MAX_PER_TENANT) -> None:
         self._clock = clock
         self._idle_s = idle_s
         self._lifetime_s = lifetime_s
         self._max = max_sessions
-        self._open: OrderedDict[bytes, Session] = OrderedDict()
+        self._max_per_key = max_per_key
+        self._max_per_tenant = max_per_tenant
+        self._open: OrderedDict[bytes, Session] = OrderedDict()  # least recently used first
+        self._of_key: dict[str, OrderedDict[bytes, None]] = {}
+        self._of_tenant: dict[str, OrderedDict[bytes, None]] = {}
         self._lock = threading.Lock()
 
-    def start(self, token: str) -> tuple[str, Session]:
-        """A new session for a verified key: its id (for the cookie) and the session."""
+    def start(self, token: str, *, key_id: str = "", tenant: str = "") -> tuple[str, Session]:
+        """A new session for a verified key (`key_id` of `tenant`, '' for an operator key): its
+        id (for the cookie) and the session. SessionsFull when there is no room (see the class)."""
         session_id = new_token()
         now = self._clock()
-        session = Session(token=token, csrf=new_token(), started_s=now, seen_s=now)
+        session = Session(token=token, csrf=new_token(), started_s=now, seen_s=now, key_id=key_id, owner=tenant)
+        digest = _digest(session_id)
         with self._lock:
-            self._open[_digest(session_id)] = session
-            while len(self._open) > self._max:
-                self._open.popitem(last=False)
+            self._make_room(key_id, tenant, now)
+            self._open[digest] = session
+            self._of_key.setdefault(key_id, OrderedDict())[digest] = None
+            self._of_tenant.setdefault(tenant, OrderedDict())[digest] = None
         return session_id, session
 
     def find(self, session_id: str | None) -> Session | None:
@@ -94,21 +120,52 @@ class Sessions:
             session = self._open.get(digest)
             if session is None:
                 return None
-            if now - session.seen_s > self._idle_s or now - session.started_s > self._lifetime_s:
-                del self._open[digest]
+            if self._over(session, now):
+                self._drop(digest)
                 return None
             session.seen_s = now
             self._open.move_to_end(digest)
+            self._of_key[session.key_id].move_to_end(digest)
+            self._of_tenant[session.owner].move_to_end(digest)
             return session
 
     def end(self, session_id: str | None) -> None:
         if session_id:
             with self._lock:
-                self._open.pop(_digest(session_id), None)
+                self._drop(_digest(session_id))
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._open)
+
+    def _make_room(self, key_id: str, tenant: str, now: float) -> None:
+        """Under the lock: end sessions so that one more of `key_id` of `tenant` fits."""
+        for group, cap in ((self._of_key.get(key_id), self._max_per_key), (self._of_tenant.get(tenant), self._max_per_tenant)):
+            while group and len(group) >= cap:
+                self._drop(next(iter(group)))
+        if len(self._open) < self._max:
+            return
+        for digest in [d for d, s in self._open.items() if self._over(s, now)]:  # the expired go first
+            self._drop(digest)
+        if len(self._open) < self._max:
+            return
+        own = self._of_tenant.get(tenant)
+        if not own:
+            raise SessionsFull(f"{len(self._open)} sessions are open, the most this server keeps")
+        self._drop(next(iter(own)))
+
+    def _over(self, session: Session, now: float) -> bool:
+        return now - session.seen_s > self._idle_s or now - session.started_s > self._lifetime_s
+
+    def _drop(self, digest: bytes) -> None:
+        session = self._open.pop(digest, None)
+        if session is None:
+            return
+        for index, name in ((self._of_key, session.key_id), (self._of_tenant, session.owner)):
+            group = index[name]
+            del group[digest]
+            if not group:
+                del index[name]
 
 
 def tokens_match(expected: str | None, given: str | None) -> bool:

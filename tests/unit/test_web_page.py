@@ -171,9 +171,9 @@ class Portal:
         return re.search(r'name="csrf" value="([^"]+)"', self.client.get("/").text).group(1)
 
 
-def make_portal(base: str = BASE) -> Portal:
+def make_portal(base: str = BASE, **caps: int) -> Portal:
     app, service, clock = FastAPI(), FakeService(), Clock()
-    sessions = Sessions(clock=clock)
+    sessions = Sessions(clock=clock, **caps)
     web.install(app, service, sessions=sessions)
     return Portal(TestClient(app, base_url=base), service, sessions, clock)
 
@@ -279,6 +279,31 @@ def test_sign_in_always_opens_a_new_session(portal):
                                follow_redirects=False)
     assert again.status_code == 303 and portal.client.cookies.get("gpubill_session") != first
     assert len(portal.sessions) == 1  # the session it replaced is ended
+
+
+def test_a_tenant_signing_in_with_many_keys_never_signs_another_tenant_out(monkeypatch):
+    portal = make_portal(max_sessions=30, max_per_key=4, max_per_tenant=12)
+    portal.sign_in("gpb_k_beta_secret")
+    beta_cookie = portal.client.cookies.get("gpubill_session")
+    for n in range(7):
+        monkeypatch.setitem(TOKENS, f"gpb_k_acme{n}_secret", Key(f"k_acme{n}", "acme"))
+    for n in range(100):
+        portal.client.cookies.clear()
+        assert portal.sign_in(f"gpb_k_acme{n % 7}_secret").status_code == 303
+    assert len(portal.sessions) == 13 and portal.sessions.find(beta_cookie) is not None
+    portal.client.cookies.clear()
+    portal.client.cookies.set("gpubill_session", beta_cookie)
+    page = portal.client.get("/")  # beta is still signed in: its dashboard, not the sign-in form
+    assert page.status_code == 200 and 'action="/session"' not in page.text
+
+
+def test_a_full_session_table_refuses_a_sign_in_saying_so():
+    portal = make_portal(max_sessions=1)
+    portal.sign_in("gpb_k_beta_secret")
+    portal.client.cookies.clear()
+    refused = portal.sign_in()
+    assert refused.status_code == 503 and refused.headers["Retry-After"] == "300"
+    assert "as many people signed in as it keeps" in text_of(refused.text) and len(portal.sessions) == 1
 
 
 def test_sign_out_needs_the_sessions_token_and_ends_the_session_on_the_server(portal):

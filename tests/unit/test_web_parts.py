@@ -12,7 +12,7 @@ import pytest
 from gpubill.api import i18n
 from gpubill.api.i18n import Words, from_accept_language, money, pick_lang
 from gpubill.api.web_chart import build_chart, nice_top, period_days
-from gpubill.api.web_session import Sessions, same_origin, tokens_match
+from gpubill.api.web_session import Sessions, SessionsFull, same_origin, tokens_match
 
 
 # -- words and languages ---------------------------------------------------------------------
@@ -138,6 +138,48 @@ def test_sessions_end_when_idle_when_old_and_oldest_first_when_too_many():
     assert sessions.find(b) is None
     assert all(len(k) == 32 for k in sessions._open) and c.encode() not in b"".join(sessions._open)  # digests only
     assert sessions.find(None) is None and sessions.find("") is None and sessions.find("x" * 200) is None
+
+
+def test_one_tenants_keys_signing_in_again_and_again_never_end_another_tenants_session():
+    # issue 21, finding 7: 7 keys of one tenant made 10,055 sessions and pushed another's out
+    clock = Clock()
+    sessions = Sessions(clock=clock, max_sessions=50, max_per_key=4, max_per_tenant=20)
+    theirs, _ = sessions.start("beta-key", key_id="k_beta", tenant="beta")
+    operator, _ = sessions.start("op-key", key_id="k_op", tenant="")
+    for n in range(10_055):
+        clock.now += 0.006
+        sessions.start(f"acme-key-{n % 7}", key_id=f"k_acme{n % 7}", tenant="acme")
+    assert sessions.find(theirs) is not None and sessions.find(operator) is not None
+    assert len(sessions) == 2 + 20  # acme holds its tenant's cap, no more
+    assert {len(group) for key, group in sessions._of_key.items() if key.startswith("k_acme")} <= {2, 3, 4}
+
+
+def test_past_its_cap_a_key_loses_its_own_least_recently_used_session():
+    clock = Clock()
+    sessions = Sessions(clock=clock, max_per_key=3)
+    ids = [sessions.start("acme", key_id="k_a", tenant="acme")[0] for _ in range(3)]
+    other, _ = sessions.start("acme-2", key_id="k_b", tenant="acme")
+    clock.now += 1
+    assert sessions.find(ids[0]) is not None  # used: now the most recent of k_a
+    fourth, _ = sessions.start("acme", key_id="k_a", tenant="acme")
+    assert [sessions.find(i) is not None for i in ids] == [True, False, True]
+    assert sessions.find(fourth) is not None and sessions.find(other) is not None
+
+
+def test_a_full_table_ends_the_tenants_own_session_or_refuses_never_anothers():
+    clock = Clock()
+    sessions = Sessions(clock=clock, idle_s=100, max_sessions=3)
+    beta = [sessions.start("b", key_id=f"k_b{n}", tenant="beta")[0] for n in range(2)]
+    acme, _ = sessions.start("a", key_id="k_a", tenant="acme")
+    again, _ = sessions.start("a2", key_id="k_a2", tenant="acme")  # full: acme's own oldest goes
+    assert sessions.find(acme) is None and sessions.find(again) is not None
+    assert all(sessions.find(b) is not None for b in beta)
+    with pytest.raises(SessionsFull):
+        sessions.start("g", key_id="k_g", tenant="gamma")  # no session of its own to give up
+    assert len(sessions) == 3
+    clock.now += 101  # all idle too long: expired ones make room first
+    sessions.start("g", key_id="k_g", tenant="gamma")
+    assert len(sessions) == 1
 
 
 def test_each_session_has_its_own_random_ids():
