@@ -91,9 +91,15 @@ class Settings(BaseSettings):
                                   "(over it: 429 with Retry-After)")
     api_rate_burst: int = Field(100, ge=1, le=1000000, description="requests per API key at once after a quiet spell")
     api_downloads_per_key: int = Field(8, ge=1, le=1024, description="downloads of one API key in flight at once")
-    api_auth_failures: int = Field(10, ge=1, le=100000, description="failed authentications from one address "
-                                   "within api_auth_window_s before it is answered 429")
-    api_auth_window_s: int = Field(300, ge=1, le=86400, description="the window of api_auth_failures (s)")
+    api_auth_failures: int = Field(10, ge=1, le=100000, description="failed authentications from one address with "
+                                   "one key id within api_auth_window_s before that pair is answered 429")
+    api_auth_window_s: int = Field(300, ge=1, le=86400, description="the window of the api_auth_* limits (s)")
+    api_auth_key_failures: int = Field(50, ge=1, le=1000000, description="failed authentications of one key id from "
+                                       "any address within the window before it is answered 429 where it was not "
+                                       "opened in the last day")
+    api_auth_failures_ceiling: int = Field(1000, ge=1, le=10000000, description="failed authentications of all "
+                                           "within the window past which a failure is answered 429, not 401 (keys "
+                                           "that verify still work)")
     api_cache_s: float = Field(10.0, ge=0, le=3600, description="how long a built report or month-to-date figure "
                                "is reused for the same request (s; 0: rebuilt every time)")
     api_max_connections: int = Field(1024, ge=2, le=1000000, description="connections the API keeps open at once; "

@@ -70,15 +70,18 @@ class Limits:
     rate_per_s: float = 20.0          # requests per second per key, sustained
     rate_burst: int = 100             # requests per key at once after a quiet spell
     downloads_per_key: int = 8        # downloads of one key in flight at once
-    auth_failures: int = 10           # failed authentications from one address ...
+    auth_failures: int = 10           # failed authentications from one address with one key id ...
     auth_window_s: float = 300.0      # ... within this window, then 429 until the oldest leaves it
+    auth_key_failures: int = 50       # ... of one key id from anywhere (its holders keep working)
+    auth_failures_ceiling: int = 1000  # ... of all together: past it a failure is 429 (valid keys work)
     cache_s: float = 10.0             # how long a built report or month-to-date figure is reused
 
     @classmethod
     def from_settings(cls, settings: Any) -> "Limits":
         return cls(rate_per_s=settings.api_rate_per_s, rate_burst=settings.api_rate_burst,
                    downloads_per_key=settings.api_downloads_per_key, auth_failures=settings.api_auth_failures,
-                   auth_window_s=float(settings.api_auth_window_s), cache_s=float(settings.api_cache_s))
+                   auth_window_s=float(settings.api_auth_window_s), auth_key_failures=settings.api_auth_key_failures,
+                   auth_failures_ceiling=settings.api_auth_failures_ceiling, cache_s=float(settings.api_cache_s))
 
 
 class Service:
@@ -95,7 +98,8 @@ class Service:
         self.now = now
         self.rate = RateLimiter(limits.rate_per_s, limits.rate_burst, clock=clock)
         self.downloads = DownloadSlots(limits.downloads_per_key)
-        self.throttle = AuthThrottle(limits.auth_failures, limits.auth_window_s, clock=clock)
+        self.throttle = AuthThrottle(limits.auth_failures, limits.auth_window_s, per_key=limits.auth_key_failures,
+                                     ceiling=limits.auth_failures_ceiling, clock=clock)
         self.keys = TtlCache(KEY_CACHE_S, clock=clock, max_entries=10_000)
         self.cache = TtlCache(limits.cache_s, clock=clock, max_entries=512, max_bytes=CACHE_BYTES, size_of=_weight,
                               refresh_ahead=True)
@@ -106,34 +110,39 @@ class Service:
         """The key of a Bearer `token` from address `client`, counted against its rate limit.
 
         401 for a missing, malformed, unknown, revoked or expired key (recorded, and counted
-        against `client`); 429 with Retry-After once `client` failed too often, whatever
-        the key (so that guessing is slowed down even with a right key), or when the key
-        is over its rate."""
-        from reports.api_keys import KeyRefused, verify_key
+        by the throttle, gpubill/api/limits.py); 429 with Retry-After, before any check, once
+        `client` failed too often with the key id the token names, or that key id was guessed
+        too often from addresses that never opened it; 429 instead of 401 for a failure while
+        failures everywhere are over their ceiling; 429 when the key is over its rate.
 
-        wait_s = self.throttle.blocked_for(client)
+        Whether the id is known or not, a token costs one query and one comparison of a
+        SHA-256 (reports.api_keys.verify_key), so the time of a 401 does not tell them apart."""
+        from reports.api_keys import KeyRefused, key_id_of, verify_key
+
+        key_id = key_id_of(token)
+        wait_s = self.throttle.blocked_for(client, key_id)
         if wait_s:
+            current_request().key_id = key_id
             raise Problem(
-                429, f"too many failed authentications from {client}; try again in {wait_s} s with a valid key",
-                headers={"Retry-After": str(wait_s)}, reason="auth-throttled")
+                429, f"too many failed authentications with this key id from {client} or from everywhere; try again "
+                     f"in {wait_s} s", headers={"Retry-After": str(wait_s)}, reason="auth-throttled")
         if not token:
-            self.throttle.failed(client)
-            raise _unauthorized("no API key: send the header `Authorization: Bearer gpb_...` "
-                                              "(create a key with `gpubill key create --tenant T`)", "missing")
+            raise self._failed(client, key_id, _unauthorized(
+                "no API key: send the header `Authorization: Bearer gpb_...` (create a key with `gpubill key create "
+                "--tenant T`)", "missing"))
         digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
         key = self.keys.get(digest)
         if key is None:
             try:
                 key = self.reads.run(lambda db: verify_key(db, token, now=self.now()))
             except KeyRefused as exc:
-                self.throttle.failed(client)
                 current_request().key_id = exc.key_id
-                raise _unauthorized(str(exc), exc.reason) from None
+                raise self._failed(client, key_id, _unauthorized(str(exc), exc.reason)) from None
             self.keys.put(digest, key)
         elif key.expires_at is not None and key.expires_at <= self.now():  # expired while cached
             self.keys.drop(digest)
-            self.throttle.failed(client)
-            raise _unauthorized(_REFUSED["expired"], "expired")
+            raise self._failed(client, key_id, _unauthorized(_REFUSED["expired"], "expired"))
+        self.throttle.succeeded(client, key.id)
         current_request().key = key
         wait_s = self.rate.take(key.id)
         if wait_s:
@@ -141,6 +150,16 @@ class Service:
                                              f"try again in {wait_s} s", headers={"Retry-After": str(wait_s)},
                                         reason="rate-limited")
         return key
+
+    def _failed(self, client: str, key_id: str, refusal: Problem) -> Problem:
+        """Count a failed authentication; the answer: `refusal`, or 429 past the ceiling of failures."""
+        self.throttle.failed(client, key_id)
+        wait_s = self.throttle.over_ceiling()
+        if wait_s:
+            return Problem(429, f"too many failed authentications on this server; a valid key works, a wrong one "
+                                f"is refused for {wait_s} s more", headers={"Retry-After": str(wait_s)},
+                           reason="auth-ceiling")
+        return refusal
 
     def tenant_for(self, key: "ApiKey", requested: str | None) -> str:
         """The tenant a request reads: a tenant key's own (naming a tenant is refused, even its

@@ -288,17 +288,45 @@ def test_bad_keys_are_401(client, world, url):
     assert two.status_code == 401
 
 
-def test_brute_force_is_slowed_down_per_address(world):
+def test_brute_force_is_slowed_down_per_address_and_key_id(world):
     db, seeded = world
+    guessed = f"gpb_{seeded['keys']['t02'].id}_" + BAD_TOKENS["unknown"][-43:]
     with make_client(db, api_auth_failures=5, api_auth_window_s=60) as http:
         for _ in range(5):
-            assert http.get("/v1/me", headers=bearer(BAD_TOKENS["unknown"])).status_code == 401
-        blocked = http.get("/v1/me", headers=bearer(BAD_TOKENS["unknown"]))
+            assert http.get("/v1/me", headers=bearer(guessed)).status_code == 401
+        blocked = http.get("/v1/me", headers=bearer(guessed))
         assert blocked.status_code == 429 and 1 <= int(blocked.headers["retry-after"]) <= 60
-        # the right key from that address waits too: guessing must not pay off
-        assert http.get("/v1/me", headers=bearer(seeded["tokens"]["t01"])).status_code == 429
+        # the right secret of that key id from that address waits too: guessing must not pay off
+        assert http.get("/v1/me", headers=bearer(seeded["tokens"]["t02"])).status_code == 429
+        # but another key at the same address (behind the same TLS proxy) is not locked out
+        assert http.get("/v1/me", headers=bearer(seeded["tokens"]["t01"])).status_code == 200
     with TestClient(create_app(Settings(api_auth_failures=5), db, lambda: RULES), client=("10.9.9.9", 1234)) as other:
-        assert other.get("/v1/me", headers=bearer(seeded["tokens"]["t01"])).status_code == 200
+        assert other.get("/v1/me", headers=bearer(seeded["tokens"]["t02"])).status_code == 200
+
+
+def test_guessing_from_rotating_addresses_meets_the_key_limit_and_the_ceiling(world):
+    # issue 21, finding 8: 120 failures from rotating addresses without a single 429
+    from reports.api_keys import new_key_id
+
+    db, seeded = world
+    secret = BAD_TOKENS["unknown"][-43:]
+    target = seeded["keys"]["t03"].id
+    settings = Settings(api_auth_failures=10, api_auth_key_failures=20, api_auth_failures_ceiling=60,
+                        api_rate_burst=100_000, api_rate_per_s=100_000.0)
+    app = create_app(settings, db, lambda: RULES)
+
+    def get(address: str, token: str) -> int:
+        with TestClient(app, client=(address, 1234)) as one:
+            return one.get("/v1/me", headers=bearer(token)).status_code
+
+    assert get("10.1.1.1", seeded["tokens"]["t03"]) == 200  # t03's holder, from its address
+    codes = [get(f"192.0.2.{n}", f"gpb_{target}_{secret}") for n in range(30)]
+    assert codes == [401] * 20 + [429] * 10  # one key id, rotating addresses
+    assert get("10.1.1.1", seeded["tokens"]["t03"]) == 200  # its holder still gets in
+    codes = [get(f"198.51.100.{n}", f"gpb_{new_key_id()}_{secret}") for n in range(40)]
+    assert codes == [401] * 39 + [429]  # random ids: past 60 failures in all, a failure is 429
+    assert get("203.0.113.9", seeded["tokens"]["t01"]) == 200  # a valid key still works, from anywhere
+    assert get("203.0.113.9", f"gpb_{new_key_id()}_{secret}") == 429
 
 
 def test_rate_limit_per_key_with_retry_after(world):

@@ -52,26 +52,63 @@ def test_auth_throttle_blocks_after_n_failures_until_the_oldest_leaves_the_windo
     clock = Clock()
     throttle = AuthThrottle(allowed=3, window_s=60, clock=clock)
     for step in range(3):
-        assert throttle.blocked_for("10.0.0.1") == 0
-        throttle.failed("10.0.0.1")
+        assert throttle.blocked_for("10.0.0.1", "k_a") == 0
+        throttle.failed("10.0.0.1", "k_a")
         clock.now += 10
     # failures at 1000, 1010, 1020; now 1030: the oldest leaves the window at 1060 → 30 s
-    assert throttle.blocked_for("10.0.0.1") == 30
-    assert throttle.blocked_for("10.0.0.2") == 0
+    assert throttle.blocked_for("10.0.0.1", "k_a") == 30
+    assert throttle.blocked_for("10.0.0.2", "k_a") == 0
     clock.now = 1060.0
-    assert throttle.blocked_for("10.0.0.1") == 0  # two failures left in the window
-    throttle.failed("10.0.0.1")
-    assert throttle.blocked_for("10.0.0.1") == 10  # 1010 + 60 - 1060
+    assert throttle.blocked_for("10.0.0.1", "k_a") == 0  # two failures left in the window
+    throttle.failed("10.0.0.1", "k_a")
+    assert throttle.blocked_for("10.0.0.1", "k_a") == 10  # 1010 + 60 - 1060
+
+
+def test_one_key_ids_failures_do_not_lock_out_another_key_at_the_same_address():
+    # issue 21, finding 8: ten bad tokens from one address (a TLS proxy: every customer) locked every key out
+    throttle = AuthThrottle(allowed=10, window_s=300, clock=Clock())
+    for _ in range(50):
+        throttle.failed("10.0.0.1", "k_guessed")
+        throttle.failed("10.0.0.1", "")  # malformed tokens count under no key id
+    assert throttle.blocked_for("10.0.0.1", "k_guessed") > 0 and throttle.blocked_for("10.0.0.1", "") > 0
+    assert throttle.blocked_for("10.0.0.1", "k_customer") == 0
+
+
+def test_one_key_id_guessed_from_many_addresses_is_refused_where_it_was_never_opened():
+    clock = Clock()
+    throttle = AuthThrottle(allowed=10, window_s=300, per_key=20, clock=clock)
+    throttle.succeeded("10.0.0.7", "k_a")  # its holder, from its usual address
+    for n in range(20):  # rotating addresses: each under its own allowance
+        assert throttle.blocked_for(f"192.0.2.{n}", "k_a") == 0
+        throttle.failed(f"192.0.2.{n}", "k_a")
+        clock.now += 1
+    assert throttle.blocked_for("192.0.2.200", "k_a") == 280  # failures at 1000…1019, now 1020: 1000 + 300 - 1020
+    assert throttle.blocked_for("10.0.0.7", "k_a") == 0  # the holder still gets in
+    assert throttle.blocked_for("192.0.2.200", "k_b") == 0  # other keys are not affected
+    clock.now += 300
+    assert throttle.blocked_for("192.0.2.200", "k_a") == 0
+
+
+def test_past_the_ceiling_of_all_failures_the_throttle_says_so():
+    clock = Clock()
+    throttle = AuthThrottle(allowed=10, window_s=300, per_key=20, ceiling=100, clock=clock)
+    for n in range(99):
+        throttle.failed(f"198.51.100.{n}", f"k_{n}")
+    assert throttle.over_ceiling() == 0
+    throttle.failed("198.51.100.250", "k_x")
+    assert throttle.over_ceiling() == 300
+    assert throttle.blocked_for("203.0.113.1", "k_customer") == 0  # nobody is refused before the check
 
 
 def test_auth_throttle_keeps_bounded_memory():
     throttle = AuthThrottle(allowed=2, window_s=60, clock=Clock(), max_tracked=100)
     for n in range(1000):
-        throttle.failed(f"10.0.{n // 256}.{n % 256}")
-    assert len(throttle._failures) == 100
+        throttle.failed(f"10.0.{n // 256}.{n % 256}", f"k_{n}")
+        throttle.succeeded(f"10.0.{n // 256}.{n % 256}", f"k_{n}")
+    assert len(throttle._pairs.times) == 100 and len(throttle._keys.times) == 100 and len(throttle._holders) == 100
     for _ in range(50):
-        throttle.failed("x")
-    assert len(throttle._failures["x"]) == 2
+        throttle.failed("x", "k")
+    assert len(throttle._pairs.times[("x", "k")]) == 2
 
 
 def test_download_slots_cap_per_key_and_are_given_back_on_errors():
