@@ -329,8 +329,9 @@ class Service:
         rules = self.rules_provider()
         try:
             lo, _ = rules.period_bounds(period)
-        except (BillingRulesError, ValueError) as exc:
-            raise bad_param("period", str(exc)) from None
+        except (BillingRulesError, ValueError):
+            # the rules' own words name the month after it (10000-01 for 9999-12): say what was sent
+            raise bad_param("period", f"{period} is out of range: billing periods run from 0001-01 to 9999-11") from None
         if lo > self.now().timestamp():
             raise bad_param("period", f"{period} has not begun")
         return period

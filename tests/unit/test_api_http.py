@@ -288,6 +288,15 @@ def test_bad_keys_are_401(client, world, url):
     assert two.status_code == 401
 
 
+def test_a_period_out_of_range_is_named_as_sent(client, world):
+    # issue 21, finding 9: period=9999-12 answered "got '10000-01'"
+    _, seeded = world
+    answer = client.get("/v1/usage?period=9999-12", headers=bearer(seeded["tokens"]["t01"]))
+    assert answer.status_code == 400 and answer.headers["content-type"] == "application/problem+json"
+    problem = answer.json()
+    assert problem["param"] == "period" and "9999-12" in problem["detail"] and "10000" not in problem["detail"]
+
+
 def test_brute_force_is_slowed_down_per_address_and_key_id(world):
     db, seeded = world
     guessed = f"gpb_{seeded['keys']['t02'].id}_" + BAD_TOKENS["unknown"][-43:]
