@@ -4,7 +4,8 @@
     service.py    Service: authentication, the tenant boundary, limits, every read — the one
                   place the JSON API and the web page read through; Download, Problem
     problems.py   RFC 9457 problem details
-    limits.py     per-key rate, downloads in flight per key, failed sign-ins per address
+    limits.py     per-key rate, downloads in flight per key, failed sign-ins per address and key id
+    connections.py  the one adapter over uvicorn's h11 protocol: request-head deadline, connection cap
     cache.py      built answers shared between requests for a few seconds (one build at a time)
     reads.py      database access from request threads (embedded: one client; server: a pool)
     records.py    access records, buffered and written every half second and at the stop
