@@ -85,7 +85,14 @@ class Settings(BaseSettings):
     gateway_max_memory_mb: int = Field(4096, ge=16, description="max_memory_usage of every statement through the "
                                        "gateway (MiB)")
     gateway_max_connections: int = Field(64, ge=1, le=4096, description="concurrent connections the gateway "
-                                         "serves; more are answered 503")
+                                         "serves; a new one replaces the oldest that has not finished a "
+                                         "request head, and is answered 503 only when all are busy")
+    gateway_head_timeout_s: float = Field(10.0, gt=0, le=600, description="seconds a connection has to send a "
+                                          "whole request head (a byte does not restart the clock)")
+    gateway_body_min_rate_kb: int = Field(1024, ge=1, description="a request body must arrive at this rate "
+                                          "(KiB/s) after a grace of gateway_head_timeout_s, or the connection is closed")
+    gateway_body_budget_mb: int = Field(512, ge=1, le=65536, description="request bodies (MiB) the gateway holds "
+                                        "at once across connections; past it: 503, retry later")
     # the tenant API (`gpubill serve`, `gpubill up`; gpubill/api/, docs/api.md): its limits
     api_rate_per_s: float = Field(20.0, gt=0, le=100000, description="requests per second per API key, sustained "
                                   "(over it: 429 with Retry-After)")

@@ -11,6 +11,12 @@ What a statement may do is the gateway's decision (gpubill/devenv/gateway/sql_gu
 adapter only offers it ClickHouse's own reading of the statement before it runs (`run`'s
 `inspect`: EXPLAIN AST and formatQuery on the same handle) and applies, after the client's
 settings, the settings the gateway forces (limits, readonly).
+
+Statements run in lanes: one at a time per lane, lanes side by side (chDB runs statements of
+several handles at once), so the gateway gives each user a lane and a reader's long query
+never holds the pipeline's writes. A statement carries a cancel marker (its `log_comment`)
+by which `cancel` stops it from another thread (`KILL QUERY … ASYNC`), e.g. when its client
+has gone away.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ class Statement:
     default_format: str = "TabSeparated"
     query_id: str = ""
     forced_settings: dict[str, str] = field(default_factory=dict)  # applied after `settings`, in order
+    cancel_marker: str = ""  # set as log_comment, so that `Engine.cancel` finds the statement
 
 
 Inspect = Callable[[str, str], None]  # (formatQuery's text, EXPLAIN AST's text); raises to refuse
@@ -69,8 +76,8 @@ class Engine:
     """Runs statements on the embedded engine that `database` keeps open.
 
     Each statement gets a fresh chDB handle (about a millisecond), so its settings and USE
-    end with it, as they do over HTTP. Statements run one at a time under one lock: chDB
-    handles share one engine, and a small site's writes are batches anyway.
+    end with it, as they do over HTTP. Statements of one lane run one at a time under its
+    lock (a small site's writes are batches anyway); lanes run side by side.
     """
 
     def __init__(self, database: Database, *, lock_wait_s: float = LOCK_WAIT_S) -> None:
@@ -79,7 +86,9 @@ class Engine:
         self.database = database
         self.path = os.path.realpath(database.dsn[len("chdb://"):])  # how clickhouse-connect names the engine
         self.spool = Path(tempfile.mkdtemp(prefix="gpubill-gateway-"))  # insert data, one file per insert
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # the default lane's
+        self._lanes: dict[str, threading.Lock] = {"": self.lock}
+        self._lanes_lock = threading.Lock()
         self.lock_wait_s = lock_wait_s
         self.closed = False
         version, self.timezone = database.query("SELECT version(), timezone()")[0]
@@ -101,9 +110,9 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - whatever broke, the installed chDB does not fit
             raise DatabaseError(f"the installed chDB does not fit warehouse/chdb_engine.py: {type(exc).__name__}: {exc}") from exc
 
-    def run(self, statement: Statement, inspect: Inspect | None = None) -> Answer:
-        """Run one statement; raises StatementFailed with ClickHouse's own message when it fails,
-        or 503 when the statement in flight holds the engine longer than `lock_wait_s`.
+    def run(self, statement: Statement, inspect: Inspect | None = None, *, lane: str = "") -> Answer:
+        """Run one statement in `lane`; raises StatementFailed with ClickHouse's own message when
+        it fails, or 503 when the statement in flight in its lane holds it longer than `lock_wait_s`.
 
         With `inspect`, the statement is first read by ClickHouse's parser on the same handle
         (EXPLAIN AST, then formatQuery; neither runs it) and `inspect` may refuse it by raising.
@@ -111,7 +120,8 @@ class Engine:
         multi-statement text, EXPLAIN's included."""
         import chdb
 
-        if not self.lock.acquire(timeout=self.lock_wait_s):
+        lock = self._lane(lane)
+        if not lock.acquire(timeout=self.lock_wait_s):
             raise StatementFailed(202, f"Code: 202. DB::Exception: the gpubill gateway is busy: a statement has held "
                                        f"it for over {self.lock_wait_s:.0f} s. (TOO_MANY_SIMULTANEOUS_QUERIES)", 503)
         try:
@@ -125,11 +135,37 @@ class Engine:
             finally:
                 handle.close()
         finally:
-            self.lock.release()
+            lock.release()
+
+    def cancel(self, marker: str) -> None:
+        """Stop the statement running with `cancel_marker` = `marker` (none: nothing happens).
+        Asynchronous: the statement ends with QUERY_WAS_CANCELLED in its own thread."""
+        import chdb
+
+        if not marker or self.closed:
+            return
+        try:
+            handle = chdb.connect(self.path)
+            try:
+                handle.query(f"KILL QUERY WHERE Settings['log_comment'] = {_literal(marker)} ASYNC", "TabSeparated")
+            finally:
+                handle.close()
+        except Exception:  # noqa: BLE001 - a statement that just ended cannot be killed; the caller retries
+            pass
+
+    def table_names(self) -> list[str]:
+        """The tables and views of the engine's current database."""
+        return [str(row[0]) for row in self.database.query(
+            "SELECT name FROM system.tables WHERE database = currentDatabase()")]
+
+    def current_database(self) -> str:
+        return str(self.database.query("SELECT currentDatabase()")[0][0])
 
     def close(self) -> None:
-        """Wait for the statement in flight, then refuse the rest and close the database."""
-        acquired = self.lock.acquire(timeout=SHUTDOWN_WAIT_S)
+        """Wait for the statements in flight, then refuse the rest and close the database."""
+        with self._lanes_lock:
+            lanes = list(self._lanes.values())
+        acquired = [lock for lock in lanes if lock.acquire(timeout=SHUTDOWN_WAIT_S)]
         try:
             self.closed = True
             self.database.close()
@@ -137,8 +173,12 @@ class Engine:
                 leftover.unlink(missing_ok=True)
             self.spool.rmdir()
         finally:
-            if acquired:
-                self.lock.release()
+            for lock in acquired:
+                lock.release()
+
+    def _lane(self, lane: str) -> threading.Lock:
+        with self._lanes_lock:
+            return self._lanes.setdefault(lane, threading.Lock())
 
     def _execute(self, handle, statement: Statement) -> Answer:
         try:
@@ -171,8 +211,11 @@ class Engine:
         that order: a forced setting overrides the client's, and readonly comes last)."""
         if statement.database:
             handle.query(f"USE `{statement.database.replace('`', '``')}`", "TabSeparated")
-        settings = {**statement.settings, **statement.forced_settings}
-        for name in statement.forced_settings:  # forced ones go after the client's, whatever it sent
+        forced = dict(statement.forced_settings)
+        if statement.cancel_marker:
+            forced = {"log_comment": statement.cancel_marker, **forced}  # readonly stays last
+        settings = {**statement.settings, **forced}
+        for name in forced:  # forced ones go after the client's, whatever it sent
             settings[name] = settings.pop(name)
         if settings:
             handle.query("SET " + ", ".join(f"{name} = {_literal(value)}" for name, value in settings.items()),

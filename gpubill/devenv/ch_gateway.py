@@ -68,6 +68,8 @@ from gpubill.devenv.gateway.request import (
     split_inline_data,
     url_parameters,
 )
+from gpubill.devenv.gateway.allowed import DDL_STATEMENTS
+from gpubill.devenv.gateway.connections import BodyBudget, Connection, Connections
 from gpubill.devenv.gateway.spawn import GatewayStartError, SpawnedGateway, spawn
 from gpubill.devenv.gateway.sql_guard import Limits, SqlGuard
 from gpubill.errors import ConfigError, GpubillError
@@ -90,6 +92,12 @@ SINGLE_HEADERS = frozenset({"authorization", "x-clickhouse-user", "x-clickhouse-
 COMMON_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
 
 
+READER_MAX_BODY_BYTES = 8 << 20  # the read-only user sends queries and their parameters, never data
+CONTENT_LENGTH = re.compile(r"^[0-9]{1,15}$")
+CHUNK_SIZE = re.compile(rb"^([0-9A-Fa-f]{1,15})(?:;[^\r\n]*)?\r\n$")
+READ_CHUNK_BYTES = 1 << 20
+
+
 @dataclass(frozen=True)
 class Gate:
     """Everything a request is checked against, built once at start-up."""
@@ -102,26 +110,63 @@ class Gate:
 
     def statement_for(self, statement: Statement, user: str, *, get: bool) -> tuple[Statement, bool]:
         """The statement with the settings the gateway forces, and whether it needs ClickHouse's
-        parser (False only for a plain insert). Raises GatewayError for what it refuses."""
-        self.guard.check_settings(statement.settings)
+        parser (False only for a plain insert of a known table). Raises GatewayError for what
+        it refuses."""
+        self.guard.check_settings(statement.settings, user)
+        self.guard.check_database(statement.database)
         readonly = 1 if user == READER else 2 if get else 0  # 2: GET may still change settings, as in ClickHouse
-        statement = replace(statement, forced_settings=self.limits.forced_settings(readonly))
-        if self.guard.is_plain_insert(statement.sql):
+        statement = replace(statement, forced_settings=self.limits.forced_settings(readonly),
+                            cancel_marker=f"gpubill-gateway:{uuid.uuid4()}")
+        named = TRAILING_FORMAT.search(statement.sql)
+        inserting = INSERT_START.match(statement.sql) is not None
+        if named:
+            self.guard.check_format(named.group(1), insert=inserting)
+        if not inserting:
+            self.guard.check_format(statement.default_format, insert=False)
+        if self.guard.plain_insert(statement.sql) is not None:
             return statement, False
         self.guard.check_text(statement.sql)
         return statement, True
+
+    def max_body_for(self, user: str) -> int:
+        return min(self.max_body_bytes, READER_MAX_BODY_BYTES) if user == READER else self.max_body_bytes
+
+
+TRAILING_FORMAT = re.compile(r"\bFORMAT\s+(\w+)\s*;?\s*$", re.IGNORECASE)
+INSERT_START = re.compile(r"^\s*(?:--[^\n]*\n\s*|/\*.*?\*/\s*)*INSERT\b", re.IGNORECASE | re.DOTALL)
+
+
+class Inspection:
+    """The guard's check of one statement on ClickHouse's parse (the engine calls it), and what
+    the statement turned out to be: DDL makes the gateway re-read the project's tables."""
+
+    def __init__(self, guard: SqlGuard, user: str) -> None:
+        self.guard, self.user = guard, user
+        self.kind: str | None = None
+
+    def __call__(self, formatted: str, ast: str) -> None:
+        self.kind = self.guard.inspect(formatted, ast, self.user)
+        if self.kind in ("DropQuery", "Rename"):  # gone before it runs, for statements checked meanwhile
+            self.guard.forget_tables(self.guard.statement_tables(ast))
 
 
 # ----------------------------------------------------------------------------------- HTTP
 
 
 class _Handler(BaseHTTPRequestHandler):
-    """ClickHouse's HTTP interface, as far as clickhouse-connect uses it."""
+    """ClickHouse's HTTP interface, as far as clickhouse-connect uses it, framed strictly."""
 
     protocol_version = "HTTP/1.1"  # keep-alive: clickhouse-connect pools its connections
     server_version = "gpubill-clickhouse-gateway"
-    timeout = IDLE_TIMEOUT_S
+    timeout = IDLE_TIMEOUT_S  # a backstop: the sweeper's deadlines are the real ones
     server: GatewayServer
+    connection_state: Connection
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except OSError:
+            pass  # the sweeper or an eviction shut the socket: the connection is over
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         path = urlsplit(self.path).path
@@ -143,6 +188,7 @@ class _Handler(BaseHTTPRequestHandler):
         gate = self.server.gate
         query_id = str(uuid.uuid4())
         body_read = get
+        held = 0
         started = time.monotonic()
         try:
             headers = self._headers()
@@ -150,12 +196,29 @@ class _Handler(BaseHTTPRequestHandler):
             if QUERY_ID.match(url_params.get("query_id", "")):
                 query_id = url_params["query_id"]  # anything else is replaced: headers never echo client input
             gate.browsers.check(headers)
-            user = authenticate(headers, url_params, gate.credentials)
-            body = b"" if get else self._body(gate.max_body_bytes)
+            try:
+                user = authenticate(headers, url_params, gate.credentials)
+            except GatewayError:
+                self.close_connection = True  # no keep-alive without a password
+                raise
+            if get:
+                body = b""
+                if self.headers.get("Content-Length") not in (None, "0") or "transfer-encoding" in headers:
+                    raise refusal(36, "BAD_ARGUMENTS", "a GET request has no body", 400)
+            else:
+                body, held = self._body(gate.max_body_for(user))
             body_read = True
-            statement, inspect = gate.statement_for(
-                read_statement(url_params, headers, body, max_body_bytes=gate.max_body_bytes), user, get=get)
-            answer = self.server.engine.run(statement, gate.guard.inspect if inspect else None)
+            request = read_statement(url_params, headers, body, max_body_bytes=gate.max_body_for(user))
+            held = self._hold(held, len(request.data) + len(request.sql))
+            statement, inspect = gate.statement_for(request, user, get=get)
+            inspection = Inspection(gate.guard, user) if inspect else None
+            engine = self.server.engine
+            self.server.connections.running(self.connection_state, lambda: engine.cancel(statement.cancel_marker))
+            try:
+                answer = engine.run(statement, inspection, lane=user)
+            finally:
+                if inspection is not None and inspection.kind in DDL_STATEMENTS:
+                    gate.guard.set_tables(engine.table_names())
         except (GatewayError, StatementFailed) as exc:
             log.info("statement refused in %.3f s: %s", time.monotonic() - started, str(exc)[:300])
             self.close_connection = self.close_connection or not body_read
@@ -170,6 +233,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(500, message.encode(), {**self._common(query_id), "X-ClickHouse-Exception-Code": "1002",
                                                 "Content-Type": "text/plain; charset=UTF-8"})
             return
+        finally:
+            self.server.budget.release(held)
         self._reply(200, answer.body, {**self._common(query_id), **_answer_headers(answer)})
 
     def _common(self, query_id: str) -> dict[str, str]:
@@ -177,47 +242,89 @@ class _Handler(BaseHTTPRequestHandler):
                 "X-ClickHouse-Server-Display-Name": "gpubill-gateway"}
 
     def _headers(self) -> dict[str, str]:
+        """The request's headers, lower-cased; a header given twice where two readers could
+        disagree, or folded over lines (obsolete in HTTP/1.1), is refused."""
         headers: dict[str, str] = {}
         for name, value in self.headers.items():
             name = name.lower()
+            if "\n" in value or "\r" in value:
+                raise refusal(36, "BAD_ARGUMENTS", f"header {name[:64]} is folded over several lines", 400)
             if name in headers and name in SINGLE_HEADERS:
-                raise refusal(36, "BAD_ARGUMENTS", f"header {name} is given twice", 400)
+                raise refusal(36, "BAD_ARGUMENTS", f"header {name[:64]} is given twice", 400)
             headers[name] = value
         return headers
 
-    def _body(self, max_bytes: int) -> bytes:
-        """The request body, sent with a Content-Length or chunked (clickhouse-connect streams
-        inserts chunked); larger than `max_bytes` is refused before it is held."""
+    def _hold(self, held: int, n_bytes: int) -> int:
+        """Count `n_bytes` more against the body budget (503 when it is spent); the new total held."""
+        extra = max(0, n_bytes - held)
+        if extra and not self.server.budget.reserve(extra):
+            raise _busy("request bodies")
+        return held + extra
+
+    def _body(self, max_bytes: int) -> tuple[bytes, int]:
+        """The request body and the bytes it holds of the budget. Framed strictly: either
+        `Content-Length` (digits only) or `Transfer-Encoding: chunked` (nothing else, never
+        both); larger than `max_bytes` is refused before it is held, and a body that stops
+        coming is cut off by the sweeper."""
+        transfer = self.headers.get("Transfer-Encoding")
+        length_text = self.headers.get("Content-Length")
+        if transfer is not None and length_text is not None:
+            raise refusal(36, "BAD_ARGUMENTS", "a request with both Transfer-Encoding and Content-Length is refused", 400)
+        connections, state = self.server.connections, self.connection_state
+        connections.reading_body(state)
+        held = 0
         try:
-            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            if transfer is not None:
+                if transfer.strip().lower() != "chunked":
+                    raise refusal(36, "BAD_ARGUMENTS", "Transfer-Encoding other than chunked is not supported", 501)
                 chunks, size_so_far = [], 0
                 while True:
-                    size = int(self.rfile.readline(1024).split(b";")[0].strip(), 16)
-                    if size < 0:
-                        raise ValueError("negative chunk size")
+                    line = self.rfile.readline(1024)
+                    match = CHUNK_SIZE.match(line)
+                    if not match:
+                        raise ValueError("malformed chunk size line")
+                    size = int(match.group(1), 16)
                     if size == 0:
-                        while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
-                            pass  # trailers
-                        return b"".join(chunks)
+                        while True:
+                            trailer = self.rfile.readline(1024)
+                            if trailer == b"\r\n":
+                                return b"".join(chunks), held
+                            if not trailer.endswith(b"\n"):
+                                raise ValueError("the body ended early")
                     size_so_far += size
                     if size_so_far > max_bytes:
                         raise body_too_large(max_bytes)
-                    chunk = self.rfile.read(size)
-                    if len(chunk) != size:
-                        raise ValueError("the body ended early")
-                    chunks.append(chunk)
-                    self.rfile.readline(1024)
-            length = int(self.headers.get("Content-Length") or 0)
-            if length < 0:
-                raise ValueError("negative Content-Length")
+                    held = self._hold(held, size_so_far)
+                    chunks.append(self._read_exactly(size, size_so_far - size))
+                    if self.rfile.read(2) != b"\r\n":
+                        raise ValueError("a chunk does not end with CRLF")
+            if length_text is None:
+                return b"", 0
+            if not CONTENT_LENGTH.match(length_text.strip()):
+                raise ValueError(f"Content-Length {length_text[:32]!r} is not a number")
+            length = int(length_text)
             if length > max_bytes:
                 raise body_too_large(max_bytes)
-            body = self.rfile.read(length) if length else b""
-            if len(body) != length:
-                raise ValueError("the body ended early")
-            return body
+            held = self._hold(held, length)
+            return (self._read_exactly(length, 0) if length else b""), held
         except (ValueError, OSError) as exc:
+            self.server.budget.release(held)
+            self.close_connection = True
             raise refusal(36, "BAD_ARGUMENTS", f"bad request body: {exc}", 400) from None
+        except GatewayError:
+            self.server.budget.release(held)
+            raise
+
+    def _read_exactly(self, size: int, received_before: int) -> bytes:
+        parts, got = [], 0
+        while got < size:
+            part = self.rfile.read(min(READ_CHUNK_BYTES, size - got))
+            if not part:
+                raise ValueError("the body ended early")
+            parts.append(part)
+            got += len(part)
+            self.server.connections.body_progress(self.connection_state, received_before + got)
+        return b"".join(parts)
 
     def _reply(self, status: int, body: bytes, headers: dict[str, str]) -> None:
         self.send_response(status)
@@ -228,10 +335,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
+        self.server.connections.idle(self.connection_state)
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
         # the request line may carry ?password=: log the path only
         log.debug("%s %s %s", self.address_string(), self.command, urlsplit(self.path or "").path)
+
+
+def _busy(what: str) -> GatewayError:
+    return refusal(202, "TOO_MANY_SIMULTANEOUS_QUERIES", f"the gpubill gateway holds its maximum of {what}; "
+                   "retry later", 503)
 
 
 def _answer_headers(answer: Answer) -> dict[str, str]:
@@ -246,21 +359,26 @@ BUSY_REPLY = (b"Code: 202. DB::Exception: the gpubill gateway serves its maximum
 
 
 class GatewayServer(ThreadingHTTPServer):
-    """A thread per connection, at most `max_connections` of them (more: 503 at once); the
-    engine serializes what reaches chDB."""
+    """A thread per connection, at most `max_connections` of them (see gateway/connections.py:
+    a newcomer replaces the oldest connection without a finished request; 503 only when all
+    are busy); the engine serializes what reaches chDB per user."""
 
     daemon_threads = True
     block_on_close = False  # idle kept-alive connections must not hold up a stop
     request_queue_size = LISTEN_BACKLOG
 
-    def __init__(self, address: tuple[str, int], engine: Engine | None = None, *, max_connections: int = 64) -> None:
+    def __init__(self, address: tuple[str, int], engine: Engine | None = None, *, max_connections: int = 64,
+                 head_timeout_s: float = 10.0, body_min_rate: int = 1 << 20, body_budget_bytes: int = 512 << 20) -> None:
         super().__init__(address, _Handler)
         self.engine = engine
         self.gate: Gate | None = None
-        self.slots = threading.BoundedSemaphore(max_connections)
+        self.connections = Connections(max_connections, head_timeout_s=head_timeout_s, idle_timeout_s=IDLE_TIMEOUT_S,
+                                       body_grace_s=head_timeout_s, body_min_rate=body_min_rate)
+        self.budget = BodyBudget(body_budget_bytes)
 
     def process_request(self, request, client_address) -> None:
-        if not self.slots.acquire(blocking=False):
+        state = self.connections.admit(request)
+        if state is None:
             try:
                 request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=UTF-8\r\n"
                                 b"X-ClickHouse-Exception-Code: 202\r\nConnection: close\r\n"
@@ -270,16 +388,32 @@ class GatewayServer(ThreadingHTTPServer):
             self.shutdown_request(request)
             return
         try:
-            super().process_request(request, client_address)
+            super().process_request(request, (client_address, state))
         except BaseException:
-            self.slots.release()
+            self.connections.release(state)
             raise
 
     def process_request_thread(self, request, client_address) -> None:
+        address, state = client_address
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(request, address, state)
+        except Exception:  # noqa: BLE001 - as socketserver does: one connection's fault is not the server's
+            self.handle_error(request, address)
         finally:
-            self.slots.release()
+            self.connections.release(state)
+            self.shutdown_request(request)
+
+    def finish_request(self, request, client_address, state: Connection | None = None) -> None:
+        handler = _Handler.__new__(_Handler)
+        handler.connection_state = state
+        _Handler.__init__(handler, request, client_address, self)
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self.connections.start()
+        try:
+            super().serve_forever(poll_interval)
+        finally:
+            self.connections.stop()
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -290,18 +424,20 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def bind(listen: str, *, max_connections: int = 64) -> GatewayServer:
-    """Bind the listening socket (before the database is opened, so a taken port costs nothing)."""
+def bind(listen: str, *, max_connections: int = 64, **limits) -> GatewayServer:
+    """Bind the listening socket (before the database is opened, so a taken port costs nothing);
+    `limits` are GatewayServer's keyword arguments (deadlines, body budget)."""
     host, port = parse_listen(listen)
     try:
-        return GatewayServer((host, port), max_connections=max_connections)
+        return GatewayServer((host, port), max_connections=max_connections, **limits)
     except OSError as exc:
         reason = "address already in use" if exc.errno == 98 else (exc.strerror or str(exc))
         raise GpubillError(f"cannot listen on {host}:{port}: {reason} (another gateway or ClickHouse server?)") from None
 
 
 def sql_guard(engine: Engine) -> SqlGuard:
-    """The guard, from the engine's own lists of table functions, engines and setting aliases."""
+    """The guard, with the engine's own lists of aggregate functions, combinators and engines,
+    and the project's tables."""
     database = engine.database
 
     def names(sql: str) -> set[str]:
@@ -310,34 +446,48 @@ def sql_guard(engine: Engine) -> SqlGuard:
         except DatabaseError:
             return set()  # an older chDB without this system table: the static lists cover it
 
-    try:
-        aliases = {str(name): str(target) for name, target in
-                   database.query("SELECT name, alias_for FROM system.settings WHERE alias_for != ''")}
-    except DatabaseError:
-        aliases = {}
-    return SqlGuard(names("SELECT name FROM system.table_functions"),
-                    names("SELECT name FROM system.table_engines") | names("SELECT name FROM system.database_engines"),
-                    aliases)
+    return SqlGuard(database=engine.current_database(), tables=engine.table_names(),
+                    aggregates=names("SELECT name FROM system.functions WHERE is_aggregate"),
+                    combinators=names("SELECT name FROM system.aggregate_function_combinators"),
+                    engines=names("SELECT name FROM system.table_engines"),
+                    case_insensitive=names("SELECT name FROM system.functions WHERE case_insensitive"))
 
 
 # statements the guard must refuse on the installed chDB, each harmless if it ran
 GUARD_PROBES = ("SELECT * FROM file('/nonexistent/gpubill-guard-probe')", "SYSTEM FLUSH LOGS",
-                "SELECT 1 SETTINGS max_execution_time = 1", "SELECT count() FROM (SELECT * FROM url('http://127.0.0.1:9/'))")
+                "SELECT 1 SETTINGS max_execution_time = 1", "SELECT count() FROM (SELECT * FROM url('http://127.0.0.1:9/'))",
+                "SELECT * FROM `/nonexistent/gpubill-guard-probe`", "SELECT count() FROM format(CSV, '1')",
+                "SELECT 1 SETTINGS format_avro_schema_registry_url = 'http://127.0.0.1:9/'")
+# and one it must let through (the schema's own table)
+GUARD_PASSES = "SELECT count() FROM schema_migrations WHERE version > 0"
 
 
 def check_guard(engine: Engine, guard: SqlGuard) -> None:
     """At start-up: the guard still recognises, in this chDB's EXPLAIN AST and formatQuery,
-    what it must refuse; raises GpubillError (the gateway does not start) when it does not."""
+    what it must refuse and what the product needs; its allow-lists hold no function that
+    reaches files or the network. Raises GpubillError (the gateway does not start) when not."""
+    from gpubill.devenv.gateway import allowed
+
+    leaks = (allowed.SCALAR_FUNCTIONS | allowed.TABLE_FUNCTIONS | guard.aggregates) & allowed.IO_TABLE_FUNCTIONS
+    leaks -= {"format"} - allowed.TABLE_FUNCTIONS  # format() as a scalar formats a string
+    if leaks:
+        raise GpubillError(f"the gateway's allow-lists hold functions that reach files or the network: {sorted(leaks)}")
     for sql in GUARD_PROBES:
         try:
-            engine.run(Statement(sql=sql), guard.inspect)
+            engine.run(Statement(sql=sql), Inspection(guard, WRITER))
         except GatewayError:
             continue
         except StatementFailed as exc:
             raise GpubillError(f"the gateway's SQL guard does not fit chDB {engine.version}: {sql!r} reached "
                                f"the engine ({str(exc)[:200]})") from None
         raise GpubillError(f"the gateway's SQL guard does not fit chDB {engine.version}: {sql!r} ran")
-    log.info("SQL guard checked against chDB %s (%d probes refused)", engine.version, len(GUARD_PROBES))
+    try:
+        engine.run(Statement(sql=GUARD_PASSES), Inspection(guard, READER))
+    except (GatewayError, StatementFailed) as exc:
+        raise GpubillError(f"the gateway's SQL guard does not fit chDB {engine.version}: it refuses the product's "
+                           f"own {GUARD_PASSES!r} ({str(exc)[:200]})") from None
+    log.info("SQL guard checked against chDB %s (%d probes refused, the schema's tables read; %d tables served)",
+             engine.version, len(GUARD_PROBES), len(guard.tables))
 
 
 def serve(settings: Settings, listen: str, *, announce: Callable[[str], None] = log.warning,
@@ -349,7 +499,9 @@ def serve(settings: Settings, listen: str, *, announce: Callable[[str], None] = 
     dsn = normalize_dsn(settings.clickhouse)
     if not dsn.startswith("chdb:"):
         raise ConfigError(f"GPUBILL_CLICKHOUSE: the gateway serves an embedded database (chdb:///path), not {redact(dsn)}")
-    server = bind(listen, max_connections=settings.gateway_max_connections)
+    server = bind(listen, max_connections=settings.gateway_max_connections,
+                  head_timeout_s=settings.gateway_head_timeout_s, body_min_rate=settings.gateway_body_min_rate_kb << 10,
+                  body_budget_bytes=settings.gateway_body_budget_mb << 20)
     try:
         credentials, created = load_credentials(settings.home_path, {
             WRITER: _secret(settings.gateway_password), READER: _secret(settings.gateway_finance_password)})

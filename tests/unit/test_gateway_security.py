@@ -174,8 +174,8 @@ def test_forced_settings_end_with_readonly():
 
 # --------------------------------------------------------------------------- the SQL guard
 
-GUARD = SqlGuard({"file", "url", "s3", "remote", "numbers", "view", "merge", "input"}, {"MergeTree", "File"},
-                 {"max_execution_time_alias": "max_execution_time"})
+GUARD = SqlGuard(tables={"rated_seconds", "t"}, aggregates={"sum", "count"}, combinators={"If"},
+                 engines={"MergeTree", "File"})
 
 
 @pytest.mark.parametrize("sql", [
@@ -220,15 +220,17 @@ def test_plain_text_passes(sql):
 
 def test_url_settings_the_gateway_fixes_are_refused_under_any_spelling():
     for name in ["readonly", "READONLY", "max_execution_time", "max_memory_usage", "format_schema",
-                 "max_execution_time_alias", "input_format_values_interpret_expressions"]:
+                 "max_execution_time_alias", "input_format_values_interpret_expressions", "Max_Threads"]:
         with pytest.raises(GatewayError) as refused:
-            GUARD.check_settings({"max_threads": "2", name: "0"})
+            GUARD.check_settings({"max_threads": "2", name: "0"}, "gpubill")
         assert refused.value.code == 452
-    GUARD.check_settings({"max_threads": "2", "optimize_on_insert": "0"})
+    GUARD.check_settings({"max_threads": "2", "optimize_on_insert": "0"}, "gpubill")
+    with pytest.raises(GatewayError):  # the reader sets nothing of its own (issue 21)
+        GUARD.check_settings({"max_threads": "2"}, "finance")
 
 
 def test_a_guard_that_no_longer_fits_chdb_stops_the_start():
-    from gpubill.devenv.ch_gateway import GUARD_PROBES, check_guard
+    from gpubill.devenv.ch_gateway import GUARD_PASSES, GUARD_PROBES, check_guard
     from gpubill.errors import GpubillError
 
     class Engine:  # a chDB whose EXPLAIN AST the guard cannot read any more: nothing gets refused
@@ -239,17 +241,24 @@ def test_a_guard_that_no_longer_fits_chdb_stops_the_start():
 
     class Refusing(Engine):
         def run(self, statement, inspect):
-            GUARD.check_text("SELECT 1; x")  # refuses
+            if statement.sql != GUARD_PASSES:
+                GUARD.check_text("SELECT 1; x")  # refuses
+
+    class RefusingAll(Engine):  # refuses the product's own statement too: it does not fit either
+        def run(self, statement, inspect):
+            GUARD.check_text("SELECT 1; x")
 
     assert len(GUARD_PROBES) >= 3
     with pytest.raises(GpubillError, match="does not fit chDB 99.1"):
         check_guard(Engine(), GUARD)
+    with pytest.raises(GpubillError, match="refuses the product's own"):
+        check_guard(RefusingAll(), GUARD)
     check_guard(Refusing(), GUARD)
 
 
 def test_an_ast_the_guard_cannot_read_is_refused():
     with pytest.raises(GatewayError, match="cannot inspect"):
-        GUARD.inspect("SELECT 1", '{"meta": []}')  # EXPLAIN's output in another FORMAT
+        GUARD.inspect("SELECT 1", '{"meta": []}', "gpubill")  # EXPLAIN's output in another FORMAT
 
 
 # ------------------------------------------------------------------------ a real gateway
@@ -486,15 +495,17 @@ def test_the_listen_backlog_holds_a_burst():
     assert GatewayServer.request_queue_size >= 128  # http.server's 5 reset clients of a 40-client burst
 
 
-def test_connections_over_the_cap_get_503_and_the_rest_go_on(gateway):
+def test_connections_over_the_cap_replace_the_idle_and_the_rest_go_on(gateway):
+    # issue 21: 64 connections that send nothing no longer hold the cap; a newcomer takes the
+    # place of the oldest (503 only when every connection is busy: test_gateway_boundaries.py)
     held = []
     try:
         for _ in range(64):
             held.append(socket.create_connection(("127.0.0.1", gateway.port)))
         time.sleep(0.3)  # let the gateway accept them all
-        with socket.create_connection(("127.0.0.1", gateway.port)) as extra:
-            extra.settimeout(10)
-            assert extra.recv(4096).startswith(b"HTTP/1.1 503")
+        assert gateway.request("SELECT 1")[0] == 200
+        held[0].settimeout(10)
+        assert held[0].recv(4096) == b""  # the oldest made room
     finally:
         for connection in held:
             connection.close()
@@ -548,10 +559,11 @@ def test_finance_cannot_lift_readonly_or_its_limits_by_url(gateway, params):
     assert "url" not in ledger(gateway)
 
 
-def test_finance_settings_in_the_url_still_read(gateway):
-    status, _, text = gateway.request("SELECT getSetting('max_threads'), getSetting('readonly')", user="finance",
-                                      params="max_threads=3")
-    assert (status, text) == (200, "3\t1\n")
+def test_finance_reads_under_readonly(gateway):
+    status, _, text = gateway.request("SELECT getSetting('readonly')", user="finance")
+    assert (status, text) == (200, "1\n")
+    status, _, text = gateway.request("SELECT 1", user="finance", params="max_threads=3")  # issue 21: fixed
+    assert status == 403 and "SETTING_CONSTRAINT_VIOLATION" in text, text
 
 
 # -------------------------------------------------------------------- first start from the shell

@@ -1,82 +1,71 @@
-"""What SQL the gateway lets reach the engine, for every user, and the settings it forces.
+"""What SQL the gateway lets reach the engine: what the product needs, nothing else.
 
-Refused for everyone (ACCESS_DENIED, 497, HTTP 403): `SYSTEM …`, `KILL`, `BACKUP`/`RESTORE`,
-`ATTACH`/`DETACH`, `… FROM INFILE`, `… INTO OUTFILE`, dictionaries (their sources reach files
-and the network), table functions other than the harmless ones in SAFE_TABLE_FUNCTIONS
-(so file, url, s3, remote, cluster, mysql, input, executable, … and `INSERT INTO FUNCTION`),
-the scalar `file()` and `disk()` functions, table and database engines other than
-SAFE_ENGINES (File, URL, S3, Kafka, MySQL, …), and any change of a PROTECTED_SETTINGS
-setting (the gateway's limits, readonly, schema and template files) by URL parameter,
-form field, SETTINGS clause or SET.
+The guard allows (gateway/allowed.py) rather than refuses: a statement runs only when every
+part of ClickHouse's own parse of it is on a list —
+
+- its kind (SELECT, DESCRIBE, SHOW, EXISTS for both users; INSERT, CREATE, ALTER, DROP,
+  OPTIMIZE, RENAME, TRUNCATE, DELETE for the pipeline's user) and every node of its tree;
+- every table it names: a table or view of the project's database (read from
+  system.tables at start-up and after every CREATE, DROP and RENAME), or a listed system
+  table — so no file can stand in for a table (chDB's `default` database opens a file named
+  as a table: SELECT * FROM `/etc/passwd`), and a name that is neither is UNKNOWN_TABLE;
+- every function: listed scalar functions, aggregate functions and their combinators, listed
+  table functions (numbers, values, view, …), listed engines (MergeTree family, Memory, …);
+- every setting (URL parameters, form fields, SETTINGS clauses): listed for the user; the
+  finance user may set only what clickhouse-connect sends by itself;
+- every format (FORMAT clauses, default_format): listed formats, none with a schema file or
+  a registry URL.
 
 How, so that comments, casing, escapes and nesting do not matter — ClickHouse's own parser
 decides, on the engine, before the statement runs:
 
 1. the raw text (`check_text`): no `;` but a trailing one (chDB runs every statement of a
-   multi-statement text, and its splitter is not the parser's: inline INSERT data may end
-   where the parser saw none), and no INFILE/OUTFILE keyword (EXPLAIN AST shows their file
-   as a bare literal; a keyword cannot be split or escaped, so a word search is exact);
-2. `EXPLAIN AST <sql>` (`inspect`): refuses what cannot be parsed, then every node at any
-   depth — subqueries, WITH, view(), merge() arguments, CREATE … AS SELECT included;
-3. `formatQuery(<sql>)` (`inspect`): the canonical text, in which setting names are
-   written plainly (`read\\x6fnly` becomes readonly) and engines as `ENGINE = Name`.
+   multi-statement text), and no INFILE/OUTFILE keyword;
+2. `EXPLAIN AST <sql>` (`inspect`): refuses what cannot be parsed, then checks every node at
+   any depth — subqueries, WITH, view(), CREATE … AS SELECT included;
+3. `formatQuery(<sql>)` (`inspect`): the canonical text, in which settings, formats and
+   quoted identifiers are written plainly (`read\\x6fnly` becomes readonly); a quoted
+   identifier holding a dot or a slash (a path, or `db.t` passed off as one name) is refused.
 
 The pipeline's inserts (`INSERT INTO t (cols) FORMAT Native` + data) skip 2 and 3: the
-`PLAIN_INSERT` pattern accepts only plain identifiers and a format name, nothing that can
-name a function, a file or a setting (a regex match, microseconds). Their data cannot carry
+`PLAIN_INSERT` pattern accepts only a known table, plain column names and a listed input
+format (a regex match and two set look-ups, microseconds). Their data cannot carry
 expressions either: every statement runs with input_format_values_interpret_expressions=0.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpubill.devenv.gateway import allowed
 from gpubill.devenv.gateway.request import GatewayError, refusal
 
 ACCESS_DENIED = 497
 SETTING_CONSTRAINT_VIOLATION = 452
 CANNOT_PARSE = 62  # SYNTAX_ERROR
+UNKNOWN_TABLE = 60
+UNKNOWN_FORMAT = 73
+READER_USER = "finance"
 
-SAFE_TABLE_FUNCTIONS = frozenset({
-    "numbers", "numbers_mt", "zeros", "zeros_mt", "values", "null", "view", "merge", "format",
-    "generate_series", "generateseries", "generaterandom",
-})
-DENIED_FUNCTIONS = frozenset({"file", "disk", "catboostevaluate", "modelevaluate"})  # scalar, with I/O
-SAFE_ENGINES = frozenset({"Memory", "Log", "TinyLog", "StripeLog", "Null", "Set", "Join", "Buffer", "Merge",
-                          "Atomic", "Ordinary", "GenerateRandom"})
-# engines that older chDBs may not list in system.table_engines / database_engines
-KNOWN_ENGINES = frozenset({"File", "URL", "S3", "HDFS", "MySQL", "PostgreSQL", "SQLite", "MongoDB", "Redis",
-                           "Kafka", "RabbitMQ", "NATS", "FileLog", "Executable", "ExecutablePool", "Distributed",
-                           "JDBC", "ODBC", "Filesystem", "MaterializedMySQL", "MaterializedPostgreSQL",
-                           "Replicated", "Lazy", "Backup", "DataLakeCatalog", "AzureBlobStorage", "Iceberg",
-                           "DeltaLake", "Hudi", "EmbeddedRocksDB", "KeeperMap", "Dictionary"})
-DENIED_QUERIES = ("SYSTEM", "KillQueryQuery", "BackupQuery", "AttachQuery", "DetachQuery", "ExternalDDLQuery")
-PROTECTED_SETTINGS = frozenset({
-    # the gateway's limits and readonly: no client lifts them, not even the pipeline
-    "readonly", "allow_ddl", "max_execution_time", "max_execution_time_leaf", "max_estimated_execution_time",
-    "timeout_overflow_mode", "timeout_overflow_mode_leaf", "max_memory_usage", "max_memory_usage_for_user",
-    "max_memory_usage_for_all_queries", "max_untracked_memory", "memory_overcommit_ratio_denominator",
-    "memory_overcommit_ratio_denominator_for_user", "max_parser_depth", "max_parser_backtracks", "max_ast_depth",
-    "max_ast_elements", "max_expanded_ast_elements",
-    # settings that name files the server reads or writes
-    "format_schema", "format_schema_source", "format_schema_message_name", "format_template_resultset",
-    "format_template_row", "output_format_schema",
-    # insert data must stay data (a Values row could call file())
-    "input_format_values_interpret_expressions", "input_format_values_deduce_templates_of_expressions",
-    # a MergeTree setting that creates a disk on any path or bucket
-    "disk",
-})
-
-_IDENT = r"(?:[A-Za-z_][A-Za-z0-9_]*|`[A-Za-z0-9_ .$-]+`)"
-_TABLE = r"(?!(?:FUNCTION|TABLE)\b)" + _IDENT
+_IDENT = r"(?:[A-Za-z_][A-Za-z0-9_]*|`[A-Za-z_][A-Za-z0-9_]*`)"
 PLAIN_INSERT = re.compile(
-    rf"INSERT INTO (?:{_IDENT}\.)?{_TABLE} ?\({_IDENT}(?:, ?{_IDENT})*\) FORMAT [A-Za-z][A-Za-z0-9]*",
+    rf"INSERT INTO (?:({_IDENT})\.)?(?!(?:FUNCTION|TABLE)\b)({_IDENT}) ?\({_IDENT}(?:, ?{_IDENT})*\) FORMAT ([A-Za-z][A-Za-z0-9]*)",
     re.ASCII | re.IGNORECASE)
+PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$", re.ASCII)
 FILE_KEYWORDS = re.compile(r"(?<![A-Za-z0-9_$])(INFILE|OUTFILE)(?![A-Za-z0-9_$])", re.IGNORECASE)
-SETTINGS_KEYWORD = re.compile(r"\bSET(?:TINGS?)?\b")  # formatQuery writes keywords in capitals
-ENGINE_CLAUSE = re.compile(r"\bENGINE\s*=\s*`?(\w+)")
 AST_LINE = re.compile(r"^( *)([A-Za-z][^\n]*)$")
+STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'", re.DOTALL)
+QUOTED_IDENTIFIER = re.compile(r"`((?:[^`\\]|\\.|``)*)`", re.DOTALL)
+SETTINGS_CLAUSE = re.compile(r"\b(?:SETTINGS|MODIFY SETTING)\s+")  # a statement's, or ALTER TABLE's of a table
+SETTING_NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*")
+FORMAT_CLAUSE = re.compile(r"\bFORMAT\s+`?([A-Za-z][A-Za-z0-9_]*)")
+CTE_NAME = re.compile(r"(`(?:[^`\\]|\\.)*`|[A-Za-z_][A-Za-z0-9_]*) AS\n\s*\(")  # `name AS\n    (` of a WITH
+CREATE_AS_TABLE = re.compile(r"^CREATE (?:OR REPLACE )?(?:TEMPORARY )?TABLE (?:IF NOT EXISTS )?\S+ AS "
+                             r"(?!SELECT\b|WITH\b|\()(\S+)")
+DATABASE_DDL = re.compile(r"^\s*(?:CREATE|DROP|ATTACH|DETACH|RENAME|UNDROP)\s+(?:OR REPLACE\s+)?DATABASE\b",
+                          re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -100,33 +89,82 @@ class Limits:
         return forced
 
 
+@dataclass(frozen=True)
+class Node:
+    depth: int
+    words: tuple[str, ...]
+    parent: int  # index of the parent node, -1 for the statement
+
+    @property
+    def label(self) -> str:
+        return self.words[0]
+
+
 class SqlGuard:
-    """Decides, for every user alike, whether a statement may run (see the module docstring).
+    """Decides whether a statement of a user may run (see the module docstring).
 
-    `table_functions`, `engines` and `setting_aliases` come from the engine's own system
-    tables at start-up (system.table_functions, system.table_engines, system.settings), so
-    a chDB upgrade that adds a table function or an alias is covered without a code change."""
+    `aggregates` and `combinators` come from the engine's own system tables at start-up
+    (system.functions where is_aggregate, system.aggregate_function_combinators; the names
+    system.functions marks case_insensitive), `engines`
+    from system.table_engines (to tell an engine from a function in a CREATE's storage
+    clause), `tables` from system.tables of `database`."""
 
-    def __init__(self, table_functions: set[str], engines: set[str], setting_aliases: dict[str, str]) -> None:
-        self.denied_functions = frozenset({name.lower() for name in table_functions} - SAFE_TABLE_FUNCTIONS
-                                          | DENIED_FUNCTIONS)
-        self.engines = frozenset(engines | KNOWN_ENGINES)
-        protected = set(PROTECTED_SETTINGS)
-        protected.update(alias.lower() for alias, target in setting_aliases.items() if target.lower() in PROTECTED_SETTINGS)
-        self.protected = frozenset(protected)
-        self._protected_word = re.compile(r"(?<![A-Za-z0-9_$])(" + "|".join(sorted(map(re.escape, self.protected)))
-                                          + r")(?![A-Za-z0-9_$])", re.IGNORECASE)
+    def __init__(self, *, database: str = "default", tables: Iterable[str] = (), aggregates: Iterable[str] = (),
+                 combinators: Iterable[str] = (), engines: Iterable[str] = (),
+                 case_insensitive: Iterable[str] = ()) -> None:
+        self.database = database
+        # names ClickHouse matches in any case (SUM, Count, IF): the lists hold their canonical spelling
+        self.case_insensitive = {name.lower(): name for name in case_insensitive}
+        self.tables = frozenset(tables)
+        self.aggregates = frozenset(aggregates) - allowed.IO_FUNCTIONS
+        self.combinators = tuple(sorted(combinators, key=len, reverse=True))
+        self.engines = frozenset(engines) | allowed.ENGINES
 
-    def check_settings(self, settings: dict[str, str]) -> None:
-        """Client settings (URL parameters, form fields) that the gateway fixes are refused."""
+    # ------------------------------------------------------------------ pure, before the engine
+
+    def set_tables(self, tables: Iterable[str]) -> None:
+        """The project's tables and views now (after a DDL statement, from system.tables)."""
+        self.tables = frozenset(tables)
+
+    def forget_tables(self, names: Iterable[str]) -> None:
+        """Before a DROP or RENAME runs: its tables are no longer readable through the guard,
+        even by a statement checked while it runs."""
+        self.tables = self.tables - set(names)
+
+    @staticmethod
+    def check_settings(settings: dict[str, str], user: str) -> None:
+        """Client settings (URL parameters, form fields) not listed for `user` are refused."""
+        permitted = allowed.READER_SETTINGS if user == READER_USER else allowed.WRITER_SETTINGS
         for name in settings:
-            if name.lower() in self.protected:
-                raise refusal(SETTING_CONSTRAINT_VIOLATION, "SETTING_CONSTRAINT_VIOLATION",
-                              f"setting {name} is fixed by the gpubill gateway", 403)
+            if name not in permitted:
+                raise _fixed(name)
+
+    def check_database(self, database: str | None) -> None:
+        """The `database` parameter may only name the project's database."""
+        if database not in (None, "", self.database):
+            raise refusal(81, "UNKNOWN_DATABASE", f"the gpubill gateway serves database {self.database!r} only", 404)
+
+    @staticmethod
+    def check_format(name: str, *, insert: bool) -> None:
+        permitted = allowed.INPUT_FORMATS if insert else allowed.OUTPUT_FORMATS
+        if name not in permitted:
+            raise refusal(UNKNOWN_FORMAT, "UNKNOWN_FORMAT", f"format {name[:64]} is not served by the gpubill gateway "
+                          "(formats with schema files or registry URLs never are)", 403)
+
+    def plain_insert(self, sql: str) -> str | None:
+        """The table of `INSERT INTO [db.]t (cols) FORMAT x` with plain identifiers, a known
+        table and a listed input format; None for anything else (it goes to the parser)."""
+        match = PLAIN_INSERT.fullmatch(sql)
+        if match is None:
+            return None
+        database, table, fmt = (part.strip("`") if part else part for part in match.groups())
+        if database not in (None, self.database) or table not in self.tables or fmt not in allowed.INPUT_FORMATS:
+            return None
+        return table
 
     @staticmethod
     def is_plain_insert(sql: str) -> bool:
-        """True for `INSERT INTO [db.]t (cols) FORMAT x` with plain identifiers and nothing else."""
+        """The shape alone (no table or format check): for tests of the pattern."""
         return PLAIN_INSERT.fullmatch(sql) is not None
 
     @staticmethod
@@ -138,50 +176,213 @@ class SqlGuard:
         if keyword:
             raise _denied(f"{keyword.group(1).upper()} reaches files on the gateway's host")
 
-    def inspect(self, formatted: str, ast: str) -> None:
-        """Steps 2 and 3: `ast` is EXPLAIN AST's text, `formatted` formatQuery's."""
-        uses_settings = SETTINGS_KEYWORD.search(formatted) is not None
-        lines = ast.rstrip("\n").split("\n")
-        nodes = []
-        for line in lines:
-            match = AST_LINE.match(line)
+    # ------------------------------------------------------------------ on ClickHouse's parse
+
+    def inspect(self, formatted: str, ast: str, user: str) -> str:
+        """Steps 2 and 3: `ast` is EXPLAIN AST's text, `formatted` formatQuery's. Returns the
+        statement's kind (EXPLAIN AST's first node); raises GatewayError to refuse."""
+        nodes = _parse_ast(ast)
+        kind = nodes[0].label
+        permitted = allowed.READ_STATEMENTS if user == READER_USER else allowed.WRITE_STATEMENTS
+        if kind not in permitted:
+            raise _denied(f"{_kind_name(kind)} statements are not served"
+                          + (" to the read-only user" if kind in allowed.WRITE_STATEMENTS else ""))
+        plain = STRING_LITERAL.sub("''", formatted)
+        if DATABASE_DDL.match(plain):
+            raise _denied("databases are not created, dropped or renamed through the gateway")
+        for quoted in QUOTED_IDENTIFIER.findall(plain):
+            if "." in quoted or "/" in quoted:
+                raise _denied(f"the quoted name `{quoted[:64]}` holds a dot or a slash (a path, or a database and "
+                              "a table as one name)")
+        ctes = _cte_scopes(nodes, plain)
+        for index, node in enumerate(nodes):
+            if node.label == "TableIdentifier" and _is_cte(nodes, ctes, index):
+                continue  # a WITH name AS (subquery) in scope: the subquery, checked like the rest
+            self._check_node(nodes, index, node, user)
+        self._check_statement_tables(nodes, kind, plain)
+        self._check_settings_clauses(plain, nodes, kind, user)
+        for fmt in FORMAT_CLAUSE.findall(plain):
+            self.check_format(fmt, insert=kind == "InsertQuery")
+        return kind
+
+    def statement_tables(self, ast: str) -> list[str]:
+        """The tables a DROP or RENAME names (their direct identifiers, databases left out)."""
+        nodes = _parse_ast(ast)
+        names = [node.words[1] for node in nodes[1:] if node.parent == 0 and node.label == "Identifier"
+                 and len(node.words) > 1]
+        return [name for name in names if name != self.database]
+
+    def _check_node(self, nodes: list[Node], index: int, node: Node, user: str) -> None:
+        label = node.label
+        if label not in allowed.AST_NODES:
+            raise _denied(f"{label} is not served" if label != "Dictionary" else
+                          "dictionaries are not served (their sources reach files and the network)")
+        if label == "TableIdentifier":
+            self._check_table(node.words[1] if len(node.words) > 1 else "")
+        elif label in ("Function", "FunctionWithKeyValueArguments"):
+            name = node.words[1] if len(node.words) > 1 else ""
+            parent = nodes[node.parent].label if node.parent >= 0 else ""
+            if parent in ("TableExpression", "CreateQuery"):  # FROM f(…), CREATE TABLE t AS f(…)
+                if name not in allowed.TABLE_FUNCTIONS or name in allowed.IO_TABLE_FUNCTIONS:
+                    raise _denied(f"table function {name}() is not served (numbers, values, view and a few more are)")
+            elif parent == "Storage" and name in self.engines:
+                if not (name.endswith("MergeTree") or name in allowed.ENGINES):
+                    raise _denied(f"ENGINE = {name} is not served (MergeTree engines and "
+                                  f"{', '.join(sorted(allowed.ENGINES))} are)")
+            elif not self._function_allowed(name):
+                raise _denied(f"function {name}() is not served by the gateway")
+
+    def _function_allowed(self, name: str) -> bool:
+        name = self.case_insensitive.get(name.lower(), name)
+        if name in allowed.IO_FUNCTIONS:
+            return False
+        return name in allowed.SCALAR_FUNCTIONS or self._aggregate(name)
+
+    def _aggregate(self, name: str) -> bool:
+        """An aggregate function, or one with combinators (sumIf, uniqExactIfState, …)."""
+        if name in self.aggregates:
+            return True
+        return any(name.endswith(c) and len(name) > len(c) and self._aggregate(name[:-len(c)])
+                   for c in self.combinators)
+
+    def _check_table(self, name: str) -> None:
+        database, _, table = name.rpartition(".")
+        if database == "system":
+            if table not in allowed.SYSTEM_TABLES:
+                raise _denied(f"system.{table} is not served (system tables served: "
+                              f"{', '.join(sorted(allowed.SYSTEM_TABLES))})")
+            return
+        if database not in ("", self.database) or table not in self.tables:
+            raise _unknown_table(name)
+
+    def _check_statement_tables(self, nodes: list[Node], kind: str, plain: str) -> None:
+        """The tables a statement itself names (INSERT INTO t, ALTER TABLE t, …): plain names of
+        the project's database; a new one only where a statement creates it."""
+        names = [node.words[1] if len(node.words) > 1 else "" for node in nodes[1:]
+                 if node.parent == 0 and node.label == "Identifier"]
+        names = [name for name in names if name != self.database]
+        for name in names:
+            if not PLAIN_NAME.match(name):
+                raise _denied(f"the table name {name[:64]!r} is not a plain name")
+        existing = names[0::2] if kind == "Rename" else [] if kind in ("CreateQuery", "DropQuery") else names
+        for name in existing:
+            if name not in self.tables:
+                raise _unknown_table(name)
+        structure = CREATE_AS_TABLE.match(plain)
+        if kind == "CreateQuery" and structure:
+            self._check_table(structure.group(1).strip("`"))
+
+    def _check_settings_clauses(self, plain: str, nodes: list[Node], kind: str, user: str) -> None:
+        names = _setting_names(plain)
+        if any(node.label == "Set" for node in nodes) and not names:
+            raise refusal(CANNOT_PARSE, "SYNTAX_ERROR", "the gateway cannot read this statement's SETTINGS", 400)
+        permitted = allowed.READER_SETTINGS if user == READER_USER else allowed.WRITER_SETTINGS
+        if kind in ("CreateQuery", "AlterQuery"):
+            permitted = permitted | allowed.STORAGE_SETTINGS
+        for name in names:
+            if name not in permitted:
+                raise _fixed(name)
+
+
+def _parse_ast(ast: str) -> list[Node]:
+    nodes: list[Node] = []
+    stack: list[int] = []  # indexes of the open ancestors
+    for line in ast.rstrip("\n").split("\n"):
+        match = AST_LINE.match(line)
+        if not match:
+            raise refusal(CANNOT_PARSE, "SYNTAX_ERROR", "the gateway cannot inspect this statement (is a FORMAT "
+                          "clause not at its end?)", 400)
+        depth = len(match.group(1))
+        while stack and nodes[stack[-1]].depth >= depth:
+            stack.pop()
+        if nodes and not stack:
+            raise refusal(CANNOT_PARSE, "SYNTAX_ERROR", "the gateway cannot inspect this statement", 400)
+        nodes.append(Node(depth, tuple(match.group(2).split()), stack[-1] if stack else -1))
+        stack.append(len(nodes) - 1)
+    return nodes
+
+
+def _cte_scopes(nodes: list[Node], plain: str) -> list[tuple[str, int]]:
+    """(name, index of its WithElement) of every WITH name AS (subquery): EXPLAIN AST shows the
+    elements without their names, the canonical text shows the names in the same order."""
+    elements = [index for index, node in enumerate(nodes) if node.label == "WithElement"]
+    if not elements:
+        return []
+    if re.search(r"\bWITH RECURSIVE\b", plain):
+        raise _denied("WITH RECURSIVE is not served")
+    names = [name.strip("`") for name in CTE_NAME.findall(plain)]
+    if len(names) != len(elements):
+        raise refusal(CANNOT_PARSE, "SYNTAX_ERROR", "the gateway cannot read this statement's WITH clause", 400)
+    return list(zip(names, elements))
+
+
+def _ancestors(nodes: list[Node], index: int) -> set[int]:
+    found = set()
+    while index >= 0:
+        index = nodes[index].parent
+        found.add(index)
+    return found
+
+
+def _is_cte(nodes: list[Node], ctes: list[tuple[str, int]], index: int) -> bool:
+    """Whether the unqualified TableIdentifier at `index` names a WITH element in scope: one of
+    an enclosing SELECT, defined before it, and not the element it sits in (a name inside its
+    own definition is the table of that name, not itself)."""
+    name = nodes[index].words[1] if len(nodes[index].words) > 1 else ""
+    if not ctes or "." in name:
+        return False
+    above = _ancestors(nodes, index)
+    for cte_name, element in ctes:
+        if cte_name != name or element > index or element in above:
+            continue
+        owner = nodes[element].parent
+        while owner >= 0 and nodes[owner].label != "SelectQuery":
+            owner = nodes[owner].parent
+        if owner in above:
+            return True
+    return False
+
+
+def _setting_names(plain: str) -> list[str]:
+    """The names of every SETTINGS clause of a canonical text whose strings are blanked."""
+    names = []
+    for clause in SETTINGS_CLAUSE.finditer(plain):
+        position = clause.end()
+        while True:
+            match = SETTING_NAME.match(plain, position)
             if not match:
-                raise refusal(CANNOT_PARSE, "SYNTAX_ERROR", "the gateway cannot inspect this statement (is a FORMAT "
-                              "clause not at its end?)", 400)
-            nodes.append((len(match.group(1)), match.group(2).split()))
-        for index, (depth, words) in enumerate(nodes):
-            label = words[0]
-            if label in DENIED_QUERIES:
-                raise _denied(f"{'SYSTEM' if label == 'SYSTEM' else label.removesuffix('Query').upper()} statements "
-                              "are not served")
-            if label == "Dictionary":
-                raise _denied("dictionaries are not served (their sources reach files and the network)")
-            if label in ("Function", "FunctionWithKeyValueArguments") and len(words) > 1 \
-                    and words[1].lower() in self.denied_functions:
-                raise _denied(f"{words[1]}() reaches files or the network")
-            if words[:2] == ["Storage", "definition"]:
-                self._check_engines(nodes, index, depth)
-            uses_settings = uses_settings or label == "Set"
-        for engine in ENGINE_CLAUSE.findall(formatted):
-            self._check_engine(engine)
-        if uses_settings:
-            protected = self._protected_word.search(formatted)
-            if protected:
-                raise refusal(SETTING_CONSTRAINT_VIOLATION, "SETTING_CONSTRAINT_VIOLATION",
-                              f"setting {protected.group(1)} is fixed by the gpubill gateway", 403)
+                break
+            names.append(match.group(1))
+            depth, position = 0, match.end()
+            while position < len(plain):  # skip the value: up to a comma outside brackets
+                char = plain[position]
+                if char in "([{":
+                    depth += 1
+                elif char in ")]}":
+                    depth -= 1
+                elif depth <= 0 and char in ",\n":
+                    break
+                position += 1
+            if position >= len(plain) or plain[position] != ",":
+                break
+            position += 1
+    return names
 
-    def _check_engines(self, nodes: list[tuple[int, list[str]]], index: int, depth: int) -> None:
-        for child_depth, words in nodes[index + 1:]:
-            if child_depth <= depth:
-                return
-            if child_depth == depth + 1 and words[0] == "Function" and len(words) > 1 and words[1] in self.engines:
-                self._check_engine(words[1])
 
-    @staticmethod
-    def _check_engine(name: str) -> None:
-        if name not in SAFE_ENGINES and not name.endswith("MergeTree"):
-            raise _denied(f"ENGINE = {name} is not served (MergeTree engines and "
-                          f"{', '.join(sorted(SAFE_ENGINES))} are)")
+def _kind_name(kind: str) -> str:
+    return {"Set": "SET", "UseQuery": "USE", "SYSTEM": "SYSTEM", "KillQueryQuery": "KILL", "Explain": "EXPLAIN"}.get(
+        kind, kind.removesuffix("Query").upper())
+
+
+def _fixed(name: str) -> GatewayError:
+    return refusal(SETTING_CONSTRAINT_VIOLATION, "SETTING_CONSTRAINT_VIOLATION",
+                   f"setting {name[:64]} is fixed by the gpubill gateway", 403)
+
+
+def _unknown_table(name: str) -> GatewayError:
+    return refusal(UNKNOWN_TABLE, "UNKNOWN_TABLE", f"Table {name[:128]} does not exist: the gpubill gateway serves "
+                   "the project's tables and views and some system tables (a WITH name AS (subquery) is not read "
+                   "as a table: write the subquery in FROM)", 404)
 
 
 def _denied(reason: str) -> GatewayError:
