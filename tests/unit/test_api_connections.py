@@ -124,7 +124,7 @@ def test_idle_and_dripping_connections_are_closed_and_healthz_answers_for_everyo
         time.sleep(0.3)
         for _ in range(5):
             status, took_s = healthz(server)
-            assert status == 200 and took_s < 0.5, (status, took_s)
+            assert status == 200 and took_s < 2.0, (status, took_s)
         assert server.guard.most_open <= CAP + 1  # the newest is counted, then the oldest waiting goes
         time.sleep(max(0.0, opened + HEAD_TIMEOUT_S + 1.0 - time.monotonic()))
         assert all(closed_by_server(sock) for sock in idle)
@@ -132,7 +132,7 @@ def test_idle_and_dripping_connections_are_closed_and_healthz_answers_for_everyo
         assert all(closed_by_server(sock) for sock in dripping)
         assert server.guard.closed["cap"] >= 300 - CAP and server.guard.closed["head-timeout"] >= 3
         status, took_s = healthz(server)
-        assert status == 200 and took_s < 0.5
+        assert status == 200 and took_s < 2.0
     finally:
         stop.set()
         dripper.join(5)

@@ -95,7 +95,7 @@ def test_a_body_earns_time_by_the_bytes_it_delivers():
     client_side.close()
 
 
-def test_a_statement_whose_client_left_is_cancelled_once():
+def test_a_statement_whose_client_left_is_cancelled_until_it_ends():
     table = Connections(8)
     server_side, client_side = socket_pair()
     connection = table.admit(server_side)
@@ -107,8 +107,11 @@ def test_a_statement_whose_client_left_is_cancelled_once():
     server_side.recv(100)
     client_side.close()
     table.sweep()
+    table.sweep()  # again: the first may have come while the statement was still being parsed
+    assert cancelled == [1, 1] and table.cancelled == 1  # counted once
+    table.idle(connection)  # it ended
     table.sweep()
-    assert cancelled == [1] and table.cancelled == 1
+    assert cancelled == [1, 1]
     server_side.close()
 
 
@@ -334,7 +337,7 @@ def test_a_long_finance_query_never_holds_the_writer(gateway):
         for _ in range(3):
             started = time.monotonic()
             assert gateway.request("SELECT 1")[0] == 200
-            assert time.monotonic() - started < 1.0
+            assert time.monotonic() - started < 2.0  # not behind the finance query (30 s)
     finally:
         raw.close()
 
@@ -356,13 +359,23 @@ def open_body(gateway: Gateway, length: int, user: str = "gpubill") -> socket.so
     return raw
 
 
+def read_until_closed(raw: socket.socket, wait_s: float) -> bytes:
+    raw.settimeout(wait_s)
+    answer = b""
+    try:
+        while part := raw.recv(65536):
+            answer += part
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return answer
+
+
 def test_bodies_held_open_cannot_take_more_than_the_budget(gateway):
     held = [open_body(gateway, 9 << 20), open_body(gateway, 9 << 20)]  # 18 of the 20 MiB budget
     try:
         time.sleep(0.3)
         third = open_body(gateway, 9 << 20)
-        third.settimeout(5)
-        reply = third.recv(4096)
+        reply = read_until_closed(third, 5)  # the answer says Connection: close
         assert reply.startswith(b"HTTP/1.1 503") and b"TOO_MANY_SIMULTANEOUS_QUERIES" in reply, reply
         third.close()
         assert gateway.request("SELECT 1")[0] == 200  # small requests still pass

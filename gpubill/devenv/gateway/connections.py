@@ -48,6 +48,7 @@ class Connection:
     deadline_s: float = float("inf")
     body_bytes: int = 0
     on_gone: Callable[[], None] | None = field(default=None, repr=False)
+    gone: bool = False  # its client left while a statement ran
     closed: bool = False
 
 
@@ -104,7 +105,7 @@ class Connections:
     def running(self, connection: Connection, on_gone: Callable[[], None]) -> None:
         with self._lock:
             connection.phase, connection.since_s, connection.deadline_s = RUNNING, self.clock(), float("inf")
-            connection.on_gone = on_gone
+            connection.on_gone, connection.gone = on_gone, False
 
     def idle(self, connection: Connection) -> None:
         """The request is answered: the connection waits for the next one (kept alive)."""
@@ -148,10 +149,11 @@ class Connections:
             _shut(connection.sock)
         for connection in running:
             if connection.on_gone is not None and _client_left(connection.sock):
-                on_gone, connection.on_gone = connection.on_gone, None
-                self.cancelled += 1
-                log.info("client of a running statement went away: cancelling it")
-                on_gone()
+                if not connection.gone:  # counted and logged once; cancelled at every sweep until it
+                    connection.gone = True  # ends (a statement still being parsed has nothing to kill yet)
+                    self.cancelled += 1
+                    log.info("client of a running statement went away: cancelling it")
+                connection.on_gone()
 
     def _sweep_forever(self) -> None:
         while not self._stop.wait(SWEEP_S):
