@@ -168,6 +168,13 @@ FILE_AS_TABLE = [
     "SHOW CREATE TABLE `{secret}`",
     "EXISTS TABLE `{secret}`",
     "WITH x AS (SELECT 1) SELECT * FROM x, `{secret}`",
+    # WITH names count only in their scope: a file of the same name outside it is still a file
+    "SELECT * FROM (WITH secret AS (SELECT 1) SELECT * FROM secret), secret",
+    "WITH secret AS (SELECT * FROM secret) SELECT * FROM secret",  # inside its own definition
+    "WITH x AS (SELECT * FROM secret), secret AS (SELECT 1) SELECT * FROM x",  # defined after its use
+    "SELECT sum(1) OVER secret FROM secret WINDOW secret AS (ORDER BY 1)",  # a window is no table
+    "SELECT 'secret AS (' FROM secret",
+    "WITH RECURSIVE secret AS (SELECT 1) SELECT * FROM secret",
 ]
 
 
@@ -492,5 +499,7 @@ def test_the_product_statements_still_pass(gateway):
     gateway.rows("SELECT SUM(fen), COUNT(), IF(1, 'a', 'b') FROM ledger", user="finance")  # any case
     gateway.rows("SELECT row_number() OVER (ORDER BY tenant), lagInFrame(fen) OVER (ORDER BY tenant) FROM ledger",
                  user="finance")
+    assert gateway.rows("WITH u AS (SELECT tenant FROM ledger), v AS (SELECT * FROM u WHERE tenant != '') "
+                        "SELECT count() FROM v", user="finance") == "2\n"  # the audit's shape
     for fmt in ["JSONEachRow", "CSVWithNames", "Parquet", "Native", "PrettyCompact"]:
         assert gateway.request(f"SELECT * FROM ledger FORMAT {fmt}", user="finance")[0] == 200
