@@ -107,11 +107,11 @@ def reading(n: int) -> dict:
     return {"kind": "usage", "gpu_uuid": f"GPU-{n}", "n": n}
 
 
-def produce(settings: Settings, topic: str, values: list[bytes]) -> None:
+def produce(settings: Settings, topic: str, values: list[bytes]) -> list:
+    """Each value sent and acknowledged (raises otherwise); the records' metadata."""
     producer = make_producer(settings)
     try:
-        for value in values:
-            producer.send(topic, key=b"k", value=value).get(timeout=20)
+        return [producer.send(topic, key=b"k", value=value).get(timeout=20) for value in values]
     finally:
         producer.close(timeout=5)
 
@@ -154,7 +154,12 @@ def test_a_node_agent_produces_readings_and_a_worker_reads_them(sasl_broker):
 
 
 def test_a_worker_may_produce_dead_letters(sasl_broker):
-    produce(settings_as(sasl_broker.bootstrap, "worker"), TOPIC_DEADLETTER, [b"not json"])
+    worker = settings_as(sasl_broker.bootstrap, "worker")
+    before = sum(end for _, end in group_offsets(worker, [TOPIC_DEADLETTER]).values())
+    (written,) = produce(worker, TOPIC_DEADLETTER, [b"not json"])
+    assert written.topic == TOPIC_DEADLETTER and written.offset >= 0
+    # the dead letter is in the topic: its end offsets moved by exactly that one record
+    assert sum(end for _, end in group_offsets(worker, [TOPIC_DEADLETTER]).values()) == before + 1
 
 
 def test_a_node_agent_may_not_write_dead_letters_nor_read(sasl_broker):

@@ -116,7 +116,14 @@ def test_record_round_trip():
     record = _record()
     assert parse_record(encode_record(record)) == record
     assert record.key == "acme/3"
-    assert 0 <= spend_partition("acme", 8) < 8 and spend_partition("acme", 8) == spend_partition("acme", 8)
+
+def test_a_tenants_spend_partition_is_pinned():
+    # CRC-32 (IEEE 802.3, as zlib) of the tenant's UTF-8, mod the partition count; a change would
+    # move a tenant's records to another partition of a topic that is keyed by it:
+    # crc32(b"acme") = 96,778,814 = 8 × 12,097,351 + 6; crc32(b"beta") = 2,408,645,731 = 8 × 301,080,716 + 3
+    assert spend_partition("acme", 8) == 6
+    assert spend_partition("beta", 8) == 3
+    assert spend_partition("acme", 1) == 0
 
 
 def test_record_decimal_never_written_with_an_exponent():
