@@ -175,6 +175,12 @@ FILE_AS_TABLE = [
     "SELECT sum(1) OVER secret FROM secret WINDOW secret AS (ORDER BY 1)",  # a window is no table
     "SELECT 'secret AS (' FROM secret",
     "WITH RECURSIVE secret AS (SELECT 1) SELECT * FROM secret",
+    # a UNION's first WITH is visible in its later SELECTs (the parser copies it there), nowhere else
+    "WITH secret AS (SELECT * FROM secret) SELECT * FROM secret UNION ALL SELECT * FROM secret",
+    "WITH x AS (SELECT * FROM secret), secret AS (SELECT 1) SELECT * FROM x UNION ALL SELECT * FROM x",
+    "SELECT 1 UNION ALL WITH secret AS (SELECT 1) SELECT * FROM secret",
+    "SELECT * FROM secret UNION ALL (WITH secret AS (SELECT 1) SELECT * FROM secret)",
+    "SELECT * FROM (WITH a AS (SELECT 1) SELECT * FROM a UNION ALL SELECT * FROM a), secret",
 ]
 
 
@@ -500,6 +506,18 @@ def test_the_product_statements_still_pass(gateway):
     gateway.rows("SELECT row_number() OVER (ORDER BY tenant), lagInFrame(fen) OVER (ORDER BY tenant) FROM ledger",
                  user="finance")
     assert gateway.rows("WITH u AS (SELECT tenant FROM ledger), v AS (SELECT * FROM u WHERE tenant != '') "
-                        "SELECT count() FROM v", user="finance") == "2\n"  # the audit's shape
+                        "SELECT count() FROM v", user="finance") == "2\n"
+    assert gateway.rows("WITH u AS (SELECT tenant FROM ledger), p AS (SELECT tenant, fen FROM ledger) "
+                        "SELECT count() FROM u UNION ALL SELECT count() FROM p LEFT JOIN u USING tenant",
+                        user="finance") == "2\n2\n"  # the audit's shape: the UNION reads the first WITH
     for fmt in ["JSONEachRow", "CSVWithNames", "Parquet", "Native", "PrettyCompact"]:
         assert gateway.request(f"SELECT * FROM ledger FORMAT {fmt}", user="finance")[0] == 200
+
+
+def test_the_audits_own_statement_passes(gateway):
+    """`gpubill audit` through the gateway (it failed CI once: a UNION reading the first WITH)."""
+    from reports.audit import _RAW_SQL
+
+    params = "param_lo=1780000000&param_hi=1780003600"
+    status, _, text = gateway.request(_RAW_SQL, params=params)
+    assert (status, text) == (200, ""), text  # no readings in that hour: no rows

@@ -194,10 +194,10 @@ class SqlGuard:
             if "." in quoted or "/" in quoted:
                 raise _denied(f"the quoted name `{quoted[:64]}` holds a dot or a slash (a path, or a database and "
                               "a table as one name)")
-        ctes = _cte_scopes(nodes, plain)
+        ctes, copies = _cte_scopes(nodes, plain)
         for index, node in enumerate(nodes):
-            if node.label == "TableIdentifier" and _is_cte(nodes, ctes, index):
-                continue  # a WITH name AS (subquery) in scope: the subquery, checked like the rest
+            if node.label == "TableIdentifier" and (index in copies or _is_cte(nodes, ctes, index)):
+                continue  # a WITH name AS (subquery) in scope (the subquery is checked like the rest)
             self._check_node(nodes, index, node, user)
         self._check_statement_tables(nodes, kind, plain)
         self._check_settings_clauses(plain, nodes, kind, user)
@@ -302,18 +302,66 @@ def _parse_ast(ast: str) -> list[Node]:
     return nodes
 
 
-def _cte_scopes(nodes: list[Node], plain: str) -> list[tuple[str, int]]:
-    """(name, index of its WithElement) of every WITH name AS (subquery): EXPLAIN AST shows the
-    elements without their names, the canonical text shows the names in the same order."""
+def _cte_scopes(nodes: list[Node], plain: str) -> tuple[list[tuple[str, int, int]], set[int]]:
+    """Every WITH name AS (subquery): (name, index of its WithElement, index of the node it is
+    visible in), and the nodes of the parser's copies of them.
+
+    EXPLAIN AST shows the elements without their names; the canonical text shows the names in
+    the same order. ClickHouse's parser copies the WITH of a UNION's first SELECT into every
+    later SELECT of it (so the names are visible in the whole UNION): the copies must equal
+    their originals node for node (else refused) and are left out of the pairing; their tables
+    are the originals', checked there."""
     elements = [index for index, node in enumerate(nodes) if node.label == "WithElement"]
     if not elements:
-        return []
+        return [], set()
     if re.search(r"\bWITH RECURSIVE\b", plain):
         raise _denied("WITH RECURSIVE is not served")
+    by_owner: dict[int, list[int]] = {}
+    for element in elements:
+        by_owner.setdefault(_owner(nodes, element), []).append(element)
+    originals: list[tuple[int, int]] = []  # (element, where it is visible)
+    copies: set[int] = set()
+    for owner, owned in by_owner.items():
+        union, first = _union_of(nodes, owner)
+        if union is not None and owner != first:
+            if [_subtree(nodes, e)[0] for e in owned] != [_subtree(nodes, e)[0] for e in by_owner.get(first, [])]:
+                raise _denied("a WITH in a later SELECT of a UNION is not served (put it before the first)")
+            for element in owned:
+                copies.update(_subtree(nodes, element)[1])
+            continue
+        originals += [(element, union if union is not None else owner) for element in owned]
+    originals.sort()
     names = [name.strip("`") for name in CTE_NAME.findall(plain)]
-    if len(names) != len(elements):
+    if len(names) != len(originals):
         raise refusal(CANNOT_PARSE, "SYNTAX_ERROR", "the gateway cannot read this statement's WITH clause", 400)
-    return list(zip(names, elements))
+    return [(name, element, scope) for name, (element, scope) in zip(names, originals)], copies
+
+
+def _owner(nodes: list[Node], index: int) -> int:
+    """The SELECT a node belongs to (-1: none)."""
+    index = nodes[index].parent
+    while index >= 0 and nodes[index].label != "SelectQuery":
+        index = nodes[index].parent
+    return index
+
+
+def _union_of(nodes: list[Node], select: int) -> tuple[int | None, int | None]:
+    """(the SelectWithUnionQuery `select` is a member of, its first member), or (None, None)."""
+    members = nodes[select].parent
+    union = nodes[members].parent if members >= 0 else -1
+    if members < 0 or union < 0 or nodes[members].label != "ExpressionList" \
+            or nodes[union].label != "SelectWithUnionQuery":
+        return None, None
+    first = next(i for i in range(members + 1, len(nodes)) if nodes[i].parent == members)
+    return union, first
+
+
+def _subtree(nodes: list[Node], index: int) -> tuple[list[tuple[int, tuple[str, ...]]], range]:
+    """The nodes below `index`, with depths relative to it, and their indexes."""
+    depth, end = nodes[index].depth, index + 1
+    while end < len(nodes) and nodes[end].depth > depth:
+        end += 1
+    return [(nodes[i].depth - depth, nodes[i].words) for i in range(index + 1, end)], range(index, end)
 
 
 def _ancestors(nodes: list[Node], index: int) -> set[int]:
@@ -324,21 +372,19 @@ def _ancestors(nodes: list[Node], index: int) -> set[int]:
     return found
 
 
-def _is_cte(nodes: list[Node], ctes: list[tuple[str, int]], index: int) -> bool:
-    """Whether the unqualified TableIdentifier at `index` names a WITH element in scope: one of
-    an enclosing SELECT, defined before it, and not the element it sits in (a name inside its
+def _is_cte(nodes: list[Node], ctes: list[tuple[str, int, int]], index: int) -> bool:
+    """Whether the unqualified TableIdentifier at `index` names a WITH element in scope: one
+    visible where it stands (its SELECT, or the UNION of a first SELECT), defined before it or
+    read from a later SELECT of that UNION, and not the element it sits in (a name inside its
     own definition is the table of that name, not itself)."""
     name = nodes[index].words[1] if len(nodes[index].words) > 1 else ""
     if not ctes or "." in name:
         return False
     above = _ancestors(nodes, index)
-    for cte_name, element in ctes:
-        if cte_name != name or element > index or element in above:
+    for cte_name, element, scope in ctes:
+        if cte_name != name or element in above or scope not in above:
             continue
-        owner = nodes[element].parent
-        while owner >= 0 and nodes[owner].label != "SelectQuery":
-            owner = nodes[owner].parent
-        if owner in above:
+        if element < index or _owner(nodes, element) not in above:
             return True
     return False
 
