@@ -5,12 +5,17 @@ cannot open it side by side. `gpubill clickhouse serve` is that one process: it 
 database with the usual lock and migrations (`warehouse.connection.open_database`) and answers
 the part of ClickHouse's HTTP protocol that clickhouse-connect's HTTP client speaks.
 
+    accept  ─► Connections   (the cap: a newcomer replaces the oldest connection
+                              without a finished head; head and body deadlines)  gateway/connections.py
     request ─► BrowserGuard  (no web page: Origin, Sec-Fetch-Site, Host)        gateway/auth.py
-            ─► authenticate  (user gpubill or finance, or 401/516)              gateway/auth.py
-            ─► read_statement (URL params, form fields, capped body and codecs) gateway/request.py
-            ─► SqlGuard      (settings; plain insert, or ClickHouse's parser)   gateway/sql_guard.py
-            ─► Engine.run    (one request at a time, on a fresh chDB handle, under forced
-                              limits and readonly)                           warehouse/chdb_engine.py
+            ─► authenticate  (user gpubill or finance, or 401/516 and close)    gateway/auth.py
+            ─► body          (strict framing, per-user cap, BodyBudget)         here
+            ─► read_statement (URL params, form fields, capped codecs)          gateway/request.py
+            ─► SqlGuard      (allow-lists: settings, database, formats; a plain
+                              insert of a known table, or ClickHouse's parse)   gateway/sql_guard.py
+            ─► Engine.run    (one statement at a time per user, on a fresh chDB handle,
+                              under forced limits and readonly; cancelled when
+                              its client leaves)                             warehouse/chdb_engine.py
             ─► 200 + X-ClickHouse-Format/-Summary/-Query-Id, or ClickHouse's error text
 
 Credentials: users `gpubill` (reads and writes) and `finance` (read-only, forced); their
@@ -21,14 +26,15 @@ GPUBILL_CLICKHOUSE=http://gpubill:PASSWORD@127.0.0.1:8123/ — the same form as 
 ClickHouse server; `spawn` hands its caller that DSN.
 
 What it answers: queries with server-side parameters (`param_*`, in the URL or as
-multipart form fields), `database`, settings as URL parameters (not the ones the gateway
-fixes), any output format, inserts whose data follows `INSERT ... FORMAT x` in the body or
-the `query` parameter (lz4, zstd, gzip and deflate request bodies), commands (GET: read
-only, as in ClickHouse), and `/ping`. What it refuses for every user: see
-gateway/sql_guard.py (SYSTEM, files, network, external engines and dictionaries; at
-start-up `check_guard` makes sure it still refuses them on the installed chDB). Limits:
-body size (on the wire and decompressed), max_execution_time and max_memory_usage of every
-statement, concurrent connections (over the cap: 503). What it does not: TLS, sessions
+multipart form fields), `database` (the project's only), settings as URL parameters (those
+listed for the user), listed output formats, inserts whose data follows `INSERT ... FORMAT x`
+in the body or the `query` parameter (lz4, zstd, gzip and deflate request bodies), commands
+(GET: read only, as in ClickHouse), and `/ping`. What it serves is allowed, not refused:
+gateway/allowed.py lists it (the project's tables and views, listed functions, settings,
+formats); at start-up `check_guard` makes sure the guard still refuses its probes and lets
+the schema's own statement through on the installed chDB. Limits: body size (on the wire and
+decompressed), bodies held at once, max_execution_time and max_memory_usage of every
+statement, connections (see gateway/connections.py). What it does not: TLS, sessions
 (`SET`, `USE` and temporary tables end with their request), external data, response
 compression. A development and small-site tool: bind it to loopback, as the default does.
 `spawn` starts it in its own session (process group); a shell's `serve` runs in the

@@ -5,16 +5,18 @@ function, a setting, a format, a system table or a kind of statement that a chDB
 adds is refused until someone adds it here on purpose. The lists are what gpubill's own
 statements use (its migrations, the pipeline, reports, retention, archives, clickhouse-
 connect's handshake) and what a finance analyst's read-only SQL needs (arithmetic, dates,
-strings, conditionals, aggregates); `tests/unit/test_gateway_allowed.py` runs the
-product's statements through the guard so a statement that needs something new fails a
-test, not a customer.
+strings, conditionals, aggregates). The product's statements run through a real gateway
+in tests (the schema's migrations in tests/unit/test_gateway_security.py, the audit's and
+the pipeline's shapes in tests/unit/test_gateway_boundaries.py, the workers, invoicing,
+archives and finance's documented queries in their gateway tests), so a statement that
+needs something new fails a test, not a customer.
 
 Why each list is safe:
 - SCALAR_FUNCTIONS compute on their arguments; none opens a file, a URL, a dictionary or a
   model (``file``, ``url``, ``dictGet``, ``catboostEvaluate``, ``getSetting``-like reads of
   server state beyond the harmless ones are not here);
 - aggregate functions (``system.functions`` ``is_aggregate``, with their combinators)
-  compute over rows; a start-up check refuses to run if one of them is also an I/O name;
+  compute over rows; a name that is also in IO_FUNCTIONS is left out;
 - TABLE_FUNCTIONS generate rows from their arguments (``view``'s inner query is checked like
   any other part of the statement); ``format`` (whose AvroConfluent reader fetches a schema
   registry URL), ``merge`` (any database's tables by regular expression) and every reader of
