@@ -6,11 +6,13 @@ accepts until the process runs out of descriptors (then asyncio logs an error li
 failed accept). The adapter adds, per server:
 
     ConnectionGuard            at most `max_connections` open; a new one past it closes the
-                               oldest connection still waiting for a request head (none
-                               waiting: the new one is refused); a request head must be
-                               complete `head_timeout_s` after the connection opened or after
-                               the previous response, however slowly it drips. No log line
-                               per connection: one warning at most every `warn_every_s`.
+                               oldest connection still waiting for a request head, then the
+                               oldest still sending a request body (none: the new one is
+                               refused); a request head must be complete `head_timeout_s`
+                               after the connection opened or after the previous response,
+                               and a request body `head_timeout_s` after its head, however
+                               slowly they drip (the API's bodies are small forms). No log
+                               line per connection: one warning at most every `warn_every_s`.
     guarded_protocol(guard)    the protocol class for ``uvicorn.Config(http=...)``: uvicorn's
                                own H11Protocol with the guard around it, and h11's refusals
                                of a malformed request (a non-ASCII byte in the target, a head
@@ -70,9 +72,10 @@ class ConnectionGuard:
         self.warn_every_s, self.clock, self.on_close = warn_every_s, clock, on_close
         self.open: set[Any] = set()
         self.waiting: OrderedDict[Any, None] = OrderedDict()  # no complete head yet, oldest first
+        self.receiving: OrderedDict[Any, None] = OrderedDict()  # a head in, its body not yet, oldest first
         self.most_open = 0  # the high-water mark, for tests and the warning
-        self.closed = {"cap": 0, "head-timeout": 0}  # since the start
-        self._unreported = {"cap": 0, "head-timeout": 0}
+        self.closed = {"cap": 0, "head-timeout": 0, "body-timeout": 0}  # since the start
+        self._unreported = {"cap": 0, "head-timeout": 0, "body-timeout": 0}
         self._warned_at = -float("inf")
 
     def admit(self, connection: Any) -> Any | None:
@@ -83,7 +86,9 @@ class ConnectionGuard:
         self.most_open = max(self.most_open, len(self.open))
         if len(self.open) <= self.max_connections:
             return None
-        victim = next(iter(self.waiting))  # `connection` is the newest, so it is the last choice
+        # the oldest waiting for a head, then the oldest still sending a body, `connection` itself last
+        victim = next((c for c in self.waiting if c is not connection), None) \
+            or next(iter(self.receiving), None) or connection
         self.forget(victim)
         self.count("cap")
         return victim
@@ -93,12 +98,18 @@ class ConnectionGuard:
             self.waiting[connection] = None
             self.waiting.move_to_end(connection)
 
-    def head_received(self, connection: Any) -> None:
+    def head_received(self, connection: Any, *, body: bool = False) -> None:
         self.waiting.pop(connection, None)
+        if body and connection in self.open:
+            self.receiving[connection] = None
+
+    def body_received(self, connection: Any) -> None:
+        self.receiving.pop(connection, None)
 
     def forget(self, connection: Any) -> None:
         self.open.discard(connection)
         self.waiting.pop(connection, None)
+        self.receiving.pop(connection, None)
 
     def count(self, why: str) -> None:
         """One connection closed by the guard: counted, and at most one warning per `warn_every_s`."""
@@ -108,11 +119,11 @@ class ConnectionGuard:
         now = self.clock()
         if now - self._warned_at >= self.warn_every_s:
             self._warned_at = now
-            cap, slow = self._unreported["cap"], self._unreported["head-timeout"]
-            self._unreported = {"cap": 0, "head-timeout": 0}
+            cap, slow, slow_body = (self._unreported[why] for why in ("cap", "head-timeout", "body-timeout"))
+            self._unreported = {"cap": 0, "head-timeout": 0, "body-timeout": 0}
             log.warning("API connections: %d closed at the cap of %d open, %d for not sending a request head "
-                        "within %g s (this line at most every %g s)", cap, self.max_connections, slow,
-                        self.head_timeout_s, self.warn_every_s)
+                        "and %d a request body within %g s (this line at most every %g s)", cap,
+                        self.max_connections, slow, slow_body, self.head_timeout_s, self.warn_every_s)
 
 
 def fits() -> str:
@@ -131,8 +142,9 @@ def fits() -> str:
     missing += [f"H11Protocol.{name}" for name in _ATTRIBUTES if not re.search(rf"self\.{name}\s*[:=]", source)]
     if not isinstance(getattr(h11.Connection, "trailing_data", None), property):
         missing.append("h11.Connection.trailing_data")
-    if not hasattr(h11, "IDLE"):
-        missing.append("h11.IDLE")
+    for state in ("IDLE", "SEND_BODY"):
+        if not hasattr(h11, state):
+            missing.append(f"h11.{state}")
     return ", ".join(missing)
 
 
@@ -143,6 +155,7 @@ def guarded_protocol(guard: ConnectionGuard, max_head_bytes: int) -> type:
 
     class GuardedH11Protocol(H11Protocol):
         _head_timer: Any = None
+        _body_timer: Any = None
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -153,14 +166,20 @@ def guarded_protocol(guard: ConnectionGuard, max_head_bytes: int) -> type:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._body_done()
             guard.forget(self)
             super().connection_lost(exc)
 
         def handle_events(self) -> None:
             super().handle_events()
+            sending_body = self.conn.their_state is h11.SEND_BODY
             if self._head_timer is not None and self.conn.their_state is not h11.IDLE:
                 self._disarm()  # the head is in: what follows is the app's time, not the client's
-                guard.head_received(self)
+                guard.head_received(self, body=sending_body)
+                if sending_body:  # ... once the body is in too
+                    self._body_timer = self.loop.call_later(guard.head_timeout_s, self._body_overdue)
+            if not sending_body and self._body_timer is not None:
+                self._body_done()
 
         def on_response_complete(self) -> None:
             if not self.transport.is_closing():
@@ -201,8 +220,22 @@ def guarded_protocol(guard: ConnectionGuard, max_head_bytes: int) -> type:
                 guard.count("head-timeout")
                 self.transport.abort()
 
+        def _body_done(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+                guard.body_received(self)
+
+        def _body_overdue(self) -> None:
+            self._body_timer = None
+            if not self.transport.is_closing() and self.conn.their_state is h11.SEND_BODY:
+                guard.forget(self)
+                guard.count("body-timeout")
+                self.transport.abort()
+
         def _drop(self) -> None:
             self._disarm()
+            self._body_done()
             self.transport.abort()
 
     return GuardedH11Protocol

@@ -24,7 +24,7 @@ class ApiMetrics:
                                       "connection cap hold (0: uvicorn did not fit the adapter, see the log)",
                                       registry=registry)
         self.connections_closed = Counter("gpubill_api_connections_closed_total", "Connections closed by the "
-                                          "guard: at the cap, or for no request head in time", ["why"],
+                                          "guard: at the cap, or for no request head or body in time", ["why"],
                                           registry=registry)
         self.ready = Gauge("gpubill_api_up", "1 while the API serves", registry=registry)
 

@@ -192,3 +192,36 @@ def test_connections_are_capped_below_the_descriptor_limit(monkeypatch):
 
     monkeypatch.setattr(resource, "getrlimit", lambda which: (1024, 4096))
     assert module._within_descriptors(100_000) == 512 and module._within_descriptors(100) == 100
+
+
+def test_slow_request_bodies_are_cut_off_and_lock_nobody_out(database):
+    # the sign-in form is a POST anyone may send: a body dripped slowly held its connection for
+    # ever, and the whole cap of them refused every newcomer
+    api = serve(database, ConnectionLimits(max_connections=8, head_timeout_s=HEAD_TIMEOUT_S, keep_alive_s=5.0))
+    slow = []
+    try:
+        for _ in range(8):  # the whole cap, each with its head in and a body that never comes
+            sock = socket.create_connection((api.host, api.port), timeout=5)
+            sock.sendall(b"POST /session HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+                         b"Content-Length: 100000\r\n\r\nkey=")
+            slow.append(sock)
+        time.sleep(0.3)
+        for _ in range(3):  # a newcomer replaces the oldest slow body: never refused
+            status, took_s = healthz(api)
+            assert status == 200 and took_s < 2.0
+        time.sleep(HEAD_TIMEOUT_S + 0.8)  # past the body deadline, whatever they send now
+        assert all(closed_by_server(sock) for sock in slow)
+        assert api.guard.closed["cap"] + api.guard.closed["body-timeout"] >= 8
+        assert api.guard.closed["body-timeout"] >= 1 and not api.guard.receiving
+    finally:
+        for sock in slow:
+            sock.close()
+        api.stop()
+
+
+def test_a_request_with_a_body_sent_in_time_is_answered(server):
+    status, _, body = raw_answer(server, b"POST /session HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                         b"application/x-www-form-urlencoded\r\nContent-Length: 8\r\n"
+                                         b"Connection: close\r\n\r\nkey=abcd")
+    assert status in (303, 400, 401, 403) and status != 408  # the app's answer, not the guard's
+    assert not server.guard.receiving
