@@ -521,3 +521,14 @@ def test_the_audits_own_statement_passes(gateway):
     params = "param_lo=1780000000&param_hi=1780003600"
     status, _, text = gateway.request(_RAW_SQL, params=params)
     assert (status, text) == (200, ""), text  # no readings in that hour: no rows
+
+
+def test_a_with_name_shadows_a_file_of_the_same_name(gateway):
+    # the guard lets a WITH name in scope through unchecked as a table: ClickHouse must read the
+    # subquery, never the file `secret` in the gateway's working directory
+    for user in ("gpubill", "finance"):
+        text = gateway.rows("WITH secret AS (SELECT 'from the subquery' AS line) SELECT * FROM secret", user=user)
+        assert text == "from the subquery\n" and SECRET not in text
+        text = gateway.rows("WITH secret AS (SELECT 'first' AS line) SELECT * FROM secret "
+                            "UNION ALL SELECT * FROM secret", user=user)
+        assert text == "first\nfirst\n" and SECRET not in text
