@@ -130,7 +130,10 @@ def test_idle_and_dripping_connections_are_closed_and_healthz_answers_for_everyo
         assert all(closed_by_server(sock) for sock in idle)
         assert dripped[0] >= 3 * 2  # they kept sending (each more than once), and were closed anyway
         assert all(closed_by_server(sock) for sock in dripping)
-        assert server.guard.closed["cap"] >= 300 - CAP and server.guard.closed["head-timeout"] >= 3
+        # every idle and dripping one was closed by the guard: at the cap or, when accepting 300 took
+        # longer than the deadline (a loaded machine), at the deadline
+        assert server.guard.closed["cap"] + server.guard.closed["head-timeout"] >= 300 + 3
+        assert server.guard.closed["head-timeout"] >= 3
         status, took_s = healthz(server)
         assert status == 200 and took_s < 5.0
     finally:
