@@ -66,6 +66,7 @@ from gpubill.devenv.gateway.auth import (
     load_credentials,
 )
 from gpubill.devenv.gateway.request import (
+    LEADING_COMMENTS,
     GatewayError,
     body_too_large,
     decode_body,
@@ -79,7 +80,7 @@ from gpubill.devenv.gateway.connections import BodyBudget, Connection, Connectio
 from gpubill.devenv.gateway.spawn import GatewayStartError, SpawnedGateway, spawn
 from gpubill.devenv.gateway.sql_guard import Limits, SqlGuard
 from gpubill.errors import ConfigError, GpubillError
-from warehouse.chdb_engine import Answer, Engine, Statement, StatementFailed
+from warehouse.chdb_engine import TRAILING_FORMAT, Answer, Engine, Statement, StatementFailed
 from warehouse.connection import normalize_dsn, open_database, redact
 from warehouse.errors import DatabaseError
 
@@ -138,8 +139,7 @@ class Gate:
         return min(self.max_body_bytes, READER_MAX_BODY_BYTES) if user == READER else self.max_body_bytes
 
 
-TRAILING_FORMAT = re.compile(r"\bFORMAT\s+(\w+)\s*;?\s*$", re.IGNORECASE)
-INSERT_START = re.compile(r"^\s*(?:--[^\n]*\n\s*|/\*.*?\*/\s*)*INSERT\b", re.IGNORECASE | re.DOTALL)
+INSERT_START = re.compile(LEADING_COMMENTS + r"INSERT\b", re.IGNORECASE | re.DOTALL)
 
 
 class Inspection:
