@@ -7,19 +7,8 @@ One home each: the money formulas in `pricing`, the one rounding in `money`, the
 rule set answers with in `rates`, the rule set in `ruleset`, invoice lines in `invoice`.
 """
 
-from billing_rules.aggregate import (
-    AggregateColumns,
-    EnergyTotal,
-    PricedAggregates,
-    RentTotal,
-    aggregation_buckets,
-    price_aggregates,
-    segment_edges,
-)
 from billing_rules.errors import (
-    AggregateStraddlesPrice,
     BillingRulesError,
-    InvalidAggregate,
     InvalidPeriod,
     NoRuleInForce,
     RuleSetInvalid,
@@ -54,15 +43,6 @@ from billing_rules.rates import CreditGrant, EnergyRate, RentRate, SiteInfo
 from billing_rules.ruleset import RuleSet
 
 __all__ = [
-    "AggregateColumns",
-    "AggregateStraddlesPrice",
-    "EnergyTotal",
-    "InvalidAggregate",
-    "PricedAggregates",
-    "RentTotal",
-    "aggregation_buckets",
-    "price_aggregates",
-    "segment_edges",
     "DEFAULT_RULES_DIR",
     "MJ_PER_KWH",
     "RULE_FILES",

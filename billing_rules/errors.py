@@ -6,10 +6,7 @@
     ├── UnknownSite (LookupError)     a site id the rules do not define
     ├── UnknownModel (LookupError)    a GPU model id the catalog does not define
     ├── NoRuleInForce (LookupError)   the id exists but no version is in force at that second
-    ├── InvalidPeriod (ValueError)    a billing period that is not "YYYY-MM"
-    ├── InvalidAggregate (ValueError) aggregates that cannot be priced as given
-    └── AggregateStraddlesPrice (ValueError)
-                                      an aggregate's interval crosses a price or period edge
+    └── InvalidPeriod (ValueError)    a billing period that is not "YYYY-MM"
 
 `RuleSetInvalid` is raised only by `load_rules`, and only before anything is returned,
 so a caller never holds a half-loaded rule set. The lookup errors are raised by
@@ -59,14 +56,3 @@ class NoRuleInForce(BillingRulesError, LookupError):
 
 class InvalidPeriod(BillingRulesError, ValueError):
     """Raised for a billing period string that is not "YYYY-MM" with a month 01–12."""
-
-
-class InvalidAggregate(BillingRulesError, ValueError):
-    """Raised by `price_aggregates` for columns of unequal length, negative counts or an empty interval."""
-
-
-class AggregateStraddlesPrice(BillingRulesError, ValueError):
-    """Raised by `price_aggregates` when an aggregate's interval crosses a price or billing-period boundary.
-
-    Re-aggregate per price segment: bucket readings with `billing_rules.aggregate.aggregation_buckets`.
-    """

@@ -43,7 +43,7 @@ from billing_rules.pricing import (
     rent_amount,
     unit_price_per_hour,
 )
-from billing_rules.rates import CreditGrant, EnergyRate, RentRate
+from billing_rules.rates import CreditGrant
 
 _ONE = Decimal("1.000000")
 
@@ -59,11 +59,6 @@ class RentUsage:
     seconds: int
     discount_pct: Decimal = Decimal(0)  # the contract's discount, a separate discount line
 
-    @classmethod
-    def priced(cls, gpu_model: str, rate: RentRate, seconds: int) -> RentUsage:
-        return cls(gpu_model=gpu_model, plan=rate.plan, price=rate.list_price, per_s=rate.per_s, seconds=seconds,
-                   discount_pct=rate.discount_pct)
-
 
 @dataclass(frozen=True)
 class EnergyUsage:
@@ -74,10 +69,6 @@ class EnergyUsage:
     tariff_per_kwh: Decimal
     pue: Decimal
     energy_mj: int
-
-    @classmethod
-    def priced(cls, site: str, rate: EnergyRate, energy_mj: int) -> EnergyUsage:
-        return cls(site=site, band=rate.band, tariff_per_kwh=rate.tariff_per_kwh, pue=rate.pue, energy_mj=energy_mj)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The money formulas of SPEC §4, in one place: what rented seconds and IT energy cost. Pure.
 
-Every amount in gpubill — the rule set's rates, aggregate totals, invoice lines, cost
-share, what-if, usage reports and the audit — is computed by these functions, so no two
+Every amount in gpubill — the rule set's rates, invoice lines, live spend, cost share,
+what-if, usage reports and the audit — is computed by these functions, so no two
 paths can price the same usage differently:
 
     gpu_hours(s)                           = s / 3600

@@ -6,7 +6,7 @@
     CreditGrant   a credit a tenant may spend against invoices
 
 Rates are values: equal rates compare and hash equal, which is what lets the rule set
-merge neighbouring pieces of time and aggregates total per rate. Their amounts are the
+merge neighbouring pieces of time and hold each rate once. Their amounts are the
 formulas of `billing_rules.pricing`, never written out here.
 """
 

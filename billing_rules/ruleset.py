@@ -9,7 +9,7 @@ date-time `effective_from` (`2026-03-15T12:00:00`).
 Two ways to ask:
 - per second: `rent_rate`, `energy_rate` (streams call these once per reading);
 - per interval: `rent_segments`, `energy_segments` split [start, end) into maximal
-  pieces of constant rate, which is what pricing aggregates and what-if need.
+  pieces of constant rate (`gpubill bench month` writes a month's rated rows from them).
 
 Both come from one computation (`_rent_pieces`, `_energy_pieces`): collect the instants
 where a rate may change (`billing_rules.timeline`), evaluate the rate at each, merge
@@ -244,30 +244,6 @@ class RuleSet:
             if rate is None:
                 raise self._no_energy_rule(site, start)
         return _segments(starts, rates, end_s)
-
-    def price_boundaries(
-        self,
-        start_s: int,
-        end_s: int,
-        *,
-        site: str | None = None,
-        tenant: str | None = None,
-        gpu_model: str | None = None,
-    ) -> list[int]:
-        """Sorted instants strictly inside (start_s, end_s) where a bill may have to split.
-
-        Always the billing-period edges; with `site`, where its electricity rate changes;
-        with `gpu_model`, where the rent of `tenant` (None: a tenant without contract)
-        changes. Aggregates whose intervals avoid these instants each have one price.
-        Seconds without a rule in force are not an error here (they start a piece too).
-        """
-        _check_interval(start_s, end_s)
-        found = set(self._period_starts_in(start_s, end_s))
-        if site is not None:
-            found.update(self._energy_pieces(site, start_s, end_s)[0][1:])
-        if gpu_model is not None:
-            found.update(self._rent_pieces(tenant or "", gpu_model, start_s, end_s)[0][1:])
-        return sorted(found)
 
     # internals ------------------------------------------------------------------------
 

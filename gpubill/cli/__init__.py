@@ -11,7 +11,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill rollup                            rollup.py
     gpubill dlq list                          dlq.py
     gpubill rules check                       rules.py
-    gpubill bench pricing | pipeline | rating bench.py
+    gpubill bench pipeline | spend | rating | month | api   bench.py
     gpubill db migrate, clickhouse serve      db.py
     gpubill demo                              demo.py
     gpubill archive [verify], retention apply archive.py

@@ -1,38 +1,15 @@
-"""`gpubill bench pricing|pipeline|spend|rating|month|api`: measured figures of the paths users run.
+"""`gpubill bench pipeline|spend|rating|month|api`: measured figures of the paths users run.
 
 The benchmarks themselves are gpubill/bench/; docs/performance.md records their results.
 """
 
 from __future__ import annotations
 
-import sys
-
 import typer
 
-from gpubill.cli.common import err, out, print_figures, terminal_text
+from gpubill.cli.common import err, print_figures, terminal_text
 
 app = typer.Typer(help="Benchmarks (measured figures, not tests).", no_args_is_help=True)
-
-
-@app.command("pricing")
-def bench_pricing_command(
-    cards: int = typer.Option(1280, min=1, help="Cards in the fleet (the operator's site has 1,280)."),
-    repeat: int = typer.Option(3, min=1, help="Runs; the best is reported."),
-    as_json: bool = typer.Option(False, "--json", help='Print {"gpu_seconds", "seconds", "gpu_seconds_per_s"}.'),
-) -> None:
-    """Price a month of per-card-per-hour aggregates (time-of-use site, mid-month rule change)."""
-    import orjson
-
-    from gpubill.bench.pricing import bench_pricing
-
-    result = bench_pricing(cards=cards, repeat=repeat)
-    if as_json:
-        sys.stdout.write(orjson.dumps(result).decode() + "\n")
-        return
-    out.print(
-        f"priced {result['gpu_seconds']:,} GPU-seconds ({cards:,} cards × a month) in {result['seconds']:.3f} s: "
-        f"{result['gpu_seconds_per_s']:,.0f} GPU-seconds/s"
-    )
 
 
 @app.command("pipeline")

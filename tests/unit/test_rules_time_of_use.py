@@ -268,17 +268,21 @@ def test_segments_refuse_seconds_without_rules(rules: RuleSet) -> None:
         rules.energy_segments("gz-noon", 10, 5)
 
 
-def test_price_boundaries(rules: RuleSet) -> None:
+def test_segments_start_where_a_price_changes_and_nowhere_else(rules: RuleSet) -> None:
     mar_1, apr_1 = utc("2026-02-28T16:00:00"), utc("2026-03-31T16:00:00")
-    # only the period edge (1 April 00:00 local) lies inside
-    assert rules.price_boundaries(mar_1 - H, mar_1 + H) == [mar_1]
+
+    def inner_starts(segments: list) -> list[int]:
+        return [a for a, _, _ in segments[1:]]
+
+    # only the period edge (1 March 00:00 local) lies inside, for a tenant without contract
+    assert inner_starts(rules.rent_segments("nobody", "A800-80G", mar_1 - H, mar_1 + H)) == [mar_1]
     # the L40S price change and the lab contract start, in March
-    assert rules.price_boundaries(mar_1, apr_1, tenant="lab", gpu_model="L40S") == [
+    assert inner_starts(rules.rent_segments("lab", "L40S", mar_1, apr_1)) == [
         utc("2026-03-10T04:00:00"),
         utc("2026-03-20T10:30:00"),
     ]
     # gz-noon on 15 March: 08:00, 12:00 local; and 22:00 the day before
-    assert rules.price_boundaries(utc("2026-03-14T12:00:00"), utc("2026-03-15T12:00:00"), site="gz-noon") == [
+    assert inner_starts(rules.energy_segments("gz-noon", utc("2026-03-14T12:00:00"), utc("2026-03-15T12:00:00"))) == [
         utc("2026-03-14T14:00:00"),
         utc("2026-03-15T00:00:00"),
         utc("2026-03-15T04:00:00"),
