@@ -9,14 +9,13 @@ them; streams/rating/protocol.py is the rater's contract).
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from streams.crash import crash
 from streams.freshness import Freshness
 from streams.lookup import StoredLookup
 from streams.metrics import Metrics
@@ -25,8 +24,6 @@ from streams.rating.protocol import BatchRater, BatchResult, utcnow
 from streams.sink import ClickHouseSink
 from streams.spend.ledger import SpendLedger
 from warehouse.errors import DatabaseError
-
-log = logging.getLogger("gpubill.worker")
 
 
 @dataclass
@@ -106,14 +103,13 @@ class Pipeline:
 
     async def in_thread(self, executor: ThreadPoolExecutor, func, *args):
         """Run `func` in `executor`'s thread. If it fails — ClickHouse gave up, or a bug — the
-        process exits at once, the batch never marked done and so never committed: a crashed
-        agent would otherwise leave a worker that consumes nothing (and a drain that never ends)."""
+        process exits at once through streams/crash.py, the batch never marked done and so never
+        committed: a crashed agent would otherwise leave a worker that consumes nothing (and a
+        drain that never ends)."""
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(executor, func, *args)
         except DatabaseError:
-            log.exception("ClickHouse did not accept a batch; exiting without committing its offsets")
+            crash("clickhouse-unavailable", "ClickHouse did not accept a batch; its offsets are not committed")
         except Exception:  # noqa: BLE001 - see the docstring
-            log.exception("a batch could not be processed; exiting without committing its offsets")
-        logging.shutdown()
-        os._exit(3)
+            crash("batch-failed", "a batch could not be processed; its offsets are not committed")

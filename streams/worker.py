@@ -35,6 +35,7 @@ from aiokafka.errors import KafkaError
 
 from billing_rules.periods import previous_period
 from schemas.topics import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, spend_topic
+from streams.crash import crash
 from streams.deadletters import deadletter_row_from_record
 from streams.errors import StreamsError
 from streams.kafka import record_sets
@@ -163,9 +164,7 @@ def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
         try:
             await spend_producer.send(records)
         except Exception:  # noqa: BLE001 - a batch whose spend is lost must never be committed
-            log.exception("could not produce spend records; exiting without committing the batch")
-            logging.shutdown()
-            os._exit(3)
+            crash("spend-not-produced", "could not produce spend records; the batch is not committed")
         turn.set_result(None)
         if pipeline.metrics and records:
             pipeline.metrics.spend_records.inc(len(records))
@@ -199,9 +198,7 @@ def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - a worker that no longer consumes must not linger
-            log.exception("the Kafka feeder failed; exiting (what was not committed is delivered again)")
-            logging.shutdown()
-            os._exit(3)
+            crash("feeder-failed", "the Kafka feeder failed (what was not committed is delivered again)")
 
     async def feed_readings(batch: Batch) -> None:
         await readings_channel.send(value=batch)
@@ -234,9 +231,7 @@ async def _take_over_spend(settings: KafkaSettings, pipeline: Pipeline, assigned
         records = await latest_spend_records(settings.kafka, spend_topic(settings.group),
                                              client_options(settings, client="aiokafka"), settings.partitions)
     except Exception:  # noqa: BLE001 - rating without the marks would count a predecessor's spend again
-        log.exception("could not read the spend topic at an assignment; exiting (nothing of it was rated)")
-        logging.shutdown()
-        os._exit(3)
+        crash("spend-takeover", "could not read the spend topic at an assignment (nothing of it was rated)")
     loaded = pipeline.spend.load(records, partitions)
     log.info("took over the spend of %d partitions (%d tenant records)", len(partitions), loaded)
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from concurrent.futures import Executor
 from typing import Any, Callable
 
@@ -30,6 +29,7 @@ import faust
 from schemas.billing_events import BillingEvent, encode_event
 from schemas.spend import InvalidSpendRecord, SpendRecord, parse_record, spend_partition
 from schemas.topics import TOPIC_BILLING_EVENTS, spend_topic
+from streams.crash import crash
 from streams.kafka.logs import committed_offsets, end_offsets
 from streams.kafka.settings import KafkaSettings, client_options
 from streams.spend.tracker import SpendTracker
@@ -88,9 +88,7 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
             try:
                 yield await _track(event)
             except Exception:  # noqa: BLE001 - a tracker that stopped tracking must not linger
-                log.exception("the spend tracker failed on a record; exiting (it is consumed again on restart)")
-                logging.shutdown()
-                os._exit(3)
+                crash("tracker-failed", "the spend tracker failed on a record (it is consumed again on restart)")
 
     async def _track(event: Any) -> list[SpendRecord]:
         message = event.message
@@ -141,9 +139,7 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
             try:
                 await tracker.evaluate_dirty(spend_by_tenant.get)
             except Exception:  # noqa: BLE001 - as the agent: a tracker that stopped must not linger
-                log.exception("the spend tracker failed to evaluate; exiting (its state is in the changelog)")
-                logging.shutdown()
-                os._exit(3)
+                crash("tracker-failed", "the spend tracker failed to evaluate (its state is in the changelog)")
 
     @app.timer(context_every_s)
     async def refresh_context() -> None:
