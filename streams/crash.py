@@ -50,16 +50,18 @@ _NAME, _HELP = "gpubill_crashes", "Exits with status 3 (state unknown, restart),
 CRASHES = Counter(_NAME, _HELP, ["reason"], registry=REGISTRY)
 
 
-def crash(reason: str, message: str) -> NoReturn:
+def crash(reason: str, message: str, *, with_exception: bool = True) -> NoReturn:
     """Log, count and flush (see the module's steps), then exit with status 3. Never returns.
-    Call it in the `except` block of what failed: the exception goes into the log line."""
+    Call it in the `except` block of what failed: the exception goes into the log line (unless
+    `with_exception` is False: the message says all, e.g. ClickHouse's own refusal)."""
     if reason not in REASONS:  # a typo must not mint a label; the exit matters more than the word
         message, reason = f"{message} (unlisted reason {reason!r})", "unlisted"
     CRASHES.labels(reason).inc()
     count = _counted(reason)
     info = sys.exc_info()
     log.critical("%s; exiting with status %d to be restarted", message, EXIT_STATUS,
-                 extra={"reason": reason, "crashes": count}, exc_info=info if info[0] is not None else None)
+                 extra={"reason": reason, "crashes": count},
+                 exc_info=info if with_exception and info[0] is not None else None)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

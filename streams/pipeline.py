@@ -23,7 +23,7 @@ from schemas.spend import SpendRecord
 from streams.rating.protocol import BatchRater, BatchResult, utcnow
 from streams.sink import ClickHouseSink
 from streams.spend.ledger import SpendLedger
-from warehouse.errors import DatabaseError
+from warehouse.errors import DatabaseError, StatementRefused
 
 
 @dataclass
@@ -102,13 +102,17 @@ class Pipeline:
         return await self.in_thread(self.writer, func, *args)
 
     async def in_thread(self, executor: ThreadPoolExecutor, func, *args):
-        """Run `func` in `executor`'s thread. If it fails — ClickHouse gave up, or a bug — the
-        process exits at once through streams/crash.py, the batch never marked done and so never
+        """Run `func` in `executor`'s thread. If it fails — ClickHouse refused a statement for good
+        or stayed unavailable past the sink's retries, or a bug — the process exits at once
+        through streams/crash.py, the batch never marked done and so never
         committed: a crashed agent would otherwise leave a worker that consumes nothing (and a
         drain that never ends)."""
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(executor, func, *args)
+        except StatementRefused as exc:  # retrying cannot help: stop, uncommitted, and say why in one line
+            crash("clickhouse-refused", f"{exc} (ClickHouse error code {exc.code}: retrying cannot help); the "
+                  "batch's offsets are not committed", with_exception=False)
         except DatabaseError:
             crash("clickhouse-unavailable", "ClickHouse did not accept a batch; its offsets are not committed")
         except Exception:  # noqa: BLE001 - see the docstring

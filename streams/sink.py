@@ -10,8 +10,11 @@ Flush, in steps (after OpenMeter's sink):
    (streams/kafka/feeder.py): at-least-once delivery plus idempotent writes = effectively once.
 
 If ClickHouse does not acknowledge, the sink retries with backoff and the batch is not
-done; when it gives up (drain mode), the process exits at once without committing, which
-is the same as a crash before step 2.
+done; when it gives up (after `max_wait_s`), the process exits at once without committing,
+which is the same as a crash before step 2. A refusal that no retry can pass — ClickHouse's
+error code says so (`warehouse.errors.StatementRefused`: a syntax error, an unknown table or
+column, a type mismatch, a value too large) — is not retried at all: it is raised at once,
+and the worker exits the same way (streams/crash.py) instead of spinning for an hour.
 """
 
 from __future__ import annotations
@@ -72,7 +75,8 @@ class ClickHouseSink:
 
     def _insert_with_retry(self, table: str, rows: "list[tuple] | tuple[bytes, int]", columns: tuple[str, ...],
                            hours: list[tuple[str, int]] | tuple = ()) -> None:
-        """Insert plain rows, or a (Native block, row count); retried with backoff. Rated rows'
+        """Insert plain rows, or a (Native block, row count); retried with backoff while the error
+        may pass (`DatabaseError.permanent` False), raised at once when it cannot. Rated rows'
         hours are stamped first, before each attempt (warehouse/writes.py)."""
         delay_s, waited_s = 0.5, 0.0
         while True:
@@ -84,7 +88,7 @@ class ClickHouseSink:
                     self.database.insert(table, rows, columns)
                 return
             except DatabaseError as exc:
-                if waited_s >= self.max_wait_s:
+                if exc.permanent or waited_s >= self.max_wait_s:
                     raise
                 self.stats.retries += 1
                 log.warning("insert into %s failed, retrying in %.1fs: %s", table, delay_s, exc)

@@ -20,10 +20,10 @@ from typing import Any, Sequence
 from urllib.parse import urlsplit
 
 import clickhouse_connect
-from clickhouse_connect.driver.exceptions import ClickHouseError
+from clickhouse_connect.driver.exceptions import ClickHouseError, DataError, ProgrammingError
 
 from warehouse import migrations
-from warehouse.errors import DatabaseBusy, DatabaseError, DsnInvalid
+from warehouse.errors import PERMANENT_CODES, DatabaseBusy, DatabaseError, DsnInvalid, StatementRefused
 
 
 def normalize_dsn(dsn: str) -> str:
@@ -66,19 +66,19 @@ class Database:
         try:
             return self.client.command(sql, parameters=parameters)
         except ClickHouseError as exc:
-            raise DatabaseError(f"ClickHouse refused a statement: {_first_line(exc)}") from exc
+            raise refused(exc, f"ClickHouse refused a statement: {_first_line(exc)}") from exc
 
     def query(self, sql: str, parameters: dict | None = None) -> list[tuple]:
         try:
             return self.client.query(sql, parameters=parameters).result_rows
         except ClickHouseError as exc:
-            raise DatabaseError(f"ClickHouse refused a query: {_first_line(exc)}") from exc
+            raise refused(exc, f"ClickHouse refused a query: {_first_line(exc)}") from exc
 
     def query_dicts(self, sql: str, parameters: dict | None = None) -> list[dict]:
         try:
             result = self.client.query(sql, parameters=parameters)
         except ClickHouseError as exc:
-            raise DatabaseError(f"ClickHouse refused a query: {_first_line(exc)}") from exc
+            raise refused(exc, f"ClickHouse refused a query: {_first_line(exc)}") from exc
         names = result.column_names
         return [dict(zip(names, row)) for row in result.result_rows]
 
@@ -88,7 +88,7 @@ class Database:
         try:
             return self.client.raw_query(sql, parameters=parameters, fmt=fmt)
         except ClickHouseError as exc:
-            raise DatabaseError(f"ClickHouse refused a query: {_first_line(exc)}") from exc
+            raise refused(exc, f"ClickHouse refused a query: {_first_line(exc)}") from exc
 
     def insert(self, table: str, rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> None:
         """Insert rows; raises DatabaseError when ClickHouse does not acknowledge them."""
@@ -98,7 +98,7 @@ class Database:
         try:
             self.client.insert(table, rows, column_names=list(columns))
         except ClickHouseError as exc:
-            raise DatabaseError(f"ClickHouse refused an insert into {table}: {_first_line(exc)}") from exc
+            raise refused(exc, f"ClickHouse refused an insert into {table}: {_first_line(exc)}") from exc
 
     def insert_native(self, table: str, columns: Sequence[str], block: bytes) -> None:
         """Insert one ready-made block in ClickHouse's Native format (see warehouse/native_format.py)."""
@@ -110,7 +110,7 @@ class Database:
             # a sixth of the insert's CPU.
             self.client.raw_insert(table, list(columns), block, fmt="Native", settings={"optimize_on_insert": 0})
         except ClickHouseError as exc:
-            raise DatabaseError(f"ClickHouse refused an insert into {table}: {_first_line(exc)}") from exc
+            raise refused(exc, f"ClickHouse refused an insert into {table}: {_first_line(exc)}") from exc
 
     def migrate(self) -> list[str]:
         """Apply the shipped migrations not yet recorded; idempotent. Returns the names applied."""
@@ -151,7 +151,7 @@ def open_database(dsn: str, *, migrate: bool = True) -> Database:
     except ClickHouseError as exc:
         if lock_fd is not None:
             os.close(lock_fd)
-        raise DatabaseError(f"cannot open ClickHouse at {redact(dsn)}: {_first_line(exc)}") from exc
+        raise refused(exc, f"cannot open ClickHouse at {redact(dsn)}: {_first_line(exc)}") from exc
     except BaseException:
         if lock_fd is not None:
             os.close(lock_fd)
@@ -197,6 +197,36 @@ def _slowpoint(name: str) -> None:
         except (OSError, ValueError):
             return
         time.sleep(delay_s)
+
+
+def refused(exc: BaseException, message: str) -> DatabaseError:
+    """The warehouse's error for a ClickHouse client error: StatementRefused when no retry can
+    pass it (`is_permanent`), else a DatabaseError that a retry may pass. Either carries
+    ClickHouse's error code (None when it gave none)."""
+    code = error_code(exc)
+    return (StatementRefused if is_permanent(exc) else DatabaseError)(message, code=code)
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """Whether retrying the statement cannot help. With a ClickHouse error code: the code is one
+    of PERMANENT_CODES. Without one, either ClickHouse never answered (connection refused, timed
+    out: transient) or the client refused the statement before sending it (ProgrammingError: an
+    unknown column, a bad setting; DataError: a value its column's type cannot hold: permanent)
+    — except a session busy with another thread's statement, which the next attempt finds free."""
+    code = error_code(exc)
+    if code is not None:
+        return code in PERMANENT_CODES
+    return isinstance(exc, (ProgrammingError, DataError)) and "concurrent queries" not in str(exc)
+
+
+def error_code(exc: BaseException) -> int | None:
+    """ClickHouse's numeric error code of a client error: clickhouse-connect's `code` (1.12 and
+    later, both backends), else the "Code: N." its message starts with."""
+    code = getattr(exc, "code", None)
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code
+    match = re.search(r"\bCode:\s*(\d+)", str(exc))
+    return int(match.group(1)) if match else None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -2,12 +2,17 @@
 
     WarehouseError           base; the CLI prints str(exc) and exits 1
     ├── DsnInvalid           GPUBILL_CLICKHOUSE is not a DSN we can open (scheme, host, path)
-    └── DatabaseError        ClickHouse refused a statement or could not be reached
+    └── DatabaseError        ClickHouse refused a statement or could not be reached (`permanent` False:
+        │                    a retry may succeed — connection refused, timeout, too many parts, memory)
+        ├── StatementRefused ClickHouse refused it for good (`permanent` True: PERMANENT_CODES)
         └── DatabaseBusy     the embedded chDB directory is held by another process
 
 The ClickHouse client's own errors never leave this package: `warehouse.connection`
-translates them, `from` the original.
+translates them, `from` the original, and decides there — from ClickHouse's error code —
+whether a retry can help.
 """
+
+from __future__ import annotations
 
 
 class WarehouseError(Exception):
@@ -19,8 +24,77 @@ class DsnInvalid(WarehouseError):
 
 
 class DatabaseError(WarehouseError):
-    """ClickHouse could not be opened or refused a statement (the DSN is named, never its password)."""
+    """ClickHouse could not be opened or refused a statement (the DSN is named, never its password).
+
+    `code`: ClickHouse's error code when it answered with one (None: no answer — connection
+    refused, a timeout, a failpoint). `permanent`: whether retrying the same statement is
+    pointless (False here: it may succeed later)."""
+
+    permanent = False
+
+    def __init__(self, message: str, *, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class StatementRefused(DatabaseError):
+    """Raised when ClickHouse refuses a statement for a reason that retrying cannot remove — its
+    error code is one of PERMANENT_CODES (a syntax error, an unknown table or column, a type
+    mismatch, a value or size out of bounds, no permission): the statement, the schema or the
+    grants must change first."""
+
+    permanent = True
 
 
 class DatabaseBusy(DatabaseError):
     """The embedded chDB database is locked by another process (one process per directory)."""
+
+
+# ClickHouse's error codes (src/Common/ErrorCodes.cpp; tests/unit/test_database_errors.py holds the
+# names to the installed engine's errorCodeToName) that no retry of the same statement can pass.
+# Anything else — no code at all (connection refused, timed out), TOO_MANY_PARTS, MEMORY_LIMIT_EXCEEDED,
+# TIMEOUT_EXCEEDED, TOO_MANY_SIMULTANEOUS_QUERIES, NETWORK_ERROR, KEEPER_EXCEPTION, an unknown code —
+# is taken as transient: retried, as every error was before.
+PERMANENT_CODES: dict[int, str] = {
+    6: "CANNOT_PARSE_TEXT",
+    8: "THERE_IS_NO_COLUMN",
+    9: "SIZES_OF_COLUMNS_DOESNT_MATCH",
+    10: "NOT_FOUND_COLUMN_IN_BLOCK",
+    15: "DUPLICATE_COLUMN",
+    16: "NO_SUCH_COLUMN_IN_TABLE",
+    19: "SIZE_OF_FIXED_STRING_DOESNT_MATCH",
+    20: "NUMBER_OF_COLUMNS_DOESNT_MATCH",
+    26: "CANNOT_PARSE_QUOTED_STRING",
+    27: "CANNOT_PARSE_INPUT_ASSERTION_FAILED",
+    36: "BAD_ARGUMENTS",
+    38: "CANNOT_PARSE_DATE",
+    41: "CANNOT_PARSE_DATETIME",
+    42: "NUMBER_OF_ARGUMENTS_DOESNT_MATCH",
+    43: "ILLEGAL_TYPE_OF_ARGUMENT",
+    44: "ILLEGAL_COLUMN",
+    46: "UNKNOWN_FUNCTION",
+    47: "UNKNOWN_IDENTIFIER",
+    48: "NOT_IMPLEMENTED",
+    53: "TYPE_MISMATCH",
+    60: "UNKNOWN_TABLE",
+    62: "SYNTAX_ERROR",
+    69: "ARGUMENT_OUT_OF_BOUND",
+    70: "CANNOT_CONVERT_TYPE",
+    72: "CANNOT_PARSE_NUMBER",
+    81: "UNKNOWN_DATABASE",
+    115: "UNKNOWN_SETTING",
+    117: "INCORRECT_DATA",
+    128: "TOO_LARGE_ARRAY_SIZE",
+    131: "TOO_LARGE_STRING_SIZE",
+    158: "TOO_MANY_ROWS",
+    164: "READONLY",
+    190: "SIZES_OF_ARRAYS_DONT_MATCH",
+    290: "LIMIT_EXCEEDED",  # also the chDB gateway's "body larger than the limit" (send smaller batches)
+    307: "TOO_MANY_BYTES",
+    321: "VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE",
+    349: "CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN",
+    386: "NO_COMMON_TYPE",
+    396: "TOO_MANY_ROWS_OR_BYTES",
+    497: "ACCESS_DENIED",
+    516: "AUTHENTICATION_FAILED",
+}
