@@ -159,7 +159,7 @@ class RuleSet:
 
     def credit_grants(self, tenant: str, *, new_tenant: bool) -> tuple[CreditGrant, ...]:
         """Every credit `tenant` has been granted: billing.toml's new-tenant credits when
-        `new_tenant` (the caller decides who qualifies: reports/tenants.py, registered and
+        `new_tenant` (the caller decides who qualifies: billing/tenants.py, registered and
         active), then its contract's in contracts.toml, which an explicit contract grants
         whatever the registry says. Keyword and required, so no caller grants the trial credit
         to every id by default.

@@ -93,7 +93,7 @@ class Settings(BaseSettings):
                                           "(KiB/s) after a grace of gateway_head_timeout_s, or the connection is closed")
     gateway_body_budget_mb: int = Field(512, ge=1, le=65536, description="request bodies (MiB) the gateway holds "
                                         "at once across connections; past it: 503, retry later")
-    # the tenant API (`gpubill serve`, `gpubill up`; gpubill/api/, docs/api.md): its limits
+    # the tenant API (`gpubill serve`, `gpubill up`; tenant_api/, docs/api.md): its limits
     api_rate_per_s: float = Field(20.0, gt=0, le=100000, description="requests per second per API key, sustained "
                                   "(over it: 429 with Retry-After)")
     api_rate_burst: int = Field(100, ge=1, le=1000000, description="requests per API key at once after a quiet spell")

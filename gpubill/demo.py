@@ -21,10 +21,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
-from warehouse.connection import open_database
 from gpubill.config import Settings
-from reports.render.format import terminal_text
 from gpubill.errors import GpubillError
+from reports.render.format import terminal_text
+from warehouse.connection import open_database
 
 DEMO_MODELS = ["RTX4090", "A800-80G", "H800-80G"]
 # The simulator names its tenants tenant-01 … tenant-NN (gpubill/devenv/simulator.py).
@@ -36,10 +36,11 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
     from billing_rules import load_rules
     from gpubill.devenv.kafka_broker import LocalBroker
     from reports.cost_share import cost_share, store_cost_share, what_if
-    from reports.invoicing import list_invoices, run_period, write_invoice_files
+    from billing.invoicing import list_invoices, run_period
+    from reports.invoice_files import write_invoice_files
     from reports.outputs import output_name, path_inside, write_output
     from reports.render import render_cost_share, render_usage
-    from reports.tenants import add_tenant
+    from billing.tenants import add_tenant
     from reports.usage_report import usage_report
     from streams.kafka.admin import ensure_pipeline_topics
     from streams.kafka.producers import produce_readings

@@ -10,16 +10,21 @@ Each lower package has its own base, translated here at the boundary:
     schemas.errors.SchemaError          bad input (readings are dead-lettered, never raised to users)
     billing_rules.errors.BillingRulesError
     warehouse.errors.WarehouseError     ClickHouse: DSN, unreachable, refused, busy
+    usage has none of its own: reading rated usage fails as the warehouse's errors
+    billing.errors.BillingError         the state of money: not found, lease, tenants, balances
+    reports.errors.ReportsError         what people read: archives, retention, fonts
+    tenant_api.errors.ApiError          the tenant API: keys, the access log, listening
     streams.errors.StreamsError         Kafka: unreachable, topics; files to replay; metrics port
-    reports.errors.ReportsError         invoices and reports: not found
 """
 
 from __future__ import annotations
 
+from billing.errors import BillingError
 from billing_rules.errors import BillingRulesError
 from reports.errors import ReportsError
 from schemas.errors import SchemaError
 from streams.errors import StreamsError
+from tenant_api.errors import ApiError
 from warehouse.errors import WarehouseError
 
 
@@ -33,5 +38,5 @@ class ConfigError(GpubillError):
 
 # What the command line prints as one line (str(exc)) with exit status 1.
 USER_ERRORS: tuple[type[Exception], ...] = (
-    GpubillError, BillingRulesError, WarehouseError, StreamsError, ReportsError, SchemaError,
+    GpubillError, BillingRulesError, WarehouseError, StreamsError, BillingError, ReportsError, ApiError, SchemaError,
 )

@@ -46,8 +46,8 @@ from typing import Any
 from billing_rules.errors import BillingRulesError
 from reports.errors import ReportsError
 from reports.outputs import DEFAULT_FILE_MODE, make_dirs
-from reports.rated import hour_range, retained_periods, second_range
 from schemas.tables import PIPELINE_TABLES
+from usage.rated import hour_range, retained_periods, second_range
 
 FORMAT = "gpubill-archive/1"
 MANIFEST = "manifest.json"

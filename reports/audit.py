@@ -3,7 +3,7 @@
 The raw side is one SQL pass over readings_usage and readings_power: the first reading per
 (gpu, second) in partition order counts (duplicates and conflicts drop out), power joins
 the usage of the same second, and the period is the billing-time-zone month of the second.
-The rated side is what every report reads (reports.rated: published rollups, and the
+The rated side is what every report reads (usage.rated: published rollups, and the
 per-second rows of hours not rolled up since their last write). Both are compared per tenant ('' = unallocated
 energy): rented GPU-seconds, millijoules, and the exact amounts (rent priced by the rules
 in force at each minute, electricity by each minute's band, tariff and PUE) rounded once.
@@ -27,7 +27,7 @@ from fractions import Fraction
 from typing import Any
 
 from billing_rules import energy_amount, rent_amount, round_fen
-from reports.rated import Coverage, coverage, grouped_sql, retained_periods, source_of
+from usage.rated import Coverage, coverage, grouped_sql, retained_periods, source_of
 
 _RAW_SQL = """
 WITH

@@ -16,11 +16,11 @@ from fractions import Fraction
 from typing import Any
 
 from billing_rules import UnknownSite, billed_kwh, energy_amount, gpu_hours, rent_amount, round_fen, round_quantity
-from reports.rated import card_models_sql, coverage, source_of
+from usage.rated import card_models_sql, coverage, source_of
 
 # Power seconds without any usage reading carry no model (the rater never guesses one, so
 # rows converge whatever the arrival order); here, with the whole period at hand, such a
-# card's model is taken from its usage readings at any time (reports.rated.card_models_sql).
+# card's model is taken from its usage readings at any time (usage.rated.card_models_sql).
 _RATED = """
 (SELECT r.* REPLACE (if(r.gpu_model != '', r.gpu_model, m.model) AS gpu_model)
  FROM {source} AS r LEFT JOIN {models} AS m ON r.gpu_uuid = m.gpu_uuid)

@@ -2,7 +2,7 @@
 
 The per-second rows — `rated_seconds` and the raw readings `readings_usage`,
 `readings_power` — are most of the database. Once a period is invoiced and rolled up, every
-report of it reads the rollups (reports/rated.py), so those rows are needed only to
+report of it reads the rollups (usage/rated.py), so those rows are needed only to
 re-derive it, which an archive (reports/archive.py) can do. Retention never happens by
 default: `gpubill retention apply --period P`, or GPUBILL_RETAIN_PERIODS for a policy.
 
@@ -58,8 +58,8 @@ from reports.archive import (
 )
 from reports.audit import rollup_differences
 from reports.errors import ReportsError
-from reports.rated import coverage, retained_periods, second_range
-from reports.rollup import roll_up
+from usage.rated import coverage, retained_periods, second_range
+from usage.rollup import roll_up
 
 log = logging.getLogger("gpubill.retention")
 

@@ -6,7 +6,7 @@ so a tenant never sees another tenant's data. Money is rounded once per report r
 invoice rounds once per invoice line, so row sums may differ from it by a few fen (and an
 hourly report's sums from the daily one's, since it rounds once per hour row).
 
-Hourly rows come from the rated source's own grain (one row per UTC hour: `reports.rated`),
+Hourly rows come from the rated source's own grain (one row per UTC hour: `usage.rated`),
 so they cost no more to read than daily ones; an hour is named by its start in the billing
 time zone, ``2026-03-05T14:00:00+08:00``.
 """
@@ -20,8 +20,8 @@ from fractions import Fraction
 from typing import Any
 
 from billing_rules import billed_kwh, energy_amount, gpu_hours, rent_amount, round_fen, round_quantity
-from reports.rated import rated_source
 from reports.usage_model import GRANULARITIES, UsageReport, UsageRow
+from usage.rated import rated_source
 
 _SQL = """
 SELECT toString(day) AS day_text, {hour} AS hour_s, instance, gpu_uuid, gpu_model, stream,

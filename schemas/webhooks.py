@@ -10,7 +10,7 @@ A delivery is an HTTP POST of the event's canonical JSON (schemas/billing_events
 `t` is the time of that attempt (each retry signs again), so a receiver can refuse old
 signatures (`verify`'s `tolerance_s`) and a captured request cannot be replayed later.
 
-Every attempt is recorded (reports/webhook_deliveries.py, migration 0017) as one
+Every attempt is recorded (billing/webhook_deliveries.py, migration 0017) as one
 `DeliveryAttempt` with one of three statuses:
 
     delivered   the receiver answered 2xx

@@ -109,7 +109,7 @@ class Metrics:
 
 # v_unregistered_usage (migration 0011): rated usage of tenant ids that are not registered.
 # `gpubill tenant unknown` applies the same filter to the invoice run's source to price it
-# (reports/tenants.py `unregistered_sql`; tests/unit/test_tenants.py holds the two equal).
+# (billing/tenants.py `unregistered_sql`; tests/unit/test_tenants.py holds the two equal).
 UNREGISTERED_SQL = (
     "SELECT period, count(), sum(rented_seconds) FROM v_unregistered_usage "
     "WHERE period IN ({current:String}, {previous:String}) GROUP BY period"

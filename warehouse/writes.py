@@ -1,6 +1,6 @@
 """Which hours of `rated_seconds` were written, and until when: the stamps rollups trust.
 
-The hourly rollups (reports/rollup.py) must know, for every (period, hour), whether rows
+The hourly rollups (usage/rollup.py) must know, for every (period, hour), whether rows
 were written since it was last rolled up. Workers' clocks are not trusted: a stamp is the
 database's clock. The sink stamps the hours a batch writes *before* it writes them, and
 ahead of time: `written_at` = the database's now + MARGIN_S, meaning "rows of this hour may
@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-# Tests lower it (GPUBILL_ROLLUP_MARGIN_S=0) to see rollups at once; reports/rated.py and the
+# Tests lower it (GPUBILL_ROLLUP_MARGIN_S=0) to see rollups at once; usage/rated.py and the
 # SQL view v_live_hours (migration 0008) use the same margin.
 MARGIN_S = int(os.environ.get("GPUBILL_ROLLUP_MARGIN_S", "60"))
 

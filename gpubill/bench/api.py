@@ -8,7 +8,7 @@ the rest of the month as exactly the rollups those rows would give). Tenant `ten
 cards; a Chinese display name) is registered and gets one API key per client, as fifty
 people of one customer each with their own key, so no per-key limit is what is measured.
 
-What it times: the real app (`gpubill.api.create_app`) served by uvicorn in a child process
+What it times: the real app (`tenant_api.create_app`) served by uvicorn in a child process
 (the embedded database is one process's), asked by `clients` concurrent clients (each its
 own kept-alive connection and key):
 
@@ -95,9 +95,9 @@ def _month(directory: Path, gpus: int, days: int, clients: int, say: Say) -> lis
                            "days); give another --keep directory")
     from billing_rules import load_rules
     from gpubill.bench.month import DAY_S, EXAMPLE_TOU_DIR, HOUR_S, make_fleet, write_month
-    from reports.api_keys import create_key
-    from reports.rollup import roll_up
-    from reports.tenants import add_tenant
+    from tenant_api.keys import create_key
+    from usage.rollup import roll_up
+    from billing.tenants import add_tenant
     from warehouse import writes
     from warehouse.connection import open_database
 
@@ -169,14 +169,14 @@ class _Server:
 def _serve(dsn: str, port: int) -> None:
     """The child: the real app over the month, the service's clock fixed at CLOCK."""
     from billing_rules import load_rules
-    from gpubill.api.app import create_app
-    from gpubill.api.reads import Reads
-    from gpubill.api.records import AccessRecorder
-    from gpubill.api.server import ApiServer
-    from gpubill.api.service import Limits, Service
+    from tenant_api.app import create_app
+    from tenant_api.reads import Reads
+    from tenant_api.records import AccessRecorder
+    from tenant_api.server import ApiServer
+    from tenant_api.service import Limits, Service
     from gpubill.bench.month import EXAMPLE_TOU_DIR
     from gpubill.config import load_settings
-    from reports.access_log import record_access
+    from tenant_api.access_log import record_access
     from warehouse.connection import open_database
 
     settings = load_settings()

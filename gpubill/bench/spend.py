@@ -82,8 +82,8 @@ def bench_spend(*, rate: int = 20_000, duration_s: int = 30, tenants: int = 16, 
 
 
 def _register(settings: Settings, tenants: int) -> None:
-    from reports.balances import set_budget, top_up
-    from reports.tenants import add_tenant
+    from billing.balances import set_budget, top_up
+    from billing.tenants import add_tenant
     from warehouse.connection import open_database
 
     with open_database(settings.clickhouse) as database:

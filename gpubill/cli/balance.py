@@ -1,4 +1,4 @@
-"""`gpubill balance topup | show` and `gpubill budget set`: prepaid balances (reports/balances.py).
+"""`gpubill balance topup | show` and `gpubill budget set`: prepaid balances (billing/balances.py).
 
 balance = top-ups − finalized invoices' totals − estimates of the periods not yet invoiced
 (docs/balances.md). Top-ups are idempotent by `--ref`: re-running the same command changes
@@ -31,8 +31,8 @@ def balance_topup(
     note: str = typer.Option("", "--note", help="Why: a payment id, a ticket (at most 200 characters)."),
 ) -> None:
     """Add a top-up to a tenant's balance. The same --ref again changes nothing; with another tenant or amount, an error."""
-    from reports.balances import check_ref, parse_amount, top_up
-    from reports.tenants import check_note, check_tenant_id
+    from billing.balances import check_ref, parse_amount, top_up
+    from billing.tenants import check_note, check_tenant_id
 
     checked = check_tenant_id(tenant), parse_amount(amount), check_ref(ref), check_note(note)  # before opening anything
     with connect(load_settings()) as database:
@@ -51,8 +51,8 @@ def balance_show(
     as_json: bool = typer.Option(False, "--json", help="One JSON array of balances."),
 ) -> None:
     """Top-ups, invoiced, estimated, the balance, the budget's used share and the runway at the last hour's burn."""
-    from reports.balances import balance, balance_of_all
-    from reports.tenants import check_tenant_id
+    from billing.balances import balance, balance_of_all
+    from billing.tenants import check_tenant_id
 
     one = check_tenant_id(tenant) if tenant else None
     settings = load_settings()
@@ -84,8 +84,8 @@ def budget_set(
     note: str = typer.Option("", "--note", help="Why (at most 200 characters)."),
 ) -> None:
     """Set a tenant's monthly budget (--amount A) or remove it (--none); the latest setting wins."""
-    from reports.balances import parse_amount, set_budget
-    from reports.tenants import check_note, check_tenant_id
+    from billing.balances import parse_amount, set_budget
+    from billing.tenants import check_note, check_tenant_id
 
     if none == (amount is not None):
         raise GpubillError("give exactly one of --amount A and --none")
@@ -174,10 +174,10 @@ def spend(
     period: Optional[str] = typer.Option(None, "--period", help="With --stream: only this period (YYYY-MM)."),
 ) -> None:
     """A tenant's month to date: usage, charges, the estimated total with VAT, the balance and its runway."""
-    from reports.balances import balance
-    from reports.current_usage import current_usage
-    from reports.live_spend import live_position
-    from reports.tenants import check_tenant_id
+    from billing.balances import balance
+    from billing.current_usage import current_usage
+    from billing.live_spend import live_position
+    from billing.tenants import check_tenant_id
 
     one = check_tenant_id(tenant)
     settings = load_settings()

@@ -1,5 +1,5 @@
 """`gpubill events deliver | deliveries`: billing events (gpu.billing-events.v1) to a webhook,
-and the record of every attempt (streams/webhooks.py, reports/webhook_deliveries.py,
+and the record of every attempt (streams/webhooks.py, billing/webhook_deliveries.py,
 docs/balances.md "Webhooks").
 
 The webhook's secret is read from GPUBILL_WEBHOOK_SECRET only — an option would show it in
@@ -35,7 +35,7 @@ def events_deliver(
     The secret is GPUBILL_WEBHOOK_SECRET. At least once: receivers deduplicate on Gpubill-Event-Id."""
     import asyncio
 
-    from reports.webhook_deliveries import record_attempts
+    from billing.webhook_deliveries import record_attempts
     from schemas.topics import TOPIC_BILLING_EVENTS
     from schemas.webhooks import shown_url
     from streams.kafka.admin import ensure_topics
@@ -65,8 +65,8 @@ def events_deliveries(
     as_json: bool = typer.Option(False, "--json", help="One JSON array of attempts."),
 ) -> None:
     """Webhook delivery attempts, newest first: event, tenant, attempt, status, HTTP status, error."""
-    from reports.tenants import check_tenant_id
-    from reports.webhook_deliveries import deliveries
+    from billing.tenants import check_tenant_id
+    from billing.webhook_deliveries import deliveries
 
     one = check_tenant_id(tenant) if tenant else None  # checked before opening anything
     with connect(load_settings()) as database:

@@ -1,4 +1,4 @@
-"""`gpubill invoice run|show`: the monthly invoices (reports/invoicing.py does the work)."""
+"""`gpubill invoice run|show`: the monthly invoices (billing/invoicing.py does the work)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def invoice_run(
     lang: str = typer.Option("en", "--lang", help="Language of the PDFs written with --out: en or zh-CN."),
 ) -> None:
     """Invoice every tenant with charges in the period (re-running changes nothing)."""
-    from reports.invoicing import list_invoices, run_period, write_invoice_files
+    from billing.invoicing import list_invoices, run_period
+    from reports.invoice_files import write_invoice_files
 
     check_choice("--lang", lang, LANGS)
     settings = load_settings()
@@ -58,7 +59,7 @@ def invoice_show(
                              "in every language)."),
 ) -> None:
     """Print one invoice."""
-    from reports.invoicing import load_invoice
+    from billing.invoicing import load_invoice
     from reports.render import render_invoice
 
     check_format(fmt, "json", "csv", "pdf")

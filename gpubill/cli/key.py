@@ -1,5 +1,5 @@
-"""`gpubill key create | list | revoke | audit`: API keys (reports/api_keys.py) and the API's
-access records (reports/access_log.py).
+"""`gpubill key create | list | revoke | audit`: API keys (tenant_api/keys.py) and the API's
+access records (tenant_api/access_log.py).
 
 `create` prints the key once, on stdout (with `--json`, only ``{"id": …, "key": …}``), and
 says on stderr that it cannot be shown again: only a hash of its secret is stored. Every
@@ -33,7 +33,7 @@ def key_create(
     as_json: bool = typer.Option(False, "--json", help='Print only {"id": …, "key": …}.'),
 ) -> None:
     """Create a key and print it once: only a hash of its secret is kept."""
-    from reports.api_keys import OPERATOR, check_request, create_key
+    from tenant_api.keys import OPERATOR, check_request, create_key
 
     day = _date("--expires", expires) if expires else None
     checked = check_request(tenant=tenant or None, role=role, label=label, expires=day)  # before opening anything
@@ -57,8 +57,8 @@ def key_list(
     as_json: bool = typer.Option(False, "--json", help="JSON instead of a table."),
 ) -> None:
     """Every key with its tenant, role, label, expiry and state; never a secret."""
-    from reports.api_keys import list_keys
-    from reports.tenants import check_tenant_id
+    from tenant_api.keys import list_keys
+    from billing.tenants import check_tenant_id
 
     wanted = check_tenant_id(tenant) if tenant else None
     with connect(load_settings()) as database:
@@ -82,7 +82,7 @@ def key_list(
 @app.command("revoke")
 def key_revoke(key_id: str = typer.Argument(..., metavar="ID", help="The key's id (k_…), as `key list` shows.")) -> None:
     """Revoke a key: from now on it is refused. Revoking it again changes nothing."""
-    from reports.api_keys import check_key_id, find_key, revoke_key
+    from tenant_api.keys import check_key_id, find_key, revoke_key
 
     key_id = check_key_id(key_id)
     with connect(load_settings()) as database:
@@ -104,9 +104,9 @@ def key_audit(
     as_json: bool = typer.Option(False, "--json", help="JSON instead of a table."),
 ) -> None:
     """The API's access records, newest first: downloads and refused requests."""
-    from reports.access_log import MAX_LIMIT, access_log
-    from reports.api_keys import check_key_id
-    from reports.tenants import check_tenant_id
+    from tenant_api.access_log import MAX_LIMIT, access_log
+    from tenant_api.keys import check_key_id
+    from billing.tenants import check_tenant_id
 
     wanted_tenant = check_tenant_id(tenant) if tenant else None
     wanted_key = check_key_id(key) if key else None

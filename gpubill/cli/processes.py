@@ -1,9 +1,9 @@
 """The long-running processes: `gpubill worker`, `gpubill up` and `gpubill scheduler`.
 
 The worker is streams/worker.py (Faust) around a streams/pipeline.py `Pipeline`; the
-scheduler is reports/scheduler.py's billing and rollup jobs on APScheduler. `up` runs both in one
+scheduler is billing/scheduler.py's billing and rollup jobs on APScheduler. `up` runs both in one
 process, for the embedded database, which one process at a time may open, and serves the
-tenant API and web page (gpubill/api/) from a thread of that process on the same database.
+tenant API and web page (tenant_api/) from a thread of that process on the same database.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def alert_policy(settings: Settings):
     """The billing events' thresholds from GPUBILL_BUDGET_ALERTS, _LOW_BALANCE and _LOW_RUNWAY_H."""
     from billing_rules.spend import AlertPolicy
     from gpubill.errors import GpubillError
-    from reports.balances import BalanceRefused, parse_amount
+    from billing.balances import BalanceRefused, parse_amount
 
     try:
         percents = tuple(int(part) for part in settings.budget_alerts.split(",") if part.strip())
@@ -51,7 +51,7 @@ def _track_spend(settings: Settings, pipeline, database) -> dict:
     """Turn live spend on for `pipeline` (GPUBILL_SPEND): run_worker's tracker arguments."""
     if not settings.spend:
         return {}
-    from reports.live_spend import SpendContexts, store_positions
+    from billing.live_spend import SpendContexts, store_positions
     from streams.kafka.admin import ensure_spend_topics
     from streams.kafka.logs import EmittedEvents
     from streams.kafka.settings import client_options
@@ -156,7 +156,7 @@ def up(
 
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-    from reports.scheduler import add_billing_job, add_rollup_job, run_due, run_rollup
+    from billing.scheduler import add_billing_job, add_rollup_job, run_due, run_rollup
     from streams.kafka.admin import ensure_pipeline_topics
     from streams.metrics import Metrics
     from streams.worker import run_worker
@@ -236,7 +236,7 @@ def _webhook_task(settings: Settings, target, database):
     """The task delivering billing events to `target` (None: no task)."""
     if target is None:
         return None
-    from reports.webhook_deliveries import record_attempts
+    from billing.webhook_deliveries import record_attempts
     from streams.webhooks import run_deliverer
 
     async def deliver_webhooks() -> None:
@@ -248,7 +248,7 @@ def _webhook_task(settings: Settings, target, database):
 
 
 def _bind_api(settings: Settings, listen: Optional[str]):
-    from gpubill.api.server import ApiServer
+    from tenant_api.server import ApiServer
     from gpubill.cli.serve import default_listen
 
     if listen is None and settings.http_port == 0:
@@ -259,7 +259,7 @@ def _bind_api(settings: Settings, listen: Optional[str]):
 def _start_api(settings: Settings, api, database, pipeline) -> None:
     """The API in a thread of its own, reading the pipeline's database (chDB's client
     serializes the calls) and the rules the pipeline prices with (reloaded by its watcher)."""
-    from gpubill.api.app import create_app
+    from tenant_api.app import create_app
     from gpubill.cli.serve import announce, open_reads
 
     api.attach(create_app(settings, open_reads(settings, database), lambda: pipeline.rules))
@@ -271,7 +271,7 @@ def scheduler() -> None:
     """Run only the monthly billing scheduler (server deployments; embedded mode: use `up`)."""
     from apscheduler.schedulers.blocking import BlockingScheduler
 
-    from reports.scheduler import add_billing_job, add_rollup_job, run_due, run_rollup
+    from billing.scheduler import add_billing_job, add_rollup_job, run_due, run_rollup
 
     settings = load_settings()
     setup_logging("INFO")

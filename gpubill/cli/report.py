@@ -87,7 +87,7 @@ def audit(period: str = typer.Option(..., help="Billing period YYYY-MM.")) -> No
 
     settings = load_settings()
     rules = read_rules(settings)
-    from reports.rated import retained_periods
+    from usage.rated import retained_periods
 
     with connect(settings) as database:
         figures, differences = run_audit(database, rules, check_period(period))

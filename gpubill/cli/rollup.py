@@ -1,4 +1,4 @@
-"""`gpubill rollup`: bring the hourly rollups current by hand (reports/rollup.py does the work).
+"""`gpubill rollup`: bring the hourly rollups current by hand (usage/rollup.py does the work).
 
 `gpubill up` and `gpubill scheduler` run the same step every few minutes; reports are exact
 without it (hours not rolled up are read from the per-second rows), only slower.
@@ -16,7 +16,7 @@ from gpubill.config import load_settings
 
 def rollup(period: Optional[str] = typer.Option(None, help="Only this billing period YYYY-MM (default: all).")) -> None:
     """Roll up every hour written since its last rollup and quiet for two minutes since."""
-    from reports.rollup import roll_up
+    from usage.rollup import roll_up
 
     settings = load_settings()
     rules = read_rules(settings)

@@ -1,4 +1,4 @@
-"""`gpubill serve`: the tenant API and web page (gpubill/api/) in a process of their own.
+"""`gpubill serve`: the tenant API and web page (tenant_api/) in a process of their own.
 
 For server deployments (GPUBILL_CLICKHOUSE names a ClickHouse server, or the gateway); with
 the embedded database, `gpubill up` serves the same API beside the worker, since one
@@ -23,7 +23,7 @@ def default_listen(settings: Settings) -> str:
 def open_reads(settings: Settings, database=None):
     """The API's database access: the given (shared) database, or for a server DSN
     GPUBILL_API_DB_CONNECTIONS clients (the first applies pending migrations)."""
-    from gpubill.api.reads import Reads
+    from tenant_api.reads import Reads
     from warehouse.connection import open_database
 
     if database is not None:
@@ -56,8 +56,8 @@ def serve(
     """Serve the tenant API and web page until Ctrl-C (server deployments; embedded database: `gpubill up`)."""
     from pathlib import Path
 
-    from gpubill.api.app import create_app
-    from gpubill.api.server import ApiServer, RulesReloader
+    from tenant_api.app import create_app
+    from tenant_api.server import ApiServer, RulesReloader
 
     settings = load_settings()
     setup_logging("INFO")

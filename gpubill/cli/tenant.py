@@ -1,4 +1,4 @@
-"""`gpubill tenant add | list | suspend | resume | unknown`: the tenant registry (reports/tenants.py).
+"""`gpubill tenant add | list | suspend | resume | unknown`: the tenant registry (billing/tenants.py).
 
 Only a registered, active tenant receives the trial credit; readings of any well-formed id
 are rated and invoiced either way. `unknown` lists the ids with usage that are not
@@ -27,7 +27,7 @@ def tenant_add(
     note: str = typer.Option("", "--note", help="Why: who asked, a ticket (at most 200 characters)."),
 ) -> None:
     """Register a tenant as active. Re-adding it under the same name changes nothing; under another is an error."""
-    from reports.tenants import add_tenant, check_display_name, check_note, check_tenant_id
+    from billing.tenants import add_tenant, check_display_name, check_note, check_tenant_id
 
     checked = check_tenant_id(tenant), check_display_name(name), check_note(note)  # before opening anything
     with connect(load_settings()) as database:
@@ -45,7 +45,7 @@ def tenant_list(
     status: str = typer.Option("", "--status", help="Only active or suspended tenants."),
 ) -> None:
     """Every registered tenant, by id."""
-    from reports.tenants import STATUSES, list_tenants
+    from billing.tenants import STATUSES, list_tenants
 
     check_format(fmt, "table", "json")
     if status and status not in STATUSES:
@@ -68,7 +68,7 @@ def tenant_list(
 
 
 def _change_status(tenant: str, status: str, note: str) -> None:
-    from reports.tenants import check_note, check_tenant_id, set_status
+    from billing.tenants import check_note, check_tenant_id, set_status
 
     checked = check_tenant_id(tenant), check_note(note)
     with connect(load_settings()) as database:
@@ -82,7 +82,7 @@ def tenant_suspend(
     note: str = typer.Option("", "--note", help="Why (replaces the last note)."),
 ) -> None:
     """Suspend a tenant: still rated and invoiced in full, without the trial credit while suspended."""
-    from reports.tenants import SUSPENDED
+    from billing.tenants import SUSPENDED
 
     _change_status(tenant, SUSPENDED, note)
 
@@ -93,7 +93,7 @@ def tenant_resume(
     note: str = typer.Option("", "--note", help="Why (replaces the last note)."),
 ) -> None:
     """Make a suspended tenant active again (what it had left of the trial credit is usable again)."""
-    from reports.tenants import ACTIVE
+    from billing.tenants import ACTIVE
 
     _change_status(tenant, ACTIVE, note)
 
@@ -105,7 +105,7 @@ def tenant_unknown(
 ) -> None:
     """Tenant ids with rated usage in the period that are not registered (no trial credit), most charges first."""
     from billing_rules import MJ_PER_KWH, format_quantity, gpu_hours
-    from reports.tenants import unregistered_usage
+    from billing.tenants import unregistered_usage
 
     check_format(fmt, "table", "json")
     check_period(period)

@@ -1,6 +1,6 @@
 """Invoices (SPEC §5, §8) as JSON, CSV and PDF.
 
-``inv`` is a `billing_rules.IssuedInvoice` (what `reports.invoicing.load_invoice`
+``inv`` is a `billing_rules.IssuedInvoice` (what `billing.invoicing.load_invoice`
 returns) and its lines are `billing_rules.InvoiceLine`s, the one line shape that is built,
 stored and rendered. Only the fields printed are read — ``tenant, period, number, status,
 issued_at, currency, lines, subtotal, net, tax, total, vat_rate``; per line ``kind``, the

@@ -69,7 +69,7 @@ def gpubill(tmp_path, broker) -> Gpubill:
         "GPUBILL_GROUP": "e2e-rating",
         "GPUBILL_PARTITIONS": "4",
         # hours are rolled up as soon as they are written (not a minute later), so that the
-        # invoice runs and reports of every e2e test read rollups (reports/rated.py)
+        # invoice runs and reports of every e2e test read rollups (usage/rated.py)
         "GPUBILL_ROLLUP_MARGIN_S": "0",
         # `gpubill up` serves the tenant API too: off unless a test turns it on (tests/e2e/test_api_up.py),
         # so that parallel runs and a developer's own server on 8080 do not collide

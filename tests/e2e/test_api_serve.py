@@ -22,8 +22,8 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 
-from reports.access_log import access_log
-from reports.api_keys import create_key
+from tenant_api.access_log import access_log
+from tenant_api.keys import create_key
 from tests.unit.test_api_http import PERIOD, RULES, RULES_DIR, SECONDS, seed_world
 from warehouse import writes
 from warehouse.connection import open_database

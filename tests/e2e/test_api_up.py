@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from reports.access_log import access_log
+from tenant_api.access_log import access_log
 from tests.e2e.test_api_serve import free_port
 from tests.unit.test_api_http import PERIOD, seed_world
 from warehouse import writes

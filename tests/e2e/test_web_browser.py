@@ -1,5 +1,5 @@
 """The customer web page in a real browser: Debian's headless Chromium (selenium and
-chromedriver) against the real app (gpubill.api.app.create_app, the real Service) served by
+chromedriver) against the real app (tenant_api.app.create_app, the real Service) served by
 uvicorn on a socket, over an embedded ClickHouse holding rated seconds and a real invoice.
 It signs in, reads the month-to-date summary, switches the chart's month, downloads an
 invoice PDF and a usage CSV, and signs out — in English and in Simplified Chinese.
@@ -41,7 +41,7 @@ NOW = datetime(2026, 3, 20, 4, 0, tzinfo=UTC)
 DAY0 = 1_769_911_200  # 2026-02-01T02:00:00Z
 FEB_DAYS, MARCH_DAYS = range(1, 29), range(1, 20)
 NAMES = {"acme": "北京算力科技有限公司", "beta": "Beta Compute GmbH"}
-WORDS = {  # what the page must say, written here and not read from gpubill/api/i18n.py
+WORDS = {  # what the page must say, written here and not read from tenant_api/i18n.py
     "en": {"title": "Sign in with your API key", "refused": "This key was not accepted", "summary": "This month so far",
            "estimate": "Estimate — not yet invoiced", "signed_out": "You have signed out."},
     "zh-CN": {"title": "使用 API 密钥登录", "refused": "此密钥未被接受", "summary": "本月至今",
@@ -68,17 +68,17 @@ def portal(tmp_path_factory):
         pytest.fail("the browser test needs Debian's chromium and chromium-driver: run scripts/bootstrap")
     import uvicorn
 
-    from gpubill.api.app import create_app
-    from gpubill.api.reads import Reads
-    from gpubill.api.records import AccessRecorder
-    from gpubill.api.service import Service
+    from tenant_api.app import create_app
+    from tenant_api.reads import Reads
+    from tenant_api.records import AccessRecorder
+    from tenant_api.service import Service
     from gpubill.config import Settings
-    from reports.access_log import record_access
-    from reports.api_keys import create_key
-    from reports.invoicing import load_invoice, run_period
+    from tenant_api.access_log import record_access
+    from tenant_api.keys import create_key
+    from billing.invoicing import load_invoice, run_period
     from reports.render import render_invoice, render_usage
     from reports.render.fonts import warm_up
-    from reports.tenants import add_tenant
+    from billing.tenants import add_tenant
     from reports.usage_report import usage_report
     from tests.unit import test_archive
     from warehouse import writes

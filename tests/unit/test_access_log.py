@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 
-from reports.access_log import (
+from tenant_api.access_log import (
     COLUMNS,
     MAX_TEXT_CHARS,
     AccessRecord,
@@ -18,10 +18,10 @@ from reports.access_log import (
     access_log,
     record_access,
 )
-from reports.api_keys import InvalidKeyRequest
-from reports.tenants import InvalidTenant
-from warehouse.connection import open_database
+from billing.tenants import InvalidTenant
+from tenant_api.keys import InvalidKeyRequest
 from tests.unit.cli_run import run_cli
+from warehouse.connection import open_database
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 KEY_A, KEY_B = "k_aaaaaaaaaaaaaaaa", "k_bbbbbbbbbbbbbbbb"

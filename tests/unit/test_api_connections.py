@@ -1,6 +1,6 @@
 """The API server's connection bounds, on the real uvicorn server on loopback (issue 21, findings 4
 and 9): a request-head deadline, a cap on open connections, bounded log lines, and h11's refusals
-of a malformed request as problem JSON (gpubill/api/connections.py)."""
+of a malformed request as problem JSON (tenant_api/connections.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import orjson
 import pytest
 
 from billing_rules import load_rules
-from gpubill.api.app import create_app
-from gpubill.api.connections import ConnectionLimits, fits
-from gpubill.api.server import ApiServer
 from gpubill.config import Settings
+from tenant_api.app import create_app
+from tenant_api.connections import ConnectionLimits, fits
+from tenant_api.server import ApiServer
 from warehouse.connection import open_database
 
 RULES = load_rules(Path(__file__).parents[1] / "e2e" / "rules")
@@ -193,7 +193,7 @@ def test_a_uvicorn_that_does_not_fit_is_served_plainly_and_says_so(database, mon
 def test_connections_are_capped_below_the_descriptor_limit(monkeypatch):
     import resource
 
-    from gpubill.api import server as module
+    from tenant_api import server as module
 
     monkeypatch.setattr(resource, "getrlimit", lambda which: (1024, 4096))
     assert module._within_descriptors(100_000) == 512 and module._within_descriptors(100) == 100

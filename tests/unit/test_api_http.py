@@ -18,14 +18,14 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
+from billing.invoicing import run_period
+from billing.tenants import add_tenant
 from billing_rules import load_rules
-from gpubill.api.app import create_app
 from gpubill.config import Settings
-from reports.access_log import access_log
-from reports.api_keys import create_key, revoke_key
-from reports.invoicing import run_period
-from reports.tenants import add_tenant
 from schemas.tables import RATED_SECONDS
+from tenant_api.access_log import access_log
+from tenant_api.app import create_app
+from tenant_api.keys import create_key, revoke_key
 from warehouse import writes
 from warehouse.connection import open_database
 from warehouse.writes import stamp_hours
@@ -166,7 +166,7 @@ def test_current_is_an_estimate_with_its_data_time(client, world):
 
 def test_balance_is_top_ups_less_invoices_and_estimates(client, world):
     db, seeded = world
-    from reports.balances import top_up
+    from billing.balances import top_up
 
     top_up(db, "t01", Decimal("5000.00"), "bank-20260402-t01")
     auth = bearer(seeded["tokens"]["t01"])
@@ -188,7 +188,7 @@ def test_balance_and_current_carry_the_streams_live_figures(client, world):
     from datetime import UTC, datetime
 
     from billing_rules.spend import TenantPosition
-    from reports.live_spend import store_positions
+    from billing.live_spend import store_positions
 
     auth = bearer(seeded["tokens"]["t01"])
     assert client.get("/v1/balance", headers=auth).json()["stream"] is None  # no worker priced it yet
@@ -315,7 +315,7 @@ def test_brute_force_is_slowed_down_per_address_and_key_id(world):
 
 def test_guessing_from_rotating_addresses_meets_the_key_limit_and_the_ceiling(world):
     # issue 21, finding 8: 120 failures from rotating addresses without a single 429
-    from reports.api_keys import new_key_id
+    from tenant_api.keys import new_key_id
 
     db, seeded = world
     secret = BAD_TOKENS["unknown"][-43:]

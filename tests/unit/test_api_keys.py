@@ -15,8 +15,8 @@ from datetime import UTC, date, datetime, timedelta
 import orjson
 import pytest
 
-from reports import api_keys
-from reports.api_keys import (
+from tenant_api import keys as api_keys
+from tenant_api.keys import (
     EXPIRED,
     MALFORMED,
     OPERATOR,
@@ -35,10 +35,11 @@ from reports.api_keys import (
     revoke_key,
     verify_key,
 )
-from reports.errors import NotFound, ReportsError
-from reports.tenants import InvalidTenant, add_tenant
-from warehouse.connection import open_database
+from billing.tenants import InvalidTenant, add_tenant
+from gpubill.errors import USER_ERRORS
+from tenant_api.errors import ApiError, UnknownKeyId
 from tests.unit.cli_run import run_cli
+from warehouse.connection import open_database
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 # A token in the exact shape: gpb_, an id (k_ + 16 of a-z2-7), _, 43 characters of canonical
@@ -179,8 +180,8 @@ def test_who_may_hold_a_key_is_checked_before_the_database(tenant, role, error, 
     assert_one_printable_line(str(refused.value))
 
 
-def test_refusals_are_reports_errors_so_the_command_line_prints_one_line():
-    assert issubclass(KeyRefused, ReportsError) and issubclass(InvalidKeyRequest, ReportsError)
+def test_refusals_are_api_errors_so_the_command_line_prints_one_line():
+    assert issubclass(KeyRefused, ApiError) and issubclass(InvalidKeyRequest, ApiError) and ApiError in USER_ERRORS
     assert {KeyRefused(r).reason for r in (MALFORMED, UNKNOWN, REVOKED, EXPIRED)} == {
         "malformed", "unknown", "revoked", "expired"}
 
@@ -220,7 +221,7 @@ def test_a_tenant_key_needs_a_registered_tenant_and_nothing_is_written_otherwise
 
 
 def test_a_suspended_tenant_may_still_hold_a_key(db):
-    from reports.tenants import SUSPENDED, set_status
+    from billing.tenants import SUSPENDED, set_status
 
     add_tenant(db, "acme", "Acme")
     set_status(db, "acme", SUSPENDED)
@@ -311,7 +312,7 @@ def test_revoke_is_idempotent_keeps_the_first_time_and_wins_within_a_millisecond
 
 
 def test_revoking_an_unknown_or_malformed_id_says_so(db):
-    with pytest.raises(NotFound, match=r"no key k_zzzzzzzzzzzzzzzz: `gpubill key list` shows the keys"):
+    with pytest.raises(UnknownKeyId, match=r"no key k_zzzzzzzzzzzzzzzz: `gpubill key list` shows the keys"):
         revoke_key(db, "k_zzzzzzzzzzzzzzzz")
     for bad in ("k_short", "K_ZZZZZZZZZZZZZZZZ", "k_zzzzzzzzzzzzzzz1", "'; DROP TABLE api_keys; --", "k_" + "z" * 17):
         with pytest.raises(InvalidKeyRequest, match="is not a key id") as refused:

@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 import pytest
 
-from gpubill.api.cache import TtlCache
-from gpubill.api.limits import AuthThrottle, DownloadSlots, RateLimiter
-from gpubill.api.problems import Problem, bad_param
-from gpubill.api.records import AccessRecorder, RequestInfo
+from tenant_api.cache import TtlCache
+from tenant_api.limits import AuthThrottle, DownloadSlots, RateLimiter
+from tenant_api.problems import Problem, bad_param
+from tenant_api.records import AccessRecorder, RequestInfo
 
 
 class Clock:
@@ -244,7 +244,7 @@ def test_cache_keeps_at_most_max_bytes_dropping_the_oldest():
 
 
 def test_a_pool_of_server_clients_answers_503_when_none_is_free():
-    from gpubill.api.reads import Reads
+    from tenant_api.reads import Reads
 
     reads = Reads(["db1", "db2"])
     seen = []
@@ -276,7 +276,7 @@ def test_serve_reloads_changed_rules_and_keeps_the_last_good_set(tmp_path, monke
     from pathlib import Path
 
     from billing_rules import load_rules
-    from gpubill.api import server
+    from tenant_api import server
 
     rules_dir = tmp_path / "rules"
     shutil.copytree(Path(__file__).parents[1] / "e2e" / "rules", rules_dir)

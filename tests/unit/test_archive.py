@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from billing_rules import load_rules
-from reports import rated
+from usage import rated
 from reports.archive import (
     MANIFEST,
     ArchiveError,
@@ -38,8 +38,8 @@ from reports.archive import (
     verify_archive,
     write_archive,
 )
+from billing.invoicing import load_invoice, run_period
 from reports.cost_share import cost_share
-from reports.invoicing import load_invoice, run_period
 from reports.retention import RetentionRefused, apply_retention, periods_due
 from reports.usage_report import usage_report
 from schemas.tables import (

@@ -1,4 +1,4 @@
-"""Prepaid balances and budgets (reports/balances.py, gpubill balance / budget) on the embedded ClickHouse.
+"""Prepaid balances and budgets (billing/balances.py, gpubill balance / budget) on the embedded ClickHouse.
 
 The usage is tests/unit/test_current_usage.py's fixture (rules: tests/e2e/rules; VAT 6 %,
 grace period 3 days, a ¥10 trial credit for registered active tenants), with acme and
@@ -24,20 +24,20 @@ from fractions import Fraction
 
 import pytest
 
-from reports.balances import (
+from billing.balances import (
     MAX_AMOUNT, Balance, InvalidAmount, InvalidRef, PeriodEstimate, RefConflict, balance, find_budget, ledger,
     parse_amount, set_budget, top_up,
 )
-from reports.errors import NotFound
-from reports.invoicing import run_period
-from reports.tenants import add_tenant
+from billing.errors import NotFound
+from billing.invoicing import run_period
+from billing.tenants import add_tenant
 from schemas.tables import RATED_SECONDS
+from tests.unit.cli_run import run_cli
 from tests.unit.test_current_usage import PERIOD, RULES, RULES_DIR, T0, _fixture_rows, _row
 from tests.unit.test_tenants import assert_one_printable_line
 from warehouse import writes
 from warehouse.connection import open_database
 from warehouse.writes import stamp_hours
-from tests.unit.cli_run import run_cli
 
 NOW = datetime(2026, 3, 12, 6, 0, tzinfo=timezone.utc)  # 14:00 in Shanghai, March
 NOW_S = int(NOW.timestamp())
@@ -282,7 +282,7 @@ def test_the_live_context_prices_the_streams_quantities_to_the_warehouses_balanc
     stream's quantities of beta's March (800 s of RTX 4090 monthly at ¥1/s, 10 % off) it is
     the warehouse's balance to the fen: 1000.00 − 752.60 = 247.40, burn ¥572.40/h, runway 0.43 h."""
     from billing_rules.spend import PeriodSpend, RentTerms, position
-    from reports.live_spend import SpendContexts
+    from billing.live_spend import SpendContexts
 
     top_up(db, "beta", "1000", "pay-1", now=NOW)
     set_budget(db, "beta", "1000", now=NOW)

@@ -30,7 +30,7 @@ from gpubill.bench.month import (
     write_minutes,
     write_seconds,
 )
-from reports.rollup import roll_up_hour
+from usage.rollup import roll_up_hour
 from schemas.tables import (
     RATED_SECONDS_TABLE,
     READINGS_POWER_TABLE,

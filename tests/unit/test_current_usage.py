@@ -1,4 +1,4 @@
-"""Month-to-date figures (reports/current_usage.py) and hourly usage rows, on the embedded ClickHouse.
+"""Month-to-date figures (billing/current_usage.py) and hourly usage rows, on the embedded ClickHouse.
 
 The fixture, with the e2e rules (tests/e2e/rules: A800-80G hourly ¥3600/h = ¥1 per second,
 RTX 4090 monthly ¥2,678,400 over March's 2,678,400 s = ¥1 per second, Gui'an ¥330/kWh at
@@ -28,10 +28,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-import reports.rollup as rollup
+import usage.rollup as rollup
+from billing.current_usage import CurrentUsage, DailyUsage, current_usage, daily_usage
+from billing.invoicing import run_period
 from billing_rules import load_rules
-from reports.current_usage import CurrentUsage, DailyUsage, current_usage, daily_usage
-from reports.invoicing import run_period
 from reports.usage_report import hour_name, usage_report
 from schemas.tables import RATED_SECONDS
 from warehouse import writes

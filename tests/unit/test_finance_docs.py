@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from reports.invoicing import run_period
+from billing.invoicing import run_period
 from tests.unit.test_archive import CARDS, MID, NOW, PERIOD, RULES, seed
 from tests.unit.test_ch_gateway import free_port, start_gateway, stop_gateway
 from warehouse import writes

@@ -1,4 +1,4 @@
-"""The invoicing lease (reports/invoice_lock.py): its rule, and its protocol under interleavings.
+"""The invoicing lease (billing/invoice_lock.py): its rule, and its protocol under interleavings.
 
 The protocol runs for real — `InvoiceLease.acquire`, `fence`, `release` — against a fake
 store with the server's semantics that matter: an INSERT stamps rows with the server clock
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reports.invoice_lock import (
+from billing.invoice_lock import (
     Claim,
     InvoiceLease,
     LeaseBusy,

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from billing import invoicing
+from billing.invoicing import delete_stray_lines, run_period
 from billing_rules import load_rules
-from reports import invoicing
-from reports.invoicing import delete_stray_lines, run_period
 from schemas.tables import RATED_SECONDS
 from warehouse import writes
 from warehouse.connection import open_database
@@ -167,8 +167,8 @@ def test_a_run_through_a_server_takes_the_lease_once_and_releases_it(db):
 
 
 def test_the_scheduler_postpones_a_period_whose_lease_another_run_holds_too_long(db, monkeypatch, caplog):
-    from reports import scheduler
-    from reports.invoice_lock import LeaseBusy
+    from billing import scheduler
+    from billing.invoice_lock import LeaseBusy
 
     seed_tenants(db)
     calls = []

@@ -16,7 +16,7 @@ Priced here the way the billing run prices a month, with the pure `billing_rules
 the rater asks `RuleSet.rent_rate` and `RuleSet.energy_rate` for the rate of every rented
 second and every power reading and stores the rate's terms on the rated row
 (streams/rating/reference.py); the run sums seconds and millijoules per terms into
-`RentUsage` and `EnergyUsage` (the invoicing run's `_usage_by_tenant`) and `build_invoice`
+`RentUsage` and `EnergyUsage` (as `usage.by_tenant.usage_by_tenant` reads them for the invoice run) and `build_invoice`
 makes the lines. A month of per-second lookups is 2.6 million per card, too slow for a
 unit test, so each card-hour is priced as 3600 seconds at the rates of its first second,
 after checking that its last second has the same rates (the shipped Gui'an rules change

@@ -25,14 +25,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import reports.rated as rated
-import reports.rollup as rollup
+import usage.rated as rated
+import usage.rollup as rollup
 from billing_rules import build_invoice, load_rules
 from reports.audit import rollup_differences
 from reports.cost_share import cost_share
-from reports.invoicing import _usage_by_tenant
 from reports.usage_report import usage_report
 from schemas.tables import RATED_SECONDS
+from usage.by_tenant import usage_by_tenant
 from warehouse import writes
 from warehouse.connection import open_database
 from warehouse.writes import stamp_hours
@@ -139,7 +139,7 @@ def _expected(final: list[tuple]) -> tuple[dict, dict]:
 
 
 def _read(database) -> tuple[dict, dict]:
-    rent, energy = _usage_by_tenant(database, rated.rated_source(database, RULES, PERIOD))
+    rent, energy = usage_by_tenant(database, rated.rated_source(database, RULES, PERIOD))
     return (
         {(t, u.gpu_model, u.plan, u.price, u.per_s, u.discount_pct): u.seconds for t, us in rent.items() for u in us},
         {(t, u.site, u.band, u.tariff_per_kwh, u.pue): u.energy_mj for t, us in energy.items() for u in us},
@@ -154,7 +154,7 @@ def _everything_live(database, rules, period):
 
 
 def _reports(database) -> tuple:
-    rent, energy = _usage_by_tenant(database, rated.rated_source(database, RULES, PERIOD))
+    rent, energy = usage_by_tenant(database, rated.rated_source(database, RULES, PERIOD))
     invoices = {t: build_invoice(t, PERIOD, rent[t], energy[t], (), Decimal(0), Decimal("0.06")).lines
                 for t in sorted(set(rent) | set(energy))}
     usage = {t: usage_report(database, RULES, t, PERIOD, now=datetime(2026, 4, 1, tzinfo=timezone.utc)).rows

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from billing.scheduler import due_periods
 from billing_rules import DEFAULT_RULES_DIR, load_rules
-from reports.scheduler import due_periods
 
 RULES = load_rules(DEFAULT_RULES_DIR)  # Asia/Shanghai, grace P3D
 

@@ -20,10 +20,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import schemas
+from billing.errors import NotFound
+from billing.invoicing import load_invoice, run_period
 from billing_rules import load_rules
-from reports.errors import NotFound
-from reports.invoicing import load_invoice, run_period
-from reports.tenants import (
+from billing.tenants import (
     ACTIVE,
     SUSPENDED,
     InvalidTenant,

@@ -1,5 +1,5 @@
 """The web page over a stand-in Service (the same method names and Problem answers as
-gpubill/api/service.py), through FastAPI's test client: sign-in, the session cookie, CSRF,
+tenant_api/service.py), through FastAPI's test client: sign-in, the session cookie, CSRF,
 sign-out, revoked keys, operators choosing a tenant, both languages, downloads in the
 page's language, the security headers, and hostile names. The real Service, database and
 browser are tests/e2e/test_web_browser.py's.
@@ -21,9 +21,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from gpubill.api import web
-from gpubill.api.problems import Problem
-from gpubill.api.web_session import Sessions
+from tenant_api import web
+from tenant_api.problems import Problem
+from tenant_api.web_session import Sessions
 
 
 @dataclass(frozen=True)

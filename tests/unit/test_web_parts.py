@@ -9,10 +9,10 @@ from decimal import Decimal
 
 import pytest
 
-from gpubill.api import i18n
-from gpubill.api.i18n import Words, from_accept_language, money, pick_lang
-from gpubill.api.web_chart import build_chart, nice_top, period_days
-from gpubill.api.web_session import Sessions, SessionsFull, same_origin, tokens_match
+from tenant_api import i18n
+from tenant_api.i18n import Words, from_accept_language, money, pick_lang
+from tenant_api.web_chart import build_chart, nice_top, period_days
+from tenant_api.web_session import Sessions, SessionsFull, same_origin, tokens_match
 
 
 # -- words and languages ---------------------------------------------------------------------

@@ -19,8 +19,8 @@ import httpx
 import orjson
 import pytest
 
-from reports.tenants import InvalidTenant
-from reports.webhook_deliveries import COLUMNS, InvalidDeliveryQuery, deliveries, record_attempts
+from billing.tenants import InvalidTenant
+from billing.webhook_deliveries import COLUMNS, InvalidDeliveryQuery, deliveries, record_attempts
 from schemas.billing_events import BillingEvent, encode_event
 from schemas.webhooks import (
     DeliveryAttempt, InvalidWebhookTarget, backoff_s, check_url, shown_url, sign, verify,

@@ -1,6 +1,6 @@
 """SQL over the rated data, shared by invoices and late-data adjustments.
 
-Builders are pure functions of a source relation (`reports.rated.rated_source`: rolled-up
+Builders are pure functions of a source relation (`usage.rated.rated_source`: rolled-up
 hours plus the per-second rows of hours not rolled up yet) returning SQL text, so they can
 be read and tested on their own.
 """

@@ -32,7 +32,7 @@ On the embedded database (chdb://) no other process can open the database at all
 no settle wait. Costs through a server or the gateway: one second of settle per run, and
 one small read per invoice (the fence).
 
-    LeaseError      base (a ReportsError: the CLI prints it and exits 1)
+    LeaseError      base (a BillingError: the CLI prints it and exits 1)
     ├── LeaseBusy   another run held the lease for longer than we were to wait
     └── LeaseLost   the fence found the lease expired or taken: nothing more is written
 """
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from reports.errors import ReportsError
+from billing.errors import BillingError
 
 LEASE = "invoicing"
 TTL_S = 300.0  # a holder that crashed elsewhere blocks others this long at most
@@ -61,7 +61,7 @@ WAIT_S = 1800.0  # an invoice run waits this long for another one before giving 
 _US = 1_000_000
 
 
-class LeaseError(ReportsError):
+class LeaseError(BillingError):
     """Base of the invoicing lease's errors."""
 
 

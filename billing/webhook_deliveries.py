@@ -9,9 +9,9 @@ them back, newest first. The rows are `schemas.webhooks.DeliveryAttempt`s; text 
 from a receiver (its answer, an error) is bounded to MAX_ERROR_CHARS and stored as received
 (unencodable characters replaced), and printed through terminal_text by the command line.
 
-    ReportsError                        (reports/errors.py)
+    BillingError                        (billing/errors.py)
     └── InvalidDeliveryQuery            a limit out of range, or an event id that is not one
-    (InvalidTenant, reports/tenants.py: a tenant filter that is not a tenant id)
+    (InvalidTenant, billing/tenants.py: a tenant filter that is not a tenant id)
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
-from reports.errors import ReportsError
-from reports.tenants import check_tenant_id
+from billing.errors import BillingError
+from billing.tenants import check_tenant_id
 from schemas.webhooks import FAILED, GAVE_UP, MAX_ERROR_CHARS, STATUSES, DeliveryAttempt
 
 __all__ = ["COLUMNS", "MAX_LIMIT", "InvalidDeliveryQuery", "deliveries", "record_attempts"]
@@ -35,7 +35,7 @@ MAX_TEXT_CHARS = 2_000  # a URL (after shown_url); longer ones are cut
 _EVENT_ID = re.compile(r"be_[0-9a-f]{32}", flags=re.ASCII)
 
 
-class InvalidDeliveryQuery(ReportsError):
+class InvalidDeliveryQuery(BillingError):
     """A deliveries query that cannot be answered as asked: a limit out of range, an event id that is not be_…"""
 
 

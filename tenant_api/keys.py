@@ -9,7 +9,7 @@ A key is shown once, when it is created, as ``gpb_<id>_<secret>``:
   protects secrets people choose; nobody can search 2^256 secrets, so a fast hash loses
   nothing and keeps every request's check in microseconds.
 
-A tenant key reads its tenant only, which must be registered (reports/tenants.py); an
+A tenant key reads its tenant only, which must be registered (billing/tenants.py); an
 operator key (role ``operator``, tenant ``''``) reads any tenant, for the support desk.
 `--expires DATE` means the key works through the end of that day in UTC: ``expires_at`` is
 the next midnight UTC, and from that instant on the key is refused.
@@ -22,12 +22,12 @@ expired. Revoked and expired are only said to the holder of the right secret.
 Nothing is deleted: revoking writes the whole row again with a later ``updated_at`` and the
 latest row is the key.
 
-    ReportsError                       (reports/errors.py)
-    ├── NotFound                       revoke of a well-formed id that does not exist
+    ApiError                       (tenant_api/errors.py)
+    ├── UnknownKeyId                   revoke of a well-formed id that does not exist
     ├── InvalidKeyRequest              a create or revoke that may not be carried out: role,
     │                                  label, expiry, unregistered tenant, malformed id
     └── KeyRefused                     verify_key: .reason is malformed | unknown | revoked | expired
-    (InvalidTenant, reports/tenants.py: a tenant id outside the id syntax)
+    (InvalidTenant, billing/tenants.py: a tenant id outside the id syntax)
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from reports.errors import NotFound, ReportsError
-from reports.tenants import InvalidTenant, check_tenant_id, checked_text, find_tenant, utc_ms
+from billing.tenants import InvalidTenant, check_tenant_id, checked_text, find_tenant, utc_ms
+from tenant_api.errors import ApiError, UnknownKeyId
 
 __all__ = [
     "ACTIVE", "EXPIRED", "MALFORMED", "OPERATOR", "REASONS", "REVOKED", "ROLES", "TENANT", "UNKNOWN",
@@ -74,11 +74,11 @@ COLUMNS = ("id", "tenant", "role", "label", "secret_sha256", "created_at", "expi
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM api_keys FINAL"
 
 
-class InvalidKeyRequest(ReportsError):
+class InvalidKeyRequest(ApiError):
     """A key that may not be created or revoked as asked; the message says what to change."""
 
 
-class KeyRefused(ReportsError):
+class KeyRefused(ApiError):
     """A token that does not open the API; `reason` is one of REASONS, the message a person's
     one line (it never quotes the token)."""
 
@@ -251,11 +251,11 @@ def list_keys(db: Any, *, tenant: str | None = None) -> list[ApiKey]:
 
 def revoke_key(db: Any, key_id: str, *, now: datetime | None = None) -> ApiKey:
     """Revoke `key_id` from `now` on; returns the key as revoked. Revoking a revoked key changes
-    nothing (its first revocation time stays). NotFound for an id that does not exist."""
+    nothing (its first revocation time stays). UnknownKeyId for an id that does not exist."""
     key_id = check_key_id(key_id)
     row = _row(db, key_id)
     if row is None:
-        raise NotFound(f"no key {key_id}: `gpubill key list` shows the keys")
+        raise UnknownKeyId(f"no key {key_id}: `gpubill key list` shows the keys")
     key = _key(row)
     if key.revoked_at is not None:
         return key

@@ -3,11 +3,11 @@
     create_app(settings, database, rules_provider) ─► FastAPI
         /v1/me  /v1/usage  /v1/usage/current  /v1/invoices  /v1/invoices/{number}
         /healthz  /readyz  /metrics  /openapi.json  /docs
-        and the web page's routes (gpubill/api/web.py's `install`, when present)
+        and the web page's routes (tenant_api/web.py's `install`, when present)
 
-Every route reads through one `Service` (gpubill/api/service.py), which owns the limits and
+Every route reads through one `Service` (tenant_api/service.py), which owns the limits and
 the tenant boundary. Every error — ours, FastAPI's 404/405/422, an unexpected one — is
-RFC 9457 problem JSON (gpubill/api/problems.py). `AccessMiddleware` opens the access
+RFC 9457 problem JSON (tenant_api/problems.py). `AccessMiddleware` opens the access
 record of each request and adds it to the recorder when it was a download or refused.
 """
 
@@ -27,12 +27,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gpubill.api.connections import ConnectionLimits
-from gpubill.api.metrics import ApiMetrics
-from gpubill.api.problems import MEDIA_TYPE, Problem, bad_param, reason_of
-from gpubill.api.reads import Reads
-from gpubill.api.records import AccessRecorder, RequestInfo, close_request, current_request, open_request
-from gpubill.api.service import Download, Limits, Service
+from tenant_api.connections import ConnectionLimits
+from tenant_api.metrics import ApiMetrics
+from tenant_api.problems import MEDIA_TYPE, Problem, bad_param, reason_of
+from tenant_api.reads import Reads
+from tenant_api.records import AccessRecorder, RequestInfo, close_request, current_request, open_request
+from tenant_api.service import Download, Limits, Service
 
 __all__ = ["create_app"]
 
@@ -49,7 +49,7 @@ def create_app(settings: Any, database: Any, rules_provider: Callable[[], Any], 
     """The API over `database` (a warehouse Database, or a `Reads` pool) and the rule set
     `rules_provider()` returns (called per request: `gpubill up` swaps rules when they change).
     The access recorder starts with the app and flushes on its shutdown."""
-    from reports.access_log import record_access
+    from tenant_api.access_log import record_access
 
     reads = database if isinstance(database, Reads) else Reads([database])
     metrics = ApiMetrics()
@@ -81,9 +81,9 @@ def create_app(settings: Any, database: Any, rules_provider: Callable[[], Any], 
     _operations(app, service, metrics)
     app.add_middleware(AccessMiddleware, recorder=service.recorder, metrics=metrics)
     try:
-        from gpubill.api import web
+        from tenant_api import web
     except ImportError as exc:  # the page is optional; the API serves without it
-        if exc.name != "gpubill.api.web":
+        if exc.name != "tenant_api.web":
             raise
     else:
         web.install(app, service)
@@ -187,7 +187,7 @@ def _api_routes(app: FastAPI, service: Service) -> None:
 
 
 def _live_dict(live: Any) -> dict | None:
-    """The stream's figures (reports.live_spend.LivePosition) as JSON, or None (null) when no
+    """The stream's figures (billing.live_spend.LivePosition) as JSON, or None (null) when no
     worker priced the tenant in the last minute."""
     if live is None:
         return None
@@ -280,7 +280,7 @@ def problem_response(problem: Problem, request: Request | None = None) -> Respon
 
 
 def _problems(app: FastAPI, service: Service) -> None:
-    from reports.errors import NotFound
+    from billing.errors import NotFound
     from warehouse.errors import WarehouseError
 
     @app.exception_handler(Problem)

@@ -1,5 +1,5 @@
 """The access records of the API: every download and every refused request, into
-ClickHouse's api_access_log (reports/access_log.py), in batches.
+ClickHouse's api_access_log (tenant_api/access_log.py), in batches.
 
     request ─► RequestInfo (a context variable; the app's middleware opens it per request,
                the service fills in key, tenant, period, format, bytes)
@@ -75,7 +75,7 @@ def close_request(token) -> None:
 class AccessRecorder:
     """Buffers access records and writes them in batches from one thread.
 
-    `write(records)` inserts them (reports.access_log.record_access through the API's reads)."""
+    `write(records)` inserts them (tenant_api.access_log.record_access through the API's reads)."""
 
     def __init__(self, write: Callable[[Sequence[Any]], None], *, flush_s: float = FLUSH_S,
                  max_pending: int = MAX_PENDING, on_change: Callable[[int, int], None] | None = None) -> None:
@@ -112,7 +112,7 @@ class AccessRecorder:
 
     def record(self, info: RequestInfo, status: int, *, now: datetime | None = None) -> None:
         """Add the record of a finished request."""
-        from reports.access_log import AccessRecord
+        from tenant_api.access_log import AccessRecord
 
         key = info.key
         self.add(AccessRecord(

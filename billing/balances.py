@@ -9,8 +9,8 @@ The balance of a tenant, in CNY with VAT:
     balance = top-ups − totals of its finalized invoices − estimates of its periods not yet invoiced
 
 An invoice's total already has its credits, discounts and VAT applied. The estimate of a
-period is the invoice the monthly run would build for it now (reports.invoicing.draft_invoice,
-through reports.current_usage for the current period): the same rated source, late-data
+period is the invoice the monthly run would build for it now (billing.invoicing.draft_invoice,
+through billing.current_usage for the current period): the same rated source, late-data
 adjustments, credits and VAT. A period that has ended but is not invoiced yet (inside the
 grace period, or the run has not happened) is estimated exactly like the current one and
 listed with ``closed=True``; the run replaces its estimate by the invoice's total.
@@ -25,7 +25,7 @@ burn rate, in hours, rounded down) errs on the short side. Only per-second rows 
 Money is Decimal, never float: an amount is read from text by `parse_amount` (digits, at
 most two decimals, positive, at most MAX_AMOUNT; no sign, exponent, NaN or Infinity).
 
-    ReportsError                     (reports/errors.py)
+    BillingError                     (billing/errors.py)
     ├── NotFound                     the tenant is not registered
     └── BalanceRefused               base of this module's refusals
         ├── InvalidAmount            an amount that is not a positive sum of at most two decimals
@@ -43,11 +43,11 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from billing.current_usage import current_usage
+from billing.errors import BillingError, NotFound
+from billing.invoicing import draft_invoice
+from billing.tenants import shown_value, utc_ms, check_note, check_tenant_id, find_tenant, list_tenants
 from billing_rules import energy_amount, rent_amount, round_fen
-from reports.current_usage import current_usage
-from reports.errors import NotFound, ReportsError
-from reports.invoicing import draft_invoice
-from reports.tenants import shown_value, utc_ms, check_note, check_tenant_id, find_tenant, list_tenants
 from schemas.ids import is_id
 
 __all__ = ["MAX_AMOUNT", "Balance", "BalanceRefused", "Budget", "InvalidAmount", "InvalidRef", "PeriodEstimate",
@@ -58,7 +58,7 @@ _AMOUNT = re.compile(r"[0-9]{1,12}(\.[0-9]{1,2})?")  # ASCII digits only: \d wou
 _CENT = Decimal("0.01")
 
 
-class BalanceRefused(ReportsError):
+class BalanceRefused(BillingError):
     """Base of the refusals of balances and budgets: the message says what to change."""
 
 

@@ -22,10 +22,10 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from billing.balances import burn_per_hour_by_tenant
+from billing.invoicing import draft_invoice, invoice_credits, late_periods, pending_adjustments
+from billing.tenants import list_tenants, trial_tenants, utc_ms
 from billing_rules.spend import SpendContext, TenantPosition
-from reports.balances import burn_per_hour_by_tenant
-from reports.invoicing import draft_invoice, invoice_credits, late_periods, pending_adjustments
-from reports.tenants import list_tenants, trial_tenants, utc_ms
 
 __all__ = ["ESTIMATE_TTL_S", "LivePosition", "SpendContexts", "live_position", "store_positions"]
 

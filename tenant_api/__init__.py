@@ -12,6 +12,12 @@
     metrics.py    /metrics
     server.py     uvicorn on a bound socket; the rules reloaded when their files change
     web.py        the web page (install(app, service)), its templates/, static/ and i18n.py
+    keys.py       API keys: create, verify (one row, constant time), revoke
+    access_log.py the access records in ClickHouse and their audit query
+    errors.py     ApiError: keys, the access log, listening
+
+It sits beside the worker (streams/), above reports/ and billing/, and imports neither the
+worker nor the shell (gpubill/): what it needs from the settings is passed in.
 
 docs/api.md is the user's side of it.
 """

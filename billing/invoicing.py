@@ -7,13 +7,13 @@ Steps for `run_period(db, rules, period)`:
 2. For the other tenants, read rated usage (rent seconds, allocated energy) and any late
    data for earlier, already-finalized periods (as adjustments with a reference to their
    period), and the credit still available (the new-tenant trial credit only for a tenant
-   registered and active at the run: reports/tenants.py); `billing_rules.build_invoice`
+   registered and active at the run: billing/tenants.py); `billing_rules.build_invoice`
    does the money.
 3. Number the invoice (sequential per year, no gaps: the next number is read from the
    stored invoices just before the write) and write its lines, then its header row. The
    header is the commit point: lines without a header are leftovers of a crash.
 
-Steps 1-3 run under the invoicing lease (reports/invoice_lock.py): one invoice run at a
+Steps 1-3 run under the invoicing lease (billing/invoice_lock.py): one invoice run at a
 time per database, whichever process starts it (`gpubill invoice run`, the scheduler).
 Holding it, a run first deletes every line whose invoice has no header (the leftovers of a
 run that crashed, of any period, so that they count neither as credit spent nor as billed),
@@ -29,28 +29,25 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
 from fractions import Fraction
-from pathlib import Path
 from typing import Any, Callable
 
 from billing_rules import (
     CreditBalance,
     Adjustment,
-    EnergyUsage,
     InvoiceDraft,
     InvoiceLine,
     IssuedInvoice,
-    RentUsage,
     build_invoice,
     credit_balances,
 )
-from reports.errors import NotFound
-from reports.failpoints import pause_at
-from reports.invoice_lock import invoicing_lease
-from reports.outputs import DEFAULT_FILE_MODE, make_dirs, output_name, path_inside, write_output
-from reports.queries import energy_usage_sql, rent_usage_sql, tenants_with_charges_sql
-from reports.rated import coverage, rated_source, source_of
-from reports.rollup import roll_up
-from reports.tenants import registered_tenants, trial_tenants
+from billing.errors import NotFound
+from billing.invoice_lock import invoicing_lease
+from billing.tenants import registered_tenants, trial_tenants
+from usage.by_tenant import plain, usage_by_tenant
+from usage.failpoints import pause_at
+from usage.queries import tenants_with_charges_sql
+from usage.rated import coverage, rated_source, source_of
+from usage.rollup import roll_up
 
 CURRENCY = "CNY"
 CHARGE_KINDS = ("rent", "discount", "electricity")
@@ -75,29 +72,10 @@ class RunReport:
     unregistered: list[str] = field(default_factory=list)  # tenants invoiced (without trial credit) but not registered
 
 
-def _usage_by_tenant(db: Any, source: tuple[str, dict]) -> tuple[dict, dict]:
-    """Rent and allocated energy per tenant in `source` (a reports.rated source)."""
-    relation, params = source
-    rent: dict[str, list[RentUsage]] = defaultdict(list)
-    for t, model, plan, price, per_s, discount_pct, seconds in db.query(rent_usage_sql(relation), params):
-        rent[t].append(RentUsage(gpu_model=model, plan=plan, price=_plain(price), per_s=int(per_s),
-                                 seconds=int(seconds), discount_pct=_plain(discount_pct)))
-    energy: dict[str, list[EnergyUsage]] = defaultdict(list)
-    for t, site, band, tariff, pue, mj in db.query(energy_usage_sql(relation), params):
-        energy[t].append(EnergyUsage(site=site, band=band, tariff_per_kwh=_plain(tariff), pue=_plain(pue), energy_mj=int(mj)))
-    return rent, energy
-
-
-def _plain(value: Decimal) -> Decimal:
-    """Drop the trailing zeros of a ClickHouse column's scale (1.1200 → 1.12), keep integers whole."""
-    value = value.normalize()
-    return value.quantize(Decimal(1)) if value == value.to_integral_value() else value
-
-
 def _line_key(line: InvoiceLine) -> tuple:
     """What makes two lines about the same charge: grouping fields and unit price."""
-    pue = str(_plain(line.pue)) if line.pue is not None else ""
-    return (line.gpu_model or "", line.plan or "", line.site or "", line.band or "", pue, str(_plain(line.unit_price)))
+    pue = str(plain(line.pue)) if line.pue is not None else ""
+    return (line.gpu_model or "", line.plan or "", line.site or "", line.band or "", pue, str(plain(line.unit_price)))
 
 
 _LATE_SQL = """
@@ -139,7 +117,7 @@ def pending_adjustments(db: Any, rules: Any, tenant: str, period: str, refs: lis
     )]
     adjustments: list[Adjustment] = []
     for ref in earlier:
-        rent, energy = _usage_by_tenant(db, rated_source(db, rules, ref, tenant))
+        rent, energy = usage_by_tenant(db, rated_source(db, rules, ref, tenant))
         now = build_invoice(tenant, ref, rent[tenant], energy[tenant], (), Decimal(0), Decimal(0))
         billed: dict[tuple, list] = defaultdict(lambda: [Decimal(0), Decimal(0), None])  # amount, quantity, line
         for line in [*_stored_lines(db, tenant, ref, kinds=CHARGE_KINDS), *_stored_lines_referencing(db, tenant, ref)]:
@@ -193,7 +171,7 @@ def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Call
     late = late_periods(db, period)
     trial, registered = trial_tenants(db), registered_tenants(db)  # as the registry is at this run
     tenants |= set(late)
-    rent, energy = _usage_by_tenant(db, source)
+    rent, energy = usage_by_tenant(db, source)
     for tenant in sorted(tenants):
         if tenant in existing:
             report.existing.append(existing[tenant])
@@ -231,9 +209,9 @@ def invoice_credits(db: Any, rules: Any, tenant: str, period: str, *, new_tenant
 def draft_invoice(db: Any, rules: Any, tenant: str, period: str, *, source: tuple[str, dict] | None = None) -> InvoiceDraft:
     """The invoice `run_period` would build for `tenant` and `period` if it ran now — same
     usage source, late-data adjustments, credits, discounts and VAT — writing nothing (no
-    rollup, no lease, no number). For month-to-date estimates (reports/current_usage.py);
+    rollup, no lease, no number). For month-to-date estimates (billing/current_usage.py);
     `source` is the tenant's `rated_source` when the caller already has it."""
-    rent, energy = _usage_by_tenant(db, source or rated_source(db, rules, period, tenant))
+    rent, energy = usage_by_tenant(db, source or rated_source(db, rules, period, tenant))
     adjustments = pending_adjustments(db, rules, tenant, period, late_periods(db, period).get(tenant, []))
     return _draft(db, rules, tenant, period, rent.get(tenant, ()), energy.get(tenant, ()), adjustments,
                   new_tenant=tenant in trial_tenants(db))
@@ -285,7 +263,7 @@ def _write_invoice(db: Any, draft: InvoiceDraft, now: datetime, fence: Callable[
 
 
 def _pause_before_header() -> None:
-    """The failpoint `invoice-header` (reports/failpoints.py): between an invoice's lines and its header."""
+    """The failpoint `invoice-header` (usage/failpoints.py): between an invoice's lines and its header."""
     pause_at("invoice-header")
 
 
@@ -338,27 +316,6 @@ def load_invoice(db: Any, tenant: str, period: str) -> IssuedInvoice:
         subtotal=subtotal, credit_used=credit_used, net=net, tax=tax, total=total, vat_rate=vat_rate,
         lines=tuple(_stored_lines(db, tenant, period)),
     )
-
-
-def write_invoice_files(db: Any, period: str, out_dir: Path, *, file_mode: int = DEFAULT_FILE_MODE,
-                        lang: str = "en") -> list[Path]:
-    """Render every invoice of `period` as JSON, CSV and PDF into `out_dir`, with `file_mode`;
-    the PDFs labelled in `lang` (reports.render.i18n; JSON and CSV are the same in every language).
-
-    Named NUMBER_TENANT_PERIOD.fmt by `reports.outputs.output_name`: a tenant or number that
-    is not an id (a `/`, `..`, NUL, 250 characters) is named by its hash, so every invoice
-    gets its own files inside `out_dir`.
-    """
-    from reports.render import render_invoice
-
-    make_dirs(out_dir, file_mode)
-    written = []
-    for number, tenant, _ in list_invoices(db, period):
-        invoice = load_invoice(db, tenant, period)
-        for fmt in ("json", "csv", "pdf"):
-            path = path_inside(out_dir, output_name(number, tenant, period, fmt))
-            written.append(write_output(path, render_invoice(invoice, fmt, lang=lang), file_mode))
-    return written
 
 
 def list_invoices(db: Any, period: str) -> list[tuple[str, str, Decimal]]:

@@ -4,10 +4,10 @@ The job does not trust its trigger to have fired at the right moment: every time
 (at start-up and then hourly) it invoices each closed period — ended more than the grace
 period ago — that has no completed billing run yet. A scheduler that was down on the 1st
 therefore catches up when it comes back, and a run that already happened is not redone
-(and would change nothing if it were: see reports/invoicing.py).
+(and would change nothing if it were: see billing/invoicing.py).
 
 An `invoice run` started by hand beside it is safe: runs take turns through the invoicing
-lease (reports/invoice_lock.py). The job waits its turn; when another run holds the lease
+lease (billing/invoice_lock.py). The job waits its turn; when another run holds the lease
 too long it logs that and tries again at its next hour.
 """
 
@@ -20,9 +20,9 @@ from typing import Any, Callable
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from reports.invoice_lock import LeaseError
-from reports.invoicing import RunReport, run_period
-from reports.rollup import RollupReport, roll_up
+from billing.invoice_lock import LeaseError
+from billing.invoicing import RunReport, run_period
+from usage.rollup import RollupReport, roll_up
 
 log = logging.getLogger("gpubill.scheduler")
 LOOKBACK_PERIODS = 12  # a scheduler down for up to a year still catches up

@@ -4,7 +4,7 @@
     daily_usage(db, rules, tenant, period)     -> list[DailyUsage] one entry per day of the period
 
 The estimate is the invoice the monthly run would build if it ran now
-(`reports.invoicing.draft_invoice`: the same rated source — rollups plus the seconds written
+(`billing.invoicing.draft_invoice`: the same rated source — rollups plus the seconds written
 since — the same late-data adjustments, credits, contract discounts and VAT, priced by
 `billing_rules.build_invoice`), and nothing is written. Once the period is invoiced the
 figures are the stored invoice's and ``invoiced`` is True.
@@ -33,9 +33,9 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from billing.invoicing import draft_invoice, load_invoice
 from billing_rules import InvoiceDraft, energy_amount, gpu_hours, rent_amount, round_fen, round_quantity
-from reports.invoicing import draft_invoice, load_invoice
-from reports.rated import rated_source
+from usage.rated import rated_source
 
 __all__ = ["CurrentUsage", "DailyUsage", "current_usage", "daily_usage"]
 

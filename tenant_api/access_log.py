@@ -1,6 +1,6 @@
 """The API's access records: every download and refused request, in ClickHouse (migration 0015).
 
-The server (gpubill/api/) buffers records and writes many with one `record_access`;
+The server (tenant_api/) buffers records and writes many with one `record_access`;
 `gpubill key audit` reads them back with `access_log`, newest first; finance reads the
 view ``v_api_access`` (docs/finance.md).
 
@@ -11,9 +11,9 @@ through terminal_text by the command line. A record whose numbers are not number
 (`bytes`, `status`) is a programming error: ValueError, before anything is written, so a
 batch is written whole or not at all.
 
-    ReportsError                       (reports/errors.py)
+    ApiError                       (tenant_api/errors.py)
     └── InvalidAuditQuery              access_log asked with a limit out of range
-    (InvalidTenant, reports/tenants.py; InvalidKeyRequest, reports/api_keys.py: filters
+    (InvalidTenant, billing/tenants.py; InvalidKeyRequest, tenant_api/keys.py: filters
     that are not a tenant id or a key id)
 """
 
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from reports.api_keys import check_key_id
-from reports.errors import ReportsError
-from reports.tenants import check_tenant_id
+from billing.tenants import check_tenant_id
+from tenant_api.errors import ApiError
+from tenant_api.keys import check_key_id
 
 MAX_TEXT_CHARS = 300  # what, client, reason, key_id, tenant
 MAX_SHORT_CHARS = 16  # method, period, format
@@ -40,7 +40,7 @@ COLUMNS = tuple(column for column, _ in _FIELDS)
 _SHORT = frozenset({"method", "period", "fmt"})
 
 
-class InvalidAuditQuery(ReportsError):
+class InvalidAuditQuery(ApiError):
     """An access_log query that cannot be answered as asked (a limit out of range)."""
 
 

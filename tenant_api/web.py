@@ -10,7 +10,7 @@ Simplified Chinese. Server-rendered (Jinja2), one small script, nothing from the
     GET  /files/invoices/{number}   an invoice (format) in the page's language
     GET  /assets/{name}             the stylesheet, script and logo (content-hashed, cached a year)
 
-Everything is read through the API's ``Service`` (``gpubill/api/service.py``) exactly as the
+Everything is read through the API's ``Service`` (``tenant_api/service.py``) exactly as the
 JSON API reads it: the same key checks, tenant boundary, limits and access records. Sessions
 and CSRF are in ``web_session.py``; the words in ``i18n.py``; the chart's geometry in
 ``web_chart.py``.
@@ -42,10 +42,10 @@ from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from gpubill.api.i18n import LANG_NAMES, LANGS, Words, moment, money, number, pick_lang
-from gpubill.api.problems import Problem
-from gpubill.api.web_chart import build_chart
-from gpubill.api.web_session import Session, Sessions, SessionsFull, new_token, same_origin, tokens_match
+from tenant_api.i18n import LANG_NAMES, LANGS, Words, moment, money, number, pick_lang
+from tenant_api.problems import Problem
+from tenant_api.web_chart import build_chart
+from tenant_api.web_session import Session, Sessions, SessionsFull, new_token, same_origin, tokens_match
 
 __all__ = ["SECURITY_HEADERS", "install"]
 
@@ -99,7 +99,7 @@ def _environment(assets: Mapping[str, Asset]) -> Environment:
 
 
 def install(app: FastAPI, service: Any, *, sessions: Sessions | None = None) -> None:
-    """Add the page's routes to `app`, reading through `service` (gpubill.api.service.Service)."""
+    """Add the page's routes to `app`, reading through `service` (tenant_api.service.Service)."""
     Page(service, sessions if sessions is not None else Sessions()).routes(app)
 
 

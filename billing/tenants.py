@@ -4,7 +4,7 @@ A reading names its tenant by an id in the id syntax (schemas/ids.py), and any s
 rated. Only a *registered* id is a customer of record:
 
 - the trial credit (billing.toml `new_tenant_credit`) goes to a tenant that is registered
-  and active when the invoice run runs (`trial_tenants`; reports/invoicing.py asks);
+  and active when the invoice run runs (`trial_tenants`; billing/invoicing.py asks);
 - a suspended tenant is still rated and invoiced in full (it owes what it used), without
   the trial credit on invoices issued while it is suspended; resumed, whatever it had not
   spent of the trial is usable again (spending is read from its invoices);
@@ -20,7 +20,7 @@ Every write checks the id (`check_tenant_id`) and the display name and note
 query parameters. Nothing is ever deleted: each change writes the whole row again with a
 later `updated_at`, and the latest row is the tenant.
 
-    ReportsError                       (reports/errors.py)
+    BillingError                       (billing/errors.py)
     ├── NotFound                       suspend / resume of an id that is not registered
     └── TenantRefused                  base of this module's refusals
         ├── InvalidTenant              an id, display name or note that may not be stored
@@ -36,10 +36,11 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from billing.errors import BillingError, NotFound
 from billing_rules import build_invoice
-from reports.errors import NotFound, ReportsError
-from reports.rated import rated_source
 from schemas.ids import MAX_ID_LEN, is_id
+from usage.by_tenant import usage_by_tenant
+from usage.rated import rated_source
 
 ACTIVE, SUSPENDED = "active", "suspended"
 STATUSES = (ACTIVE, SUSPENDED)
@@ -56,7 +57,7 @@ COLUMNS = ("tenant", "display_name", "status", "created_at", "updated_at", "note
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM tenants FINAL"
 
 
-class TenantRefused(ReportsError):
+class TenantRefused(BillingError):
     """Base of the registry's refusals: the message says what to change."""
 
 
@@ -160,7 +161,7 @@ def tenant_sql(*, one: bool = False, status: str | None = None) -> str:
 
 
 def unregistered_sql(source: str) -> str:
-    """`source` (a reports.rated relation) restricted to tenant ids that are not registered.
+    """`source` (a usage.rated relation) restricted to tenant ids that are not registered.
 
     '' (unallocated energy) is nobody's and not listed. Any registered id counts, whatever
     its status: a suspended tenant is known."""
@@ -234,15 +235,12 @@ def set_status(db: Any, tenant: str, status: str, *, note: str = "", now: dateti
 def unregistered_usage(db: Any, rules: Any, period: str) -> list[UnregisteredTenant]:
     """Tenant ids with rated usage in `period` that are not registered, most charges first.
 
-    Read exactly as the invoice run reads (reports/rated.py); the charges are what
+    Read exactly as the invoice run reads (usage/rated.py); the charges are what
     `billing_rules.build_invoice` makes of the usage, before credits and VAT.
     """
-    # Imported here: reports.invoicing imports this module (trial_tenants) at its top.
-    from reports.invoicing import _usage_by_tenant
-
     rules.period_bounds(period)  # validates the period
     source, params = rated_source(db, rules, period)
-    rent, energy = _usage_by_tenant(db, (unregistered_sql(source), params))
+    rent, energy = usage_by_tenant(db, (unregistered_sql(source), params))
     found = []
     for tenant in set(rent) | set(energy):
         draft = build_invoice(tenant, period, rent[tenant], energy[tenant], (), Decimal(0), Decimal(0))

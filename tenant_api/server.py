@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpubill.errors import ConfigError
+from tenant_api.errors import ApiError, ListenRefused
 
 if TYPE_CHECKING:
-    from gpubill.api.connections import ConnectionLimits
+    from tenant_api.connections import ConnectionLimits
 
 __all__ = ["ApiServer", "RulesReloader", "parse_listen"]
 
@@ -32,7 +32,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
     """'host:port' (or ':port', '[::1]:port') → (host, port); the host defaults to loopback."""
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"--listen: {listen!r} is not host:port, e.g. 127.0.0.1:8080")
+        raise ListenRefused(f"--listen: {listen!r} is not host:port, e.g. 127.0.0.1:8080")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
@@ -82,8 +82,6 @@ class ApiServer:
     def __init__(self, listen: str) -> None:
         import socket
 
-        from gpubill.errors import GpubillError
-
         host, port = parse_listen(listen)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on accepted sockets that say
@@ -96,7 +94,7 @@ class ApiServer:
         except OSError as exc:
             self.socket.close()
             reason = "address already in use" if exc.errno == 98 else (exc.strerror or str(exc))
-            raise GpubillError(f"cannot listen on {host}:{port}: {reason} (set --listen or GPUBILL_HTTP_PORT)") from None
+            raise ListenRefused(f"cannot listen on {host}:{port}: {reason} (set --listen or GPUBILL_HTTP_PORT)") from None
         self.host, self.port = host, self.socket.getsockname()[1]
         self.server: Any = None
         self._thread: threading.Thread | None = None
@@ -106,7 +104,7 @@ class ApiServer:
         from the GPUBILL_API_* settings)."""
         import uvicorn
 
-        from gpubill.api.connections import ConnectionGuard, ConnectionLimits, fits, guarded_protocol
+        from tenant_api.connections import ConnectionGuard, ConnectionLimits, fits, guarded_protocol
 
         if limits is None:
             limits = getattr(getattr(app, "state", None), "connection_limits", None) or ConnectionLimits()
@@ -117,7 +115,7 @@ class ApiServer:
         self.guard = None
         if misfit:
             # serving matters more than the guard: plain h11, bounded by uvicorn's limit_concurrency only
-            log.error("uvicorn %s does not fit gpubill/api/connections.py (%s): serving WITHOUT the request-head "
+            log.error("uvicorn %s does not fit tenant_api/connections.py (%s): serving WITHOUT the request-head "
                       "deadline and the connection cap", uvicorn.__version__, misfit)
         else:
             self.guard = ConnectionGuard(max_connections, limits.head_timeout_s,
@@ -166,9 +164,7 @@ class ApiServer:
         deadline = time.monotonic() + timeout_s
         while not self.server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                from gpubill.errors import GpubillError
-
-                raise GpubillError(f"the API did not start on {self.url} (its log lines say why)")
+                raise ApiError(f"the API did not start on {self.url} (its log lines say why)")
             time.sleep(0.05)
 
     def stop(self, timeout_s: float = 20.0) -> None:

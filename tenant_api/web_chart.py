@@ -3,7 +3,7 @@
 Pure: days in, coordinates and labels out; ``templates/_chart.html`` draws them as an inline
 SVG, so the chart needs no script, no network and no inline style (the page's CSP allows
 neither). Coordinates are floats (pixels); every figure a person reads is a Decimal
-written by :mod:`gpubill.api.i18n`, so an axis label never shows a float's noise.
+written by :mod:`tenant_api.i18n`, so an axis label never shows a float's noise.
 
 Each axis starts at 0 and ends at the first "nice" tick (1, 2 or 5 × 10^k) above the
 largest value, with four intervals, so bars and the line share one grid.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
 
-from gpubill.api.i18n import money, number
+from tenant_api.i18n import money, number
 
 WIDTH, HEIGHT = 760.0, 280.0
 LEFT, RIGHT, TOP, BOTTOM = 56.0, 64.0, 16.0, 36.0
@@ -96,7 +96,7 @@ def _places(top: Decimal) -> int:
 
 def build_chart(period: str, daily: Sequence[Day], *, hours_word: str) -> Chart:
     """The chart of `period`: one slot per calendar day, days without usage left empty
-    (`daily` may list them as zeros, as reports.current_usage.daily_usage does, or leave them out)."""
+    (`daily` may list them as zeros, as billing.current_usage.daily_usage does, or leave them out)."""
     by_day = {d.day: d for d in daily}
     days = period_days(period)
     zero = Decimal(0)

@@ -8,7 +8,7 @@ tenant, and what they get — with the limits and the access records around ever
                                        under the key's cap of downloads in flight, recorded
 
 Every method raises `Problem` for what it refuses; the app renders it as problem JSON and
-records it. Reads go through `Reads` (gpubill/api/reads.py): the embedded database's one
+records it. Reads go through `Reads` (tenant_api/reads.py): the embedded database's one
 client, or a small pool of clients of a server.
 """
 
@@ -23,18 +23,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gpubill.api.cache import TtlCache
-from gpubill.api.limits import AuthThrottle, DownloadSlots, RateLimiter
-from gpubill.api.problems import Problem, bad_param
-from gpubill.api.reads import Reads
-from gpubill.api.records import AccessRecorder, current_request
 from reports.outputs import output_name
+from tenant_api.cache import TtlCache
+from tenant_api.limits import AuthThrottle, DownloadSlots, RateLimiter
+from tenant_api.problems import Problem, bad_param
+from tenant_api.reads import Reads
+from tenant_api.records import AccessRecorder, current_request
 
 if TYPE_CHECKING:
-    from reports.api_keys import ApiKey
-    from reports.balances import Balance
-    from reports.current_usage import CurrentUsage, DailyUsage
-    from reports.live_spend import LivePosition
+    from tenant_api.keys import ApiKey
+    from billing.balances import Balance
+    from billing.current_usage import CurrentUsage, DailyUsage
+    from billing.live_spend import LivePosition
 
 __all__ = ["Download", "Limits", "Problem", "Service", "USAGE_FORMATS", "INVOICE_FORMATS", "GRANULARITIES"]
 
@@ -110,14 +110,14 @@ class Service:
         """The key of a Bearer `token` from address `client`, counted against its rate limit.
 
         401 for a missing, malformed, unknown, revoked or expired key (recorded, and counted
-        by the throttle, gpubill/api/limits.py); 429 with Retry-After, before any check, once
+        by the throttle, tenant_api/limits.py); 429 with Retry-After, before any check, once
         `client` failed too often with the key id the token names, or that key id was guessed
         too often from addresses that never opened it; 429 instead of 401 for a failure while
         failures everywhere are over their ceiling; 429 when the key is over its rate.
 
         Whether the id is known or not, a token costs one query and one comparison of a
-        SHA-256 (reports.api_keys.verify_key), so the time of a 401 does not tell them apart."""
-        from reports.api_keys import KeyRefused, key_id_of, verify_key
+        SHA-256 (tenant_api.keys.verify_key), so the time of a 401 does not tell them apart."""
+        from tenant_api.keys import KeyRefused, key_id_of, verify_key
 
         key_id = key_id_of(token)
         wait_s = self.throttle.blocked_for(client, key_id)
@@ -182,7 +182,7 @@ class Service:
 
     def me(self, key: "ApiKey") -> dict:
         """The key's tenant, its display name, the key's id, role, label and expiry."""
-        from reports.tenants import find_tenant
+        from billing.tenants import find_tenant
 
         name = ""
         if key.tenant:
@@ -193,19 +193,19 @@ class Service:
                 "label": key.label, "expires_at": _iso(key.expires_at), "created_at": _iso(key.created_at)}
 
     def current(self, key: "ApiKey", tenant: str) -> "CurrentUsage":
-        """Month-to-date usage and the estimated total (reports.current_usage), at most
+        """Month-to-date usage and the estimated total (billing.current_usage), at most
         `limits.cache_s` old (its `newest_data_at` says how fresh)."""
-        from reports.current_usage import current_usage
+        from billing.current_usage import current_usage
 
         return self.cache.get_or_build(("current", tenant), lambda: self._read_rules(
             lambda db, rules: current_usage(db, rules, tenant, now=self.now())))
 
     def balance(self, key: "ApiKey", tenant: str) -> "Balance":
-        """The tenant's prepaid balance (reports.balances): top-ups less invoices less the estimates
+        """The tenant's prepaid balance (billing.balances): top-ups less invoices less the estimates
         of what is not invoiced yet, the budget's used share, the last hour's burn and the runway;
         at most `limits.cache_s` old. 404 for a tenant that is not registered (an operator's typo)."""
-        from reports.balances import balance
-        from reports.errors import NotFound
+        from billing.balances import balance
+        from billing.errors import NotFound
 
         try:
             return self.cache.get_or_build(("balance", tenant), lambda: self._read_rules(
@@ -214,15 +214,15 @@ class Service:
             raise self._refused(Problem(404, f"no registered tenant {_shown(tenant)}", reason="no-tenant")) from None
 
     def live(self, key: "ApiKey", tenant: str) -> "LivePosition | None":
-        """The stream's figures of the tenant (reports.live_spend): month to date, balance and
+        """The stream's figures of the tenant (billing.live_spend): month to date, balance and
         runway as the spend tracker priced them at most a minute ago; None when it has not."""
-        from reports.live_spend import live_position
+        from billing.live_spend import live_position
 
         return self.reads.run(lambda db: live_position(db, tenant, now=self.now()))
 
     def daily(self, key: "ApiKey", tenant: str, period: str) -> "list[DailyUsage]":
         """Per day of `period`: GPU-hours, rent, electricity, spend (for the page's chart)."""
-        from reports.current_usage import daily_usage
+        from billing.current_usage import daily_usage
 
         period = self._period(period)
         return self.cache.get_or_build(("daily", tenant, period), lambda: self._read_rules(
@@ -231,7 +231,7 @@ class Service:
     def invoices(self, key: "ApiKey", tenant: str) -> list[dict]:
         """The tenant's invoices, newest period first: number, period, status, issued_at,
         currency, subtotal, credit_used, net, tax, total (money as strings with two decimals)."""
-        from reports.tenant_invoices import tenant_invoices
+        from billing.tenant_invoices import tenant_invoices
 
         return self.cache.get_or_build(("invoices", tenant), lambda: self.reads.run(
             lambda db: tenant_invoices(db, tenant)))
@@ -269,8 +269,8 @@ class Service:
                          lang: str | None = "en") -> Download:
         """Invoice `number` of `tenant`; 404 — the same answer — when it does not exist, is
         malformed, or belongs to another tenant."""
-        from reports.tenant_invoices import invoice_period
-        from reports.invoicing import load_invoice
+        from billing.tenant_invoices import invoice_period
+        from billing.invoicing import load_invoice
         from reports.render import render_invoice
 
         fmt = self._choice("format", fmt, INVOICE_FORMATS, default="json")

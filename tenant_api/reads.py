@@ -7,7 +7,7 @@ time, whole reports interleave statement by statement. A ClickHouse server is re
 through a small pool of clients (one statement at a time per client, as clickhouse-connect's
 HTTP session requires), `GPUBILL_API_DB_CONNECTIONS` of them.
 
-Answers built from the same reads are shared between requests (gpubill/api/cache.py), which
+Answers built from the same reads are shared between requests (tenant_api/cache.py), which
 is what keeps fifty clients of one month from queueing fifty builds behind one engine.
 """
 
@@ -17,7 +17,7 @@ import queue
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from gpubill.api.problems import Problem
+from tenant_api.problems import Problem
 
 __all__ = ["Reads"]
 

@@ -8,8 +8,8 @@ renders it, the access log records it. A problem says what a person can do about
         400  a parameter is malformed, missing, repeated or unknown (``param`` names it)
         401  no key, or one that is malformed, unknown, revoked or expired
         404  nothing there — including another tenant's invoice (the same answer, byte for byte)
-        429  too many requests for the key, downloads in flight, or failed sign-ins (gpubill/api/limits.py)
-        431  a request head over 16 KiB (answered by gpubill/api/connections.py, before the app)
+        429  too many requests for the key, downloads in flight, or failed sign-ins (tenant_api/limits.py)
+        431  a request head over 16 KiB (answered by tenant_api/connections.py, before the app)
         503  the database or the rules cannot be read now
 """
 

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpubill.api.problems import MEDIA_TYPE, Problem
+from tenant_api.problems import MEDIA_TYPE, Problem
 
 __all__ = ["ConnectionGuard", "ConnectionLimits", "fits", "guarded_protocol"]
 

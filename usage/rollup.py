@@ -2,7 +2,7 @@
 
 An hour is recomputed from the per-second rows (`rated_seconds FINAL`) and written whole
 under a new generation; the generation is published in `rollup_runs` only after its rows
-are in. Readers (reports/rated.py) take a rolled-up hour only at its published generation,
+are in. Readers (usage/rated.py) take a rolled-up hour only at its published generation,
 and read an hour from the per-second rows while it has writes newer than its rollup. So:
 
 - duplicates, replays and late rows re-written with a higher version are what FINAL makes
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from reports.failpoints import pause_at
-from reports.rated import grouped_sql, hour_range, retained_periods
+from usage.failpoints import pause_at
+from usage.rated import grouped_sql, hour_range, retained_periods
 from warehouse import writes
 
 log = logging.getLogger("gpubill.rollup")
@@ -120,7 +120,7 @@ def drop_superseded(db: Any, periods: list[str]) -> None:
 
 
 def _pause_before_publish() -> None:
-    """The failpoint `rollup-publish` (reports/failpoints.py): between writing an hour's rows and publishing them."""
+    """The failpoint `rollup-publish` (usage/failpoints.py): between writing an hour's rows and publishing them."""
     pause_at("rollup-publish")
 
 
