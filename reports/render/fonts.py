@@ -85,6 +85,7 @@ _lock = threading.Lock()
 _faces: dict[str, Any] = {}  # "full" / "common": the parsed fpdf2 TTFFont every document copies
 _common_bytes: bytes = b""  # the "common" face's font file (a subset of the full one, made at load)
 _chosen: CjkFont | None = None
+_warmed: str | None = None  # warm_up's self-check line, once it passed: fpdf2 does not change under a process
 FAST_PATH: bool | None = None  # None until the self-check ran; False: every document parses the font
 
 
@@ -159,8 +160,11 @@ def _load() -> None:
 def warm_up() -> str:
     """Make the "common" face too (seconds, once per process) and check the adapter; for a
     long-lived process (the download service at start-up, an invoice run writing many PDFs).
-    Safe to call more than once, from any thread; returns the self-check's line."""
-    global _common_bytes
+    Safe to call more than once, from any thread; returns the self-check's line (the thorough
+    check runs once per process: every API app a process creates warms up at its start)."""
+    global _common_bytes, _warmed
+    if _warmed is not None:
+        return _warmed
     _load()
     assert _chosen is not None
     with _lock:
@@ -173,7 +177,10 @@ def warm_up() -> str:
             except Exception as exc:  # noqa: BLE001 - without it every CJK document embeds from the full face
                 log.error("could not make the common subset of %s (%r); CJK PDFs embed from the full font",
                           _chosen.path, exc)
-    return self_check()
+    line = self_check()
+    if FAST_PATH:
+        _warmed = line
+    return line
 
 
 def face_for(texts: Iterable[str]) -> str:

@@ -11,7 +11,6 @@ import fcntl
 import gzip
 import os
 import signal
-import socket
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -28,6 +27,7 @@ from gpubill.devenv.gateway.request import GatewayError, decode_body, read_state
 from warehouse.connection import open_database
 from warehouse.migrations import migrations
 from gpubill.errors import ConfigError
+from tests.ports import free_port  # reserved: never another test process's (pytest-xdist)
 
 # --------------------------------------------------------------------- the request parser
 
@@ -91,11 +91,6 @@ def test_bad_listen_addresses(listen):
 
 # ------------------------------------------------------------------------ a real gateway
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_gateway(directory: Path, port: int, **env_extra: str) -> SpawnedGateway:

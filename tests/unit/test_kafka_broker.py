@@ -29,6 +29,7 @@ from gpubill.errors import USER_ERRORS
 from streams.errors import KafkaUnreachable
 from streams.kafka.settings import client_options, kafka_security, security_problem
 from streams.worker import broker_credentials as faust_credentials
+from tests.ports import free_port  # reserved: never another test process's (pytest-xdist)
 
 
 @pytest.mark.parametrize(
@@ -134,11 +135,6 @@ def test_cached_jars_are_used_without_maven(tmp_path):
     broker = LocalBroker(tmp_path / "home", cache_dir=tmp_path / "cache", mvn="no-such-mvn-binary")
     assert broker.ensure_jars() == libs
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_is_up_is_false_and_quick_when_nothing_listens(tmp_path):

@@ -291,6 +291,7 @@ def fresh_fonts(monkeypatch):
     monkeypatch.setattr(fonts, "_common_bytes", b"")
     monkeypatch.setattr(fonts, "_chosen", None)
     monkeypatch.setattr(fonts, "FAST_PATH", None)
+    monkeypatch.setattr(fonts, "_warmed", None)
     monkeypatch.delenv("GPUBILL_CJK_FONT", raising=False)
     return fonts
 
@@ -323,6 +324,14 @@ def test_the_adapter_fits_this_fpdf2_thoroughly(fresh_fonts):
     fonts._faces.pop("common")
     full = render_usage(usage(), "pdf", lang="zh-CN")
     assert common != full and pdf_text(common) == pdf_text(full)
+
+
+def test_the_thorough_check_runs_once_per_process(fresh_fonts, monkeypatch):
+    # every API app warms up at its start: a second app in the process must not pay it again
+    first = fonts.warm_up()
+    assert fonts.FAST_PATH is True
+    monkeypatch.setattr(fonts, "self_check", lambda **_: (_ for _ in ()).throw(AssertionError("checked again")))
+    assert fonts.warm_up() == first
 
 
 def test_a_misfit_adapter_falls_back_to_parsing_each_document(fresh_fonts, monkeypatch):
