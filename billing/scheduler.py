@@ -9,6 +9,17 @@ therefore catches up when it comes back, and a run that already happened is not 
 An `invoice run` started by hand beside it is safe: runs take turns through the invoicing
 lease (billing/invoice_lock.py). The job waits its turn; when another run holds the lease
 too long it logs that and tries again at its next hour.
+
+`add_jobs` puts both jobs — this one and the rollups — on a scheduler, the same way for
+`gpubill scheduler` and `gpubill up`:
+
+- in a thread of their own (the executor JOBS_EXECUTOR, one thread: the two take turns and
+  never send two statements at once through one client), never in the pipeline's writer
+  thread: an hour's rollup of a full fleet takes seconds, and batches are written meanwhile,
+  between its statements (the embedded engine's client takes one statement at a time);
+- each run reads the rules then in force from `rules()` — in `up` the set the worker prices
+  with, in `gpubill scheduler` a `billing_rules.reloading.RuleFiles` of GPUBILL_RULES: an
+  edited rule file counts from the next run, an invalid edit keeps the last good set.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ import logging
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
@@ -27,6 +39,7 @@ from usage.rollup import RollupReport, roll_up
 log = logging.getLogger("gpubill.scheduler")
 LOOKBACK_PERIODS = 12  # a scheduler down for up to a year still catches up
 ROLLUP_EVERY_MIN = 5
+JOBS_EXECUTOR = "billing-jobs"
 
 
 def due_periods(rules: Any, now_s: int, completed: set[str], lookback: int = LOOKBACK_PERIODS) -> list[str]:
@@ -61,11 +74,23 @@ def run_due(db: Any, rules: Any, now: datetime | None = None) -> list[RunReport]
     return reports
 
 
-def add_billing_job(scheduler: Any, job: Callable[[], Any], rules: Any) -> None:
+def add_jobs(scheduler: Any, db: Any, rules: Callable[[], Any]) -> ThreadPoolExecutor:
+    """The billing and rollup jobs on `scheduler` (APScheduler), in their own thread, each run
+    with the rules `rules()` returns then (see the module docstring). Returns their executor:
+    `shutdown(wait=True)` waits for a job in flight (before the database is closed)."""
+    executor = ThreadPoolExecutor(1, pool_kwargs={"thread_name_prefix": "billing-jobs"})
+    scheduler.add_executor(executor, alias=JOBS_EXECUTOR)
+    add_billing_job(scheduler, lambda: run_due(db, rules()), rules(), executor=JOBS_EXECUTOR)
+    add_rollup_job(scheduler, lambda: run_rollup(db, rules()), executor=JOBS_EXECUTOR)
+    return executor
+
+
+def add_billing_job(scheduler: Any, job: Callable[[], Any], rules: Any, executor: str = "default") -> None:
     """Hourly (and once at start-up): invoice whatever is due. Missed runs coalesce into one."""
     scheduler.add_job(
         job,
         CronTrigger(minute=5, timezone=rules.billing_tz),
+        executor=executor,
         id="monthly-billing",
         name="invoice closed periods",
         coalesce=True,
@@ -84,11 +109,12 @@ def run_rollup(db: Any, rules: Any) -> RollupReport:
     return report
 
 
-def add_rollup_job(scheduler: Any, job: Callable[[], Any]) -> None:
+def add_rollup_job(scheduler: Any, job: Callable[[], Any], executor: str = "default") -> None:
     """Every few minutes (and once at start-up): keep the hourly rollups current."""
     scheduler.add_job(
         job,
         IntervalTrigger(minutes=ROLLUP_EVERY_MIN),
+        executor=executor,
         id="hourly-rollups",
         name="roll up written hours",
         coalesce=True,

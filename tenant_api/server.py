@@ -38,41 +38,29 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 class RulesReloader:
     """The rule set of a directory, reloaded when its files change (checked at most every
-    RULES_POLL_S); an invalid edit keeps the last good set, as the worker does."""
+    RULES_POLL_S); an invalid edit keeps the last good set. The mechanism is the worker's and
+    the scheduler's (billing_rules/reloading.py); this adds the throttle and a lock, for the
+    API's threads."""
 
     def __init__(self, directory: Path, rules: Any) -> None:
-        self.directory = Path(directory)
-        self.rules = rules
-        self._stamp = self._files()
+        from billing_rules.reloading import RuleFiles
+
+        self.files = RuleFiles(directory, rules)
         self._checked = time.monotonic()
         self._lock = threading.Lock()
+
+    @property
+    def rules(self) -> Any:
+        return self.files.rules
 
     def __call__(self) -> Any:
         if time.monotonic() - self._checked >= RULES_POLL_S and self._lock.acquire(blocking=False):
             try:
                 self._checked = time.monotonic()
-                stamp = self._files()
-                if stamp != self._stamp:
-                    self._stamp = stamp
-                    self._reload()
+                self.files.reload()
             finally:
                 self._lock.release()
-        return self.rules
-
-    def _reload(self) -> None:
-        from billing_rules import BillingRulesError, load_rules
-
-        try:
-            self.rules = load_rules(self.directory)
-            log.warning("rule files changed: reloaded")
-        except BillingRulesError as exc:
-            log.error("rule files changed but are invalid, still answering with the last good set: %s", exc)
-
-    def _files(self) -> tuple:
-        try:
-            return tuple(sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in self.directory.glob("*.toml")))
-        except OSError:
-            return ()
+        return self.files.rules
 
 
 class ApiServer:

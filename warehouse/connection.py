@@ -13,6 +13,7 @@ import fcntl
 import os
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,13 +51,44 @@ def redact(dsn: str) -> str:
     return re.sub(r"(//[^:/@]+:)[^@]*@", r"\1***@", dsn)
 
 
+class Turns:
+    """The statements of one client, one at a time, in the order their threads asked.
+
+    A `Database` is shared by threads of one process (`gpubill up`: the writer, the rating
+    thread's look-ups, the scheduler's jobs, the API; chDB allows one engine per process) and
+    its client takes one statement at a time — chDB's under a lock of its own, an HTTP
+    client's session refuses a second. That lock is not fair: a thread that ends a statement
+    and starts the next at once (a rollup, statement after statement) takes it back before a
+    waiting writer wakes up, for many statements in a row. Here each statement takes a ticket
+    and waits for its number, so a writer waits for at most the statements asked before it."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.Lock())
+        self._next_ticket = 0
+        self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._changed:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            while ticket != self._serving:
+                self._changed.wait()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._changed:
+            self._serving += 1
+            self._changed.notify_all()
+
+
 @dataclass
 class Database:
-    """An open ClickHouse client plus, for chDB, the lock that keeps other processes out."""
+    """An open ClickHouse client plus, for chDB, the lock that keeps other processes out.
+    Its statements take turns in arrival order (`Turns`), whichever thread sends them."""
 
     dsn: str
     client: Any
     _lock_fd: int | None = field(default=None, repr=False)
+    _turns: Turns = field(default_factory=Turns, repr=False, compare=False)
 
     @property
     def embedded(self) -> bool:
@@ -64,19 +96,22 @@ class Database:
 
     def command(self, sql: str, parameters: dict | None = None) -> Any:
         try:
-            return self.client.command(sql, parameters=parameters)
+            with self._turns:
+                return self.client.command(sql, parameters=parameters)
         except ClickHouseError as exc:
             raise refused(exc, f"ClickHouse refused a statement: {_first_line(exc)}") from exc
 
     def query(self, sql: str, parameters: dict | None = None) -> list[tuple]:
         try:
-            return self.client.query(sql, parameters=parameters).result_rows
+            with self._turns:
+                return self.client.query(sql, parameters=parameters).result_rows
         except ClickHouseError as exc:
             raise refused(exc, f"ClickHouse refused a query: {_first_line(exc)}") from exc
 
     def query_dicts(self, sql: str, parameters: dict | None = None) -> list[dict]:
         try:
-            result = self.client.query(sql, parameters=parameters)
+            with self._turns:
+                result = self.client.query(sql, parameters=parameters)
         except ClickHouseError as exc:
             raise refused(exc, f"ClickHouse refused a query: {_first_line(exc)}") from exc
         names = result.column_names
@@ -86,7 +121,8 @@ class Database:
         """The result of a query as the bytes of one file in ClickHouse format `fmt` (Parquet, CSV …).
         The whole result is held in memory: callers bound it (reports/archive.py: one hour of a table)."""
         try:
-            return self.client.raw_query(sql, parameters=parameters, fmt=fmt)
+            with self._turns:
+                return self.client.raw_query(sql, parameters=parameters, fmt=fmt)
         except ClickHouseError as exc:
             raise refused(exc, f"ClickHouse refused a query: {_first_line(exc)}") from exc
 
@@ -96,7 +132,8 @@ class Database:
             return
         _failpoint("clickhouse-down", "ClickHouse unavailable (failpoint clickhouse-down)")
         try:
-            self.client.insert(table, rows, column_names=list(columns))
+            with self._turns:
+                self.client.insert(table, rows, column_names=list(columns))
         except ClickHouseError as exc:
             raise refused(exc, f"ClickHouse refused an insert into {table}: {_first_line(exc)}") from exc
 
@@ -108,7 +145,8 @@ class Database:
             # optimize_on_insert=0: a ReplacingMergeTree need not collapse an inserted block
             # (merges and FINAL do, and the pipeline's blocks hold one row per key anyway):
             # a sixth of the insert's CPU.
-            self.client.raw_insert(table, list(columns), block, fmt="Native", settings={"optimize_on_insert": 0})
+            with self._turns:
+                self.client.raw_insert(table, list(columns), block, fmt="Native", settings={"optimize_on_insert": 0})
         except ClickHouseError as exc:
             raise refused(exc, f"ClickHouse refused an insert into {table}: {_first_line(exc)}") from exc
 

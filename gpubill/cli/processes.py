@@ -154,9 +154,6 @@ def up(
     """Run worker, scheduler and the tenant API in one process (the embedded database allows one process)."""
     import asyncio
 
-    from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
-    from billing.scheduler import add_billing_job, add_rollup_job, run_due, run_rollup
     from streams.kafka.admin import ensure_pipeline_topics
     from streams.metrics import Metrics
     from streams.worker import run_worker
@@ -183,26 +180,7 @@ def up(
         await asyncio.get_running_loop().run_in_executor(None, _start_api, settings, api, database, pipeline)
         await asyncio.Event().wait()
 
-    async def scheduler_task() -> None:
-        scheduler = AsyncIOScheduler(timezone=rules.billing_tz)
-        loop = asyncio.get_running_loop()
-
-        async def job() -> None:
-            # In the pipeline's writer thread (the sink's), queued behind the batches handed
-            # to it before: the run's reads see them, and every insert into the database
-            # comes from that one thread. While it runs, batches wait (at most three are in
-            # flight), as they would in the rating thread. A failed run is logged by
-            # APScheduler and tried again at the next hour; unlike
-            # `pipeline.in_writer_thread`, it does not end the worker.
-            await loop.run_in_executor(pipeline.writer, lambda: run_due(database, pipeline.rules))
-
-        async def rollup_job() -> None:  # the same thread, for the same reasons
-            await loop.run_in_executor(pipeline.writer, lambda: run_rollup(database, pipeline.rules))
-
-        add_billing_job(scheduler, job, rules)
-        add_rollup_job(scheduler, rollup_job)
-        scheduler.start()
-        await asyncio.Event().wait()
+    jobs, scheduler_task = _scheduler(settings, database, pipeline)
 
     webhooks = _webhook_task(settings, target, database)
     err.print(f"gpubill up: worker + scheduler{' + tenant API' if api else ''}{' + webhooks' if webhooks else ''}; "
@@ -215,8 +193,61 @@ def up(
     finally:
         if api is not None:
             api.stop()  # requests in flight finish and the access records are written, then the database closes
+        jobs.stop()  # a billing run or rollup in flight finishes first
     database.close()
     raise typer.Exit(code)
+
+
+class _Jobs:
+    """`up`'s billing and rollup jobs: an AsyncIOScheduler whose jobs run in their own thread
+    (billing/scheduler.py `add_jobs`), with the rules the worker prices with."""
+
+    def __init__(self, settings: Settings, database, pipeline) -> None:
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+        from billing.scheduler import add_jobs
+
+        self.scheduler = AsyncIOScheduler(timezone=pipeline.rules.billing_tz)
+        self.database = _side_client(settings, database)
+        self.executor = add_jobs(self.scheduler, self.database, lambda: pipeline.rules)
+        self._shared = self.database is database
+
+    def stop(self) -> None:
+        """Once the worker's event loop (the triggers' timers) is gone: wait for a job in flight,
+        then close the jobs' own client (if any)."""
+        self.executor.shutdown(wait=True)
+        if not self._shared:
+            self.database.close()
+
+
+def _scheduler(settings: Settings, database, pipeline):
+    """(`up`'s jobs, the worker task that starts them). The jobs run in a thread of their own,
+    not in the pipeline's writer thread as they once did: an hour's rollup of 1,280 cards takes
+    seconds, during which batches (and the rating thread's look-ups, which wait for the writer)
+    stalled. Writes now go on between the job's statements: the embedded engine's client takes
+    one statement at a time from any thread, in the order asked (warehouse/connection.py
+    `Turns`), and a server DSN gets a client of its own (an HTTP client's session takes one
+    query at a time). A failed run is logged by
+    APScheduler and tried again at its next time; it does not end the worker."""
+    import asyncio
+
+    jobs = _Jobs(settings, database, pipeline)
+
+    async def scheduler_task() -> None:
+        jobs.scheduler.start()  # in the worker's event loop: the triggers are timers on it
+        await asyncio.Event().wait()
+
+    return jobs, scheduler_task
+
+
+def _side_client(settings: Settings, database):
+    """A client for a thread beside the writer: the pipeline's own for the embedded engine (one
+    engine per process; its client serializes statements), a new one for a server DSN."""
+    if database.embedded:
+        return database
+    from warehouse.connection import open_database
+
+    return open_database(settings.clickhouse, migrate=False)
 
 
 def _webhook_target():
@@ -268,21 +299,27 @@ def _start_api(settings: Settings, api, database, pipeline) -> None:
 
 
 def scheduler() -> None:
-    """Run only the monthly billing scheduler (server deployments; embedded mode: use `up`)."""
+    """Run only the monthly billing scheduler (server deployments; embedded mode: use `up`).
+
+    Its jobs run in one thread of their own (billing/scheduler.py `add_jobs`) and read the
+    rule files again when they change, as `up` does: an edit counts from the next run, an
+    invalid one is logged and the last good set kept (billing_rules/reloading.py)."""
     from apscheduler.schedulers.blocking import BlockingScheduler
 
-    from billing.scheduler import add_billing_job, add_rollup_job, run_due, run_rollup
+    from billing.scheduler import add_jobs
+    from billing_rules.reloading import RuleFiles
 
     settings = load_settings()
     setup_logging("INFO")
     rules = read_rules(settings)
     database = connect(settings)
     blocking = BlockingScheduler(timezone=rules.billing_tz)
-    add_billing_job(blocking, lambda: run_due(database, rules), rules)
-    add_rollup_job(blocking, lambda: run_rollup(database, rules))
+    add_jobs(blocking, database, RuleFiles(Path(settings.rules), rules))
     try:
         blocking.start()
     except (KeyboardInterrupt, SystemExit):
         pass
     finally:
+        if blocking.running:
+            blocking.shutdown(wait=True)
         database.close()
