@@ -1,8 +1,9 @@
 """Billing events → a webhook: each event on `gpu.billing-events.v1` POSTed, signed, to one
 URL, with retries, every attempt recorded (`gpubill events deliver`; docs/balances.md, "Webhooks").
 
-    deliver(event_bytes, target, *, client, record, sleep=asyncio.sleep, clock=time.time) -> DeliveryAttempt
-    run_deliverer(settings, target, record, *, drain=False, ...) -> Delivered          (async)
+    deliver(event_bytes, target, *, client, record, sleep=asyncio.sleep, clock=time.time,
+            record_executor=None) -> DeliveryAttempt                                    (async)
+    run_deliverer(settings, target, record, *, drain=False, record_executor=None, ...) -> Delivered   (async)
 
 `deliver` makes the attempts for one event and knows nothing of Kafka: parse the message
 (an invalid one is recorded as gave_up, attempt 0, and skipped), then POST its canonical
@@ -15,13 +16,17 @@ a failed attempt. At most MAX_ERROR_CHARS of an answer's body are read and kept.
 `run_deliverer` is the thin Kafka loop around it, in its own consumer group
 `<GPUBILL_GROUP>.webhooks`, one event at a time, in partition order:
 
-1. `deliver` the event; `record` writes each attempt (ClickHouse) as it is made.
+1. `deliver` the event; `record` writes each attempt (ClickHouse) as it is made — in a thread
+   (`record_executor`; None: the loop's default executor), never on the event loop, which
+   also heartbeats the Kafka consumer: a slow insert must not cost the group a rebalance.
 2. Only then commit the event's next offset: it is delivered or given up.
 
 A crash between 1 and 2 delivers the event again on restart (at-least-once): receivers
 deduplicate on Gpubill-Event-Id, which is the same for the same event every time. If
 `record` fails (the database is down), the error stops the loop before the commit, so
-nothing is skipped unrecorded.
+nothing is skipped unrecorded. A loop cancelled (shutdown) while an insert is in flight
+waits for it before it ends: the attempt is recorded, the event not committed (delivered
+again on restart); the caller shuts `record_executor` down before closing the database.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -93,11 +99,12 @@ def group_of(settings: KafkaSettings) -> str:
 
 async def deliver(event_bytes: bytes, target: WebhookTarget, *, client: httpx.AsyncClient, record: Record,
                   sleep: Sleep = asyncio.sleep, clock: Callable[[], float] = time.time,
-                  where: str = "") -> DeliveryAttempt:
-    """Deliver one message of the topic: every attempt is passed to `record` as it is made;
-    returns the last (delivered or gave_up — never failed). Raises only what `record` raises.
-    `clock`: Unix seconds, for the signature's t= and attempted_at; `where`: the message's
-    place (e.g. "partition 3 offset 17"), named in the record of an invalid message."""
+                  where: str = "", record_executor: Executor | None = None) -> DeliveryAttempt:
+    """Deliver one message of the topic: every attempt is passed to `record` as it is made, in
+    `record_executor`'s thread (see `_recorded`); returns the last (delivered or gave_up — never
+    failed). Raises only what `record` raises. `clock`: Unix seconds, for the signature's t= and
+    attempted_at; `where`: the message's place (e.g. "partition 3 offset 17"), named in the
+    record of an invalid message."""
     url = shown_url(target.url)
     try:
         event = parse_event(event_bytes)
@@ -105,7 +112,7 @@ async def deliver(event_bytes: bytes, target: WebhookTarget, *, client: httpx.As
         place = f" at {where}" if where else ""
         attempt = DeliveryAttempt("", "", "", url, 0, GAVE_UP, None, f"not a billing event{place}: {exc}", 0,
                                   _at(clock()))
-        record(attempt)
+        await _recorded(record, attempt, record_executor)
         log.warning("invalid billing event skipped", extra={"where": where, "reason": str(exc)})
         return attempt
     body = encode_event(event)  # the canonical form, whatever spacing the producer used
@@ -116,13 +123,29 @@ async def deliver(event_bytes: bytes, target: WebhookTarget, *, client: httpx.As
         status = DELIVERED if not error else GAVE_UP if number == target.max_attempts else FAILED
         attempt = DeliveryAttempt(event.event_id, event.tenant, event.kind, url, number, status, http_status,
                                   error, duration_ms, _at(started_s))
-        record(attempt)
+        await _recorded(record, attempt, record_executor)
         if status != FAILED:
             log.log(logging.INFO if status == DELIVERED else logging.WARNING, f"webhook {status}",
                     extra={"event_id": event.event_id, "tenant": event.tenant, "attempts": number, "error": error})
             return attempt
         await sleep(backoff_s(number))
     raise AssertionError("unreachable: the last attempt is delivered or gave_up")  # pragma: no cover
+
+
+async def _recorded(record: Record, attempt: DeliveryAttempt, executor: Executor | None) -> None:
+    """`record(attempt)` in `executor`'s thread, awaited without blocking the event loop. An
+    insert begun is always finished before this returns or raises: cancelled meanwhile, it
+    waits for the insert, then lets the cancellation through (the attempt is never lost)."""
+    future = asyncio.get_running_loop().run_in_executor(executor, record, attempt)
+    cancelled: asyncio.CancelledError | None = None
+    while not future.done():
+        try:
+            await asyncio.wait({future})  # never cancels `future` itself, only this wait
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    future.result()  # what `record` raised
 
 
 async def _post(client: httpx.AsyncClient, target: WebhookTarget, event_id: str, body: bytes,
@@ -162,10 +185,11 @@ def _at(unix_s: float) -> datetime:
 
 async def run_deliverer(settings: KafkaSettings, target: WebhookTarget, record: Record, *, drain: bool = False,
                         consumer: Any = None, client: httpx.AsyncClient | None = None,
-                        sleep: Sleep = asyncio.sleep) -> Delivered:
+                        sleep: Sleep = asyncio.sleep, record_executor: Executor | None = None) -> Delivered:
     """Consume `gpu.billing-events.v1` in the group `group_of(settings)` and deliver each event,
     committing its offset after (see the module's steps). Runs until cancelled; with `drain`,
     returns once every partition assigned at the start is delivered up to its end offset then.
+    `record` runs in `record_executor`'s thread (None: the loop's default executor).
     `consumer` and `client`: made here unless given (tests)."""
     consumer = consumer or AIOKafkaConsumer(
         TOPIC_BILLING_EVENTS, bootstrap_servers=settings.kafka.split(","), group_id=group_of(settings),
@@ -201,7 +225,8 @@ async def run_deliverer(settings: KafkaSettings, target: WebhookTarget, record: 
                         break  # revoked meanwhile: its new owner starts from the committed offset
                     # 1. Deliver: every attempt is recorded before deliver() returns.
                     last = await deliver(message.value or b"", target, client=client, record=record, sleep=sleep,
-                                         where=f"partition {tp.partition} offset {message.offset}")
+                                         where=f"partition {tp.partition} offset {message.offset}",
+                                         record_executor=record_executor)
                     done.delivered += last.status == DELIVERED
                     done.gave_up += last.status == GAVE_UP
                     # 2. Commit: delivered or given up, never to be sent again by this group.

@@ -182,7 +182,7 @@ def up(
 
     jobs, scheduler_task = _scheduler(settings, database, pipeline)
 
-    webhooks = _webhook_task(settings, target, database)
+    webhooks, webhook_records = _webhook_task(settings, target, database)
     err.print(f"gpubill up: worker + scheduler{' + tenant API' if api else ''}{' + webhooks' if webhooks else ''}; "
               f"metrics on :{settings.metrics_port}; Ctrl-C to stop")
     try:
@@ -194,6 +194,8 @@ def up(
         if api is not None:
             api.stop()  # requests in flight finish and the access records are written, then the database closes
         jobs.stop()  # a billing run or rollup in flight finishes first
+        if webhook_records is not None:
+            webhook_records.shutdown(wait=True)  # and a delivery attempt being recorded
     database.close()
     raise typer.Exit(code)
 
@@ -264,18 +266,24 @@ def _webhook_target():
 
 
 def _webhook_task(settings: Settings, target, database):
-    """The task delivering billing events to `target` (None: no task)."""
+    """(the task delivering billing events to `target`, the executor its attempts are recorded
+    in — shut it down before the database closes); (None, None) without a target."""
     if target is None:
-        return None
+        return None, None
     from billing.webhook_deliveries import record_attempts
     from streams.webhooks import run_deliverer
 
-    async def deliver_webhooks() -> None:
-        # One row per attempt, inserted from the loop: chDB's client serializes it with the
-        # writer thread's inserts; an attempt is rare (an event), a few milliseconds.
-        await run_deliverer(settings, target, lambda attempt: record_attempts(database, [attempt]))
+    records = ThreadPoolExecutor(1, thread_name_prefix="webhook-records")
 
-    return deliver_webhooks
+    async def deliver_webhooks() -> None:
+        # One row per attempt, inserted in a thread of its own, never on this event loop: it
+        # heartbeats the worker's Kafka consumers, and an insert waits its turn behind the
+        # writer's (warehouse/connection.py Turns) — seconds behind a busy writer, enough to
+        # cost a rebalance. An insert begun is finished before the task ends.
+        await run_deliverer(settings, target, lambda attempt: record_attempts(database, [attempt]),
+                            record_executor=records)
+
+    return deliver_webhooks, records
 
 
 def _bind_api(settings: Settings, listen: Optional[str]):
