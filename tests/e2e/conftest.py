@@ -1,31 +1,94 @@
-"""Real parts for end-to-end tests: a fresh Kafka broker per test, chDB in a tmp directory,
-and the `gpubill` command line run as a child process, exactly as a user runs it."""
+"""Real parts for end-to-end tests: a real Kafka broker, chDB in a tmp directory, and the
+`gpubill` command line run as a child process, exactly as a user runs it.
+
+One broker serves the whole session (per pytest-xdist worker): starting one is two JVM
+starts (format, then the broker) and a first consumer group creates `__consumer_offsets`,
+seconds each, paid once instead of per test. Each test gets it *empty* — every topic an
+earlier test made is deleted before it starts — and a consumer group of its own
+(`broker.group`, the test's GPUBILL_GROUP), so nothing a test produced, committed or left
+half-joined (a worker killed with -9 stays a member until its session times out) reaches
+the next one. A test that stops, restarts or reconfigures its broker is marked
+`@pytest.mark.private_broker` and gets one of its own, as before."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from gpubill.devenv.kafka_broker import LocalBroker
+from tests.ports import free_port_pair
 
 E2E_DIR = Path(__file__).parent
 FIXTURES = E2E_DIR / "fixtures"
 TEST_RULES = E2E_DIR / "rules"
 
 
+_groups = itertools.count(1)
+
+
 def _free_port_pair() -> int:
-    for port in range(29092, 29400, 2):
-        with socket.socket() as a, socket.socket() as b:
-            if a.connect_ex(("127.0.0.1", port)) != 0 and b.connect_ex(("127.0.0.1", port + 1)) != 0:
-                return port
-    raise RuntimeError("no free port pair for a test broker")
+    """A reserved (port, port + 1) for a broker (tests/ports.py): never another test process's."""
+    return free_port_pair()
+
+
+def empty_topics(bootstrap: str, wait_s: float = 60.0) -> None:
+    """Delete every topic but the broker's own (`__consumer_offsets`, ...) and wait until the
+    broker no longer lists them."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import UnknownTopicOrPartitionError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="e2e-cleanup")
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = [name for name in admin.list_topics() if not name.startswith("__")]
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"topics of an earlier test still listed after {wait_s:.0f} s: {left}")
+            try:
+                admin.delete_topics(left, timeout_ms=30_000)
+            except UnknownTopicOrPartitionError:
+                pass  # deleted meanwhile
+            time.sleep(0.2)
+    finally:
+        admin.close()
+
+
+@pytest.fixture(scope="session")
+def session_broker(tmp_path_factory):
+    port = _free_port_pair()
+    local = LocalBroker(tmp_path_factory.mktemp("kafka"), bootstrap=f"localhost:{port}", port=port,
+                        controller_port=port + 1)
+    local.up(wait_s=120)
+    yield local
+    local.down(wait_s=20)
+
+
+@pytest.fixture
+def broker(request, tmp_path):
+    """A broker for this test with `.group`, the consumer group its workers use: the session's
+    broker emptied, or (marked private_broker) one of the test's own."""
+    if request.node.get_closest_marker("private_broker"):
+        port = _free_port_pair()
+        local = LocalBroker(tmp_path / "kafka", bootstrap=f"localhost:{port}", port=port, controller_port=port + 1)
+        local.up(wait_s=120)
+        local.group = "e2e-rating"
+        yield local
+        local.down(wait_s=20)
+        return
+    local = request.getfixturevalue("session_broker")
+    empty_topics(local.bootstrap)
+    local.group = f"e2e-rating-{next(_groups)}"
+    yield local
 
 
 @dataclass
@@ -49,15 +112,6 @@ class Gpubill:
 
 
 @pytest.fixture
-def broker(tmp_path):
-    port = _free_port_pair()
-    local = LocalBroker(tmp_path / "kafka", bootstrap=f"localhost:{port}", port=port, controller_port=port + 1)
-    local.up(wait_s=120)
-    yield local
-    local.down(wait_s=20)
-
-
-@pytest.fixture
 def gpubill(tmp_path, broker) -> Gpubill:
     env = {
         **os.environ,
@@ -66,7 +120,7 @@ def gpubill(tmp_path, broker) -> Gpubill:
         "GPUBILL_RULES": str(TEST_RULES),
         "GPUBILL_HOME": str(tmp_path / "var"),
         "GPUBILL_OUT": str(tmp_path / "out"),
-        "GPUBILL_GROUP": "e2e-rating",
+        "GPUBILL_GROUP": broker.group,
         "GPUBILL_PARTITIONS": "4",
         # hours are rolled up as soon as they are written (not a minute later), so that the
         # invoice runs and reports of every e2e test read rollups (usage/rated.py)

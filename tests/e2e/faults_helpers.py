@@ -16,6 +16,7 @@ mJ × 1.12 × 330 / 3.6e9.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -246,19 +247,24 @@ def kill_draining_worker(gpubill, bootstrap: str, group: str, log: Path, rng, ro
     return at_kill
 
 
+_admins: dict[str, object] = {}  # bootstrap → one admin client for the session's polls
+
+
+def _admin(bootstrap: str):
+    """One KafkaAdminClient per broker, kept: the pollers ask several times a second, and a
+    new client each time is a connection and a metadata round trip each."""
+    from kafka import KafkaAdminClient
+
+    if bootstrap not in _admins:
+        _admins[bootstrap] = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="e2e-offsets")
+        atexit.register(_admins[bootstrap].close)
+    return _admins[bootstrap]
+
+
 def committed_total(bootstrap: str, group: str, topics: tuple[str, ...] = ("gpu.usage.v1", "gpu.power.v1")) -> int:
     """Sum of the group's committed offsets over the reading topics (0 where none)."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
-    try:
-        total = 0
-        for topic in topics:
-            for p in consumer.partitions_for_topic(topic) or ():
-                total += consumer.committed(TopicPartition(topic, p)) or 0
-        return total
-    finally:
-        consumer.close()
+    offsets = _admin(bootstrap).list_consumer_group_offsets(group)
+    return sum(meta.offset for partition, meta in offsets.items() if partition.topic in topics and meta.offset > 0)
 
 
 def wait_until(predicate, timeout_s: float, step_s: float = 0.2) -> bool:

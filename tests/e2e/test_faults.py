@@ -62,7 +62,6 @@ from tests.e2e.faults_helpers import (
 pytestmark = pytest.mark.e2e
 
 SEED = int(os.environ.get("GPUBILL_FAULTS_SEED", "20260512"))
-GROUP = "e2e-rating"  # the conftest's GPUBILL_GROUP
 
 
 @pytest.fixture
@@ -148,12 +147,12 @@ def test_kill9_three_times_during_a_drain(faults, broker, tmp_path):
     assert dict(truth.rent_seconds) == {"acme": 20_000, "beta": 16_000}  # 2.5 and 2 cards × 8,000 s
     replay(faults, tmp_path / "readings.ndjson", [dumps(r) for r in readings])
 
-    at_kill = kill_draining_worker(faults, broker.bootstrap, GROUP, tmp_path / "worker.log", rng)
+    at_kill = kill_draining_worker(faults, broker.bootstrap, broker.group, tmp_path / "worker.log", rng)
     print("committed offsets at each kill:", at_kill, "of", len(readings))
     assert at_kill == sorted(at_kill) and 0 < at_kill[-1] < len(readings)
 
     drain(faults)
-    assert committed_total(broker.bootstrap, GROUP) == len(readings)
+    assert committed_total(broker.bootstrap, broker.group) == len(readings)
     assert_billed_exactly(faults, truth)
 
 
@@ -216,18 +215,18 @@ def test_clickhouse_unavailable_then_restored(faults, broker, tmp_path):
     assert gave_up.returncode == 3, gave_up.stdout + gave_up.stderr
     assert waited < 75
     assert "retrying" in gave_up.stderr
-    assert committed_total(broker.bootstrap, GROUP) == 0
+    assert committed_total(broker.bootstrap, broker.group) == 0
 
     # (b) ClickHouse comes back while a drain is retrying: it resumes and completes
     log = tmp_path / "worker.log"
     worker = start_worker(faults, "--drain", log=log)
     assert wait_until(lambda: worker.poll() is not None or log.read_text().count("retrying") >= 2, 60), log.read_text()
     assert worker.poll() is None, log.read_text()  # still retrying, not exited
-    assert committed_total(broker.bootstrap, GROUP) == 0
+    assert committed_total(broker.bootstrap, broker.group) == 0
     down.unlink()
     assert worker.wait(timeout=60) == 0, log.read_text()
     assert "drained:" in log.read_text()
-    assert committed_total(broker.bootstrap, GROUP) == len(readings)
+    assert committed_total(broker.bootstrap, broker.group) == len(readings)
     assert_billed_exactly(faults, truth)
 
 
@@ -470,6 +469,7 @@ def usage_like(i: int) -> dict:
 # ------------------------------------------------------------------ 6. broker restart
 
 
+@pytest.mark.private_broker
 def test_broker_restart_between_drains(faults, broker, tmp_path):
     """Drain the first half (all power, usage of the first 120 s), restart the broker, replay
     the rest (usage of the last 120 s, whose power was rated unallocated before the

@@ -38,7 +38,7 @@ from tests.e2e.faults_helpers import (
     truth_of,
     watts_of,
 )
-from tests.e2e.test_faults import GROUP, SEED, drain, replay
+from tests.e2e.test_faults import SEED, drain, replay
 
 pytestmark = pytest.mark.e2e
 
@@ -193,7 +193,7 @@ def test_kill9_three_times_while_crossing_thresholds(gpubill, broker, tmp_path):
     gpubill.env["GPUBILL_FAILPOINTS"] = str(failpoints)
     replay(gpubill, tmp_path / "readings.ndjson", [dumps(r) for r in readings])
 
-    at_kill = kill_draining_worker(gpubill, broker.bootstrap, GROUP, tmp_path / "worker.log", rng)
+    at_kill = kill_draining_worker(gpubill, broker.bootstrap, broker.group, tmp_path / "worker.log", rng)
     print("committed offsets at each kill:", at_kill, "of", len(readings))
     assert 0 < at_kill[-1] < len(readings)
 

@@ -12,7 +12,6 @@ from fractions import Fraction
 import pytest
 
 from tests.e2e.faults_helpers import committed_total, dumps, fen, fleet, start_worker, truth_of, wait_until, write_ndjson
-from tests.e2e.test_faults import GROUP
 from tests.e2e.test_spend_e2e import (
     assert_emitted_once,
     current_start,
@@ -28,12 +27,12 @@ from tests.e2e.test_two_workers import members_holding_partitions, shared, stop 
 pytestmark = pytest.mark.e2e
 
 
-def spend_members(bootstrap: str) -> list[frozenset[int]]:
+def spend_members(bootstrap: str, rating_group: str) -> list[frozenset[int]]:
     """The spend-topic partitions each member of the tracker group holds ([] while unstable)."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
-    group = f"{GROUP}.spend"
+    group = f"{rating_group}.spend"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         described = admin.describe_groups([group])[group]
@@ -44,7 +43,7 @@ def spend_members(bootstrap: str) -> list[frozenset[int]]:
     if described["group_state"] != "Stable":
         return []
     return [frozenset(p for held in member["member_assignment"]["assigned_partitions"]
-                      if held["topic"] == f"{GROUP}.spend.v1" for p in held["partitions"])
+                      if held["topic"] == f"{rating_group}.spend.v1" for p in held["partitions"])
             for member in described["members"]]
 
 
@@ -64,10 +63,10 @@ def test_two_workers_sharing_the_partitions_agree(shared, broker, tmp_path):  # 
 
     workers = [start_worker(shared, log=tmp_path / f"worker{i}.log") for i in (1, 2)]
     try:
-        assert wait_until(lambda: members_holding_partitions(broker.bootstrap) == 2, 90, 0.5), logs()
+        assert wait_until(lambda: members_holding_partitions(broker.bootstrap, broker.group) == 2, 90, 0.5), logs()
         shared.run("replay", str(write_ndjson(tmp_path / "readings.ndjson", [dumps(r) for r in readings])))
-        assert wait_until(lambda: committed_total(broker.bootstrap, GROUP) == len(readings), 120, 0.5), logs()
-        held = spend_members(broker.bootstrap)
+        assert wait_until(lambda: committed_total(broker.bootstrap, broker.group) == len(readings), 120, 0.5), logs()
+        held = spend_members(broker.bootstrap, broker.group)
         assert len(held) == 2 and all(held) and not held[0] & held[1], held  # both track, none twice
 
         def table_complete() -> bool:

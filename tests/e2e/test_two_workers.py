@@ -37,18 +37,14 @@ from tests.e2e.faults_helpers import (
     wait_until,
     write_ndjson,
 )
-from tests.e2e.test_faults import GROUP, SEED, assert_billed_exactly
+from tests.e2e.test_faults import SEED, assert_billed_exactly
+from tests.ports import free_port  # reserved: never another test process's (pytest-xdist)
 
 pytestmark = pytest.mark.e2e
 
 SECONDS = 600  # 8 cards, 15 readings a second: 9,000 readings
 RATE_PER_S = 400  # readings produced per second while the group changes: 22.5 s of flow
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -77,7 +73,7 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def assignment(bootstrap: str) -> list[frozenset[int]] | None:
+def assignment(bootstrap: str, group_id: str) -> list[frozenset[int]] | None:
     """The reading partitions each member of the workers' group holds, as the broker sees
     them; None while the group is not stable (forming or rebalancing)."""
     from kafka import KafkaAdminClient
@@ -85,7 +81,7 @@ def assignment(bootstrap: str) -> list[frozenset[int]] | None:
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
-        group = admin.describe_groups([GROUP])[GROUP]
+        group = admin.describe_groups([group_id])[group_id]
     except KafkaError:  # no coordinator yet: the group is still forming
         return None
     finally:
@@ -97,8 +93,8 @@ def assignment(bootstrap: str) -> list[frozenset[int]] | None:
             for member in group["members"]]
 
 
-def members_holding_partitions(bootstrap: str) -> int:
-    held = assignment(bootstrap)
+def members_holding_partitions(bootstrap: str, group_id: str) -> int:
+    held = assignment(bootstrap, group_id)
     return sum(1 for partitions in held if partitions) if held else 0
 
 
@@ -156,7 +152,7 @@ def test_rebalances_while_readings_flow_bill_every_second_once(shared, broker, t
 
     def say(what: str) -> int:
         """Log a step with the readings produced but not yet committed at that moment."""
-        uncommitted = pump.produced - committed_total(broker.bootstrap, GROUP)
+        uncommitted = pump.produced - committed_total(broker.bootstrap, broker.group)
         print(f"{time.monotonic() - started:6.1f} s  {what}: {pump.produced} produced, {uncommitted} uncommitted")
         return uncommitted
 
@@ -169,7 +165,7 @@ def test_rebalances_while_readings_flow_bill_every_second_once(shared, broker, t
     (failpoints / "clickhouse-slow").write_text("0.3")
     shared.env["GPUBILL_FAILPOINTS"] = str(failpoints)
     workers = [start_worker(shared, log=tmp_path / f"worker{i}.log") for i in (1, 2)]
-    assert wait_until(lambda: members_holding_partitions(broker.bootstrap) == 2, 60, 0.5), logs()
+    assert wait_until(lambda: members_holding_partitions(broker.bootstrap, broker.group) == 2, 60, 0.5), logs()
     say("two workers hold partitions")
     pump.start()
 
@@ -177,7 +173,7 @@ def test_rebalances_while_readings_flow_bill_every_second_once(shared, broker, t
     assert wait_until(lambda: pump.produced >= len(readings) // 6 or pump.error, 60), logs()
     workers.append(start_worker(shared, log=tmp_path / "worker3.log"))
     at_join = say("third worker started")
-    assert wait_until(lambda: members_holding_partitions(broker.bootstrap) == 3, 60, 0.5), logs()
+    assert wait_until(lambda: members_holding_partitions(broker.bootstrap, broker.group) == 3, 60, 0.5), logs()
     at_join = max(at_join, say("three workers hold partitions"))
     joined.set()
 
@@ -185,7 +181,7 @@ def test_rebalances_while_readings_flow_bill_every_second_once(shared, broker, t
     assert wait_until(lambda: pump.produced >= len(readings) * 3 // 5 or pump.error, 60), logs()
     at_leave = say("stopping the first worker")
     assert stop(workers[0]) == 0, logs()
-    assert wait_until(lambda: members_holding_partitions(broker.bootstrap) == 2, 60, 0.5), logs()
+    assert wait_until(lambda: members_holding_partitions(broker.bootstrap, broker.group) == 2, 60, 0.5), logs()
     at_leave = max(at_leave, say("two workers hold partitions again"))
     left.set()
     pump.join(180)
@@ -193,7 +189,7 @@ def test_rebalances_while_readings_flow_bill_every_second_once(shared, broker, t
     shared.run("replay", str(write_ndjson(tmp_path / "duplicates.ndjson", duplicates)))
 
     everything = len(lines) + len(duplicates)
-    assert wait_until(lambda: committed_total(broker.bootstrap, GROUP) == everything, 90, 0.5), logs()
+    assert wait_until(lambda: committed_total(broker.bootstrap, broker.group) == everything, 90, 0.5), logs()
     say("everything committed")
     assert all(w.poll() is None for w in workers[1:]), logs()  # none crashed on the way
     for worker in workers[1:]:

@@ -20,6 +20,7 @@ from tenant_api.access_log import (
 )
 from billing.tenants import InvalidTenant
 from tenant_api.keys import InvalidKeyRequest
+from tests.chdb_template import migrated_dsn
 from tests.unit.cli_run import run_cli
 from warehouse.connection import open_database
 
@@ -35,7 +36,7 @@ def served(at: datetime, key: str = KEY_A, tenant: str = "acme", **changes) -> A
 
 @pytest.fixture
 def db(tmp_path):
-    with open_database(f"chdb://{tmp_path / 'ch'}") as database:
+    with open_database(migrated_dsn(tmp_path / 'ch')) as database:
         yield database
 
 

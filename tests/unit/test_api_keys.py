@@ -38,6 +38,7 @@ from tenant_api.keys import (
 from billing.tenants import InvalidTenant, add_tenant
 from gpubill.errors import USER_ERRORS
 from tenant_api.errors import ApiError, UnknownKeyId
+from tests.chdb_template import migrated_dsn
 from tests.unit.cli_run import run_cli
 from warehouse.connection import open_database
 
@@ -191,7 +192,7 @@ def test_refusals_are_api_errors_so_the_command_line_prints_one_line():
 
 @pytest.fixture
 def db(tmp_path):
-    with open_database(f"chdb://{tmp_path / 'ch'}") as database:
+    with open_database(migrated_dsn(tmp_path / 'ch')) as database:
         yield database
 
 

@@ -48,6 +48,7 @@ from schemas.tables import (
     READINGS_POWER,
     READINGS_USAGE,
 )
+from tests.chdb_template import migrated_dsn
 from warehouse import writes
 from warehouse.connection import open_database
 from warehouse.writes import stamp_hours
@@ -68,7 +69,7 @@ CARDS = {  # card: (model, tenant, plan, price, divisor, discount %, watts as mW
 
 @pytest.fixture
 def db(tmp_path):
-    with open_database(f"chdb://{tmp_path / 'ch'}") as database:
+    with open_database(migrated_dsn(tmp_path / 'ch')) as database:
         yield database
 
 

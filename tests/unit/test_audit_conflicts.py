@@ -12,6 +12,7 @@ from reports.audit import ConflictExample, conflicts_of
 from schemas import tables
 from schemas.events import PowerReading, UsageReading
 from streams.rating.reference import Outcome, Rater
+from tests.chdb_template import migrated_dsn
 from warehouse.connection import open_database
 
 RULES = load_rules(DEFAULT_RULES_DIR)
@@ -34,7 +35,7 @@ def power(gpu: str, second: int, event_id: str) -> PowerReading:
 
 @pytest.fixture()
 def database(tmp_path):
-    with open_database(f"chdb://{tmp_path}/db") as db:
+    with open_database(migrated_dsn(tmp_path / 'db')) as db:
         yield db
 
 

@@ -32,6 +32,7 @@ from billing.errors import NotFound
 from billing.invoicing import run_period
 from billing.tenants import add_tenant
 from schemas.tables import RATED_SECONDS
+from tests.chdb_template import migrated_dsn
 from tests.unit.cli_run import run_cli
 from tests.unit.test_current_usage import PERIOD, RULES, RULES_DIR, T0, _fixture_rows, _row
 from tests.unit.test_tenants import assert_one_printable_line
@@ -54,7 +55,7 @@ def _burn_rows() -> list[list]:
 @pytest.fixture()
 def db(tmp_path, monkeypatch):
     monkeypatch.setattr(writes, "MARGIN_S", 0)
-    with open_database(f"chdb://{tmp_path}/db") as database:
+    with open_database(migrated_dsn(tmp_path / 'db')) as database:
         database.insert("rated_seconds", _fixture_rows() + _burn_rows(), RATED_SECONDS)
         hour = NOW_S - 3600  # NOW is on the hour: the burn seconds all lie in this UTC hour
         stamp_hours(database, {(PERIOD, T0), (PERIOD, T0 + 3600), (PERIOD, hour)})

@@ -34,6 +34,7 @@ from billing.invoicing import run_period
 from billing_rules import load_rules
 from reports.usage_report import hour_name, usage_report
 from schemas.tables import RATED_SECONDS
+from tests.chdb_template import migrated_dsn
 from warehouse import writes
 from warehouse.connection import open_database
 from warehouse.writes import stamp_hours
@@ -73,7 +74,7 @@ def _fixture_rows() -> list[list]:
 @pytest.fixture()
 def db(tmp_path, monkeypatch):
     monkeypatch.setattr(writes, "MARGIN_S", 0)
-    with open_database(f"chdb://{tmp_path}/db") as database:
+    with open_database(migrated_dsn(tmp_path / 'db')) as database:
         database.insert("rated_seconds", _fixture_rows(), RATED_SECONDS)
         stamp_hours(database, {(PERIOD, T0), (PERIOD, T0 + 3600)})
         yield database

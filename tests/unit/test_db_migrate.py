@@ -10,6 +10,7 @@ import fcntl
 import os
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,24 @@ def test_an_embedded_database_in_use_by_another_process_is_refused_in_one_line(t
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "in use by pid 4242 (gpubill up)" in lines[0], done.stderr
     assert not (tmp_path / "ch").exists()  # nothing was created or migrated
+
+
+def test_a_copy_of_the_tests_template_is_a_fresh_migration_of_its_own(tmp_path):
+    # tests/chdb.py: the unit tests' databases are copies of one migrated template
+    from tests.chdb_template import migrated_dsn
+    from warehouse.connection import open_database
+
+    schema = ("SELECT table, name, type, default_expression FROM system.columns "
+              "WHERE database = currentDatabase() ORDER BY table, position")
+    engines = "SELECT name, engine FROM system.tables WHERE database = currentDatabase() ORDER BY name"
+    with open_database(f"chdb://{tmp_path / 'fresh'}") as fresh:
+        expected = (fresh.query(schema), fresh.query(engines), fresh.query("SELECT name FROM schema_migrations ORDER BY name"))
+    copy = migrated_dsn(tmp_path / "copy")
+    with open_database(copy) as database:
+        assert database.migrate() == []  # nothing left to apply
+        assert (database.query(schema), database.query(engines),
+                database.query("SELECT name FROM schema_migrations ORDER BY name")) == expected
+        database.insert("tenants", [("t1", "T1", "active", datetime(2026, 1, 1), datetime(2026, 1, 1), "")],
+                        ["tenant", "display_name", "status", "created_at", "updated_at", "note"])
+    with open_database(migrated_dsn(tmp_path / "another")) as other:
+        assert other.query("SELECT count() FROM tenants") == [(0,)]  # copies share nothing

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from billing.invoicing import run_period
+from tests.chdb_template import migrated_dsn
 from tests.unit.test_archive import CARDS, MID, NOW, PERIOD, RULES, seed
 from tests.unit.test_ch_gateway import free_port, start_gateway, stop_gateway
 from warehouse import writes
@@ -61,7 +62,7 @@ def queries() -> list[str]:
 
 
 def test_every_view_is_documented_with_every_column(tmp_path):
-    with open_database(f"chdb://{tmp_path / 'ch'}") as db:
+    with open_database(migrated_dsn(tmp_path / 'ch')) as db:
         found = views(db)
     assert len(found) >= 9
     for view, columns in found.items():

@@ -33,6 +33,7 @@ from billing.invoice_lock import (
     process_gone,
     this_process,
 )
+from tests.chdb_template import migrated_dsn
 
 US = 1_000_000
 TTL_S, SETTLE_S, POLL_S, MARGIN_S = 300.0, 1.0, 1.0, 30.0
@@ -365,7 +366,7 @@ def test_no_two_runs_ever_hold_the_lease_at_once(runs, delays_s, ties):
 def test_the_rows_in_clickhouse_carry_the_servers_times(tmp_path):
     from warehouse.connection import open_database
 
-    with open_database(f"chdb://{tmp_path / 'ch'}") as db:
+    with open_database(migrated_dsn(tmp_path / 'ch')) as db:
         store = SqlLeaseStore(db)
         store.claim("h:1:a", "linux:x:y:1:2", "gpubill invoice run", 60)
         before_us, rows = store.read()
@@ -391,7 +392,7 @@ def test_the_rows_in_clickhouse_carry_the_servers_times(tmp_path):
 def test_the_real_loop_over_clickhouse_settles_once_and_releases(tmp_path):
     from warehouse.connection import open_database
 
-    with open_database(f"chdb://{tmp_path / 'ch'}") as db:
+    with open_database(migrated_dsn(tmp_path / 'ch')) as db:
         slept: list[float] = []
         lease = InvoiceLease(SqlLeaseStore(db), sleep=slept.append)
         lease.acquire()

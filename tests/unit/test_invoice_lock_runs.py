@@ -20,6 +20,7 @@ from billing import invoicing
 from billing.invoicing import delete_stray_lines, run_period
 from billing_rules import load_rules
 from schemas.tables import RATED_SECONDS
+from tests.chdb_template import migrated_dsn
 from warehouse import writes
 from warehouse.connection import open_database
 from warehouse.writes import stamp_hours
@@ -79,7 +80,7 @@ def assert_invoiced_once_gap_free(db: Any, seconds: dict[str, int] = SECONDS, pe
 
 @pytest.fixture
 def db(tmp_path):
-    with open_database(f"chdb://{tmp_path / 'ch'}") as database:
+    with open_database(migrated_dsn(tmp_path / 'ch')) as database:
         yield database
 
 

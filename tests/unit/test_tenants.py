@@ -44,6 +44,7 @@ from billing.tenants import (
 from schemas.ids import ID_PATTERN
 from schemas.tables import RATED_SECONDS
 from streams.metrics import Metrics, unregistered_counts
+from tests.chdb_template import migrated_dsn
 from warehouse import migrations, writes
 from warehouse.connection import open_database
 from warehouse.writes import stamp_hours
@@ -166,7 +167,7 @@ def test_the_unregistered_relation_leaves_out_registered_ids_and_unallocated_ene
 
 @pytest.fixture
 def db(tmp_path):
-    with open_database(f"chdb://{tmp_path / 'ch'}") as database:
+    with open_database(migrated_dsn(tmp_path / 'ch')) as database:
         yield database
 
 

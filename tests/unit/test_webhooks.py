@@ -26,6 +26,7 @@ from schemas.webhooks import (
     DeliveryAttempt, InvalidWebhookTarget, backoff_s, check_url, shown_url, sign, verify,
 )
 from streams.webhooks import WebhookTarget, deliver, group_of, run_deliverer
+from tests.chdb_template import migrated_dsn
 from tests.unit.cli_run import run_cli
 from warehouse.connection import open_database
 
@@ -95,7 +96,7 @@ def answer(status: int, body: bytes = b"", headers: dict | None = None, delay_s:
 
 @pytest.fixture
 def db(tmp_path):
-    with open_database(f"chdb://{tmp_path / 'ch'}") as database:
+    with open_database(migrated_dsn(tmp_path / 'ch')) as database:
         yield database
 
 
