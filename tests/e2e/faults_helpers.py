@@ -263,7 +263,16 @@ def _admin(bootstrap: str):
 
 def committed_total(bootstrap: str, group: str, topics: tuple[str, ...] = ("gpu.usage.v1", "gpu.power.v1")) -> int:
     """Sum of the group's committed offsets over the reading topics (0 where none)."""
-    offsets = _admin(bootstrap).list_consumer_group_offsets(group)
+    from kafka.errors import KafkaError
+
+    for attempt in range(50):
+        try:
+            offsets = _admin(bootstrap).list_group_offsets({group: None}).get(group, {})
+            break
+        except KafkaError as exc:  # the coordinator still loading, or moving: asked again, as a consumer would
+            if not getattr(exc, "retriable", False) or attempt == 49:
+                raise
+            time.sleep(0.2)
     return sum(meta.offset for partition, meta in offsets.items() if partition.topic in topics and meta.offset > 0)
 
 

@@ -10,6 +10,9 @@ def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     from gpubill.cli import main
 
     monkeypatch.setattr(sys, "argv", ["gpubill", *args])
+    # tables as wide as a terminal of 200 columns, whether or not the test process has one
+    # (pytest-xdist's workers have none: rich would cut them to 80)
+    monkeypatch.setenv("COLUMNS", "200")
     code = 0
     try:
         main()
