@@ -2,7 +2,7 @@
 
 What it builds, in a private embedded ClickHouse (chDB) in a temporary directory (`keep`
 keeps it, and a later run with the same `keep` reuses it): April 2026 of `gpus` cards with
-the example time-of-use rules, as `gpubill bench month` builds it (gpubill/bench/month.py:
+the example time-of-use rules, as `gpubill bench month` builds it (gpubill/bench/month*.py:
 the first hour as the per-second rows the pipeline writes, rolled up by the real rollup step,
 the rest of the month as exactly the rollups those rows would give). Tenant `tenant-0` (64
 cards; a Chinese display name) is registered and gets one API key per client, as fifty
@@ -94,7 +94,8 @@ def _month(directory: Path, gpus: int, days: int, clients: int, say: Say) -> lis
         raise GpubillError(f"{directory} holds another bench month ({saved.get('gpus')} cards, {saved.get('days')} "
                            "days); give another --keep directory")
     from billing_rules import load_rules
-    from gpubill.bench.month import DAY_S, EXAMPLE_TOU_DIR, HOUR_S, make_fleet, write_month
+    from gpubill.bench.month import write_month
+    from gpubill.bench.month_fleet import DAY_S, EXAMPLE_TOU_DIR, HOUR_S, make_fleet
     from tenant_api.keys import create_key
     from usage.rollup import roll_up
     from billing.tenants import add_tenant
@@ -174,7 +175,7 @@ def _serve(dsn: str, port: int) -> None:
     from tenant_api.records import AccessRecorder
     from tenant_api.server import ApiServer
     from tenant_api.service import Limits, Service
-    from gpubill.bench.month import EXAMPLE_TOU_DIR
+    from gpubill.bench.month_fleet import EXAMPLE_TOU_DIR
     from gpubill.config import load_settings
     from tenant_api.access_log import record_access
     from warehouse.connection import open_database

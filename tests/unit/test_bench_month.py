@@ -1,4 +1,4 @@
-"""`gpubill bench month` (gpubill/bench/month.py): its shortcuts write exactly what the pipeline would.
+"""`gpubill bench month` (gpubill/bench/month*.py): its shortcuts write exactly what the pipeline would.
 
 1. The per-second rows its INSERT … SELECTs write equal, column by column (all but the
    wall-clock ingested_at / rated_at), the rows the Python reference rater makes of the
@@ -20,16 +20,9 @@ import orjson
 import pytest
 
 from billing_rules import load_rules
-from gpubill.bench.month import (
-    EXAMPLE_TOU_DIR,
-    FORMATS,
-    bench_month,
-    make_fleet,
-    readings_sql,
-    synthetic_differences,
-    write_minutes,
-    write_seconds,
-)
+from gpubill.bench.month import FORMATS, bench_month
+from gpubill.bench.month_fleet import EXAMPLE_TOU_DIR, make_fleet, readings_sql, write_seconds
+from gpubill.bench.month_rollups import synthetic_differences, write_minutes
 from usage.rollup import roll_up_hour
 from schemas.tables import (
     RATED_SECONDS_TABLE,
