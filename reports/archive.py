@@ -1,5 +1,10 @@
 """Archives of a period's per-second rows: Parquet files and a manifest, written and verified.
 
+Longer than 400 lines on purpose: the archive's format (its layout, manifest and both
+checksums) is written and verified here side by side; split into a writer and a verifier,
+the two could drift apart on what a file holds, and the verification would no longer be read
+against the writing it checks.
+
 An archive of period P holds exactly what retention (reports/retention.py) drops: the
 rated seconds of P (`rated_seconds FINAL WHERE period = P`) and the raw readings of P's
 seconds (`readings_usage`, `readings_power` FINAL, second in `rules.period_bounds(P)`).

@@ -2,6 +2,11 @@
 daily GPU-hours and spend, the invoices and usage reports to download — in English and
 Simplified Chinese. Server-rendered (Jinja2), one small script, nothing from the network.
 
+Longer than 400 lines on purpose (just): the page's routes and what they render are one
+request flow (session, CSRF, tenant, render, security headers) read top to bottom; sessions,
+words and the chart are already modules of their own, and the small helpers at the bottom
+serve this page only.
+
     GET  /                          sign-in form, or the tenant's page (?period=YYYY-MM, ?lang=)
     POST /session                   sign in (form: key, csrf)           → 303 /
     POST /session/end               sign out (form: csrf)               → 303 /?m=signed_out

@@ -1,5 +1,12 @@
 """One process that holds the embedded ClickHouse and serves its HTTP interface to the others.
 
+Longer than 400 lines on purpose: a request's whole path through the gateway (the strict
+HTTP framing, the order of the checks in the diagram below, the server's cap, and the
+start-up check that the guard still refuses its probes) reads top to bottom in one file. The
+parts that stand alone (auth, request decoding, the SQL guard, connections, spawn) are
+already in gateway/; the handler left here works on its server's gate, body budget and
+connections, and split from them the framing and cap rules would be spread over files.
+
 chDB allows one process per database directory, so `gpubill worker` and `gpubill audit`
 cannot open it side by side. `gpubill clickhouse serve` is that one process: it opens the
 database with the usual lock and migrations (`warehouse.connection.open_database`) and answers

@@ -1,5 +1,10 @@
 """Deduplicate, attribute and price readings: the stateful heart of the worker, without I/O.
 
+Longer than 400 lines on purpose: the Rater is one state machine (deduplication,
+attribution, versions, eviction and spend all read and change the same held readings), and
+it is the reference the Rust core (native/src) is held to; split, the rules that decide a
+row would sit apart from the state they decide on.
+
 `Rater.rate()` takes one validated reading with its Kafka position and returns the rows
 it causes. All rows are keyed so that writing them again is harmless (ClickHouse
 ReplacingMergeTree, see schemas/migrations/0001_init.sql):

@@ -1,5 +1,10 @@
 """What SQL the gateway lets reach the engine: what the product needs, nothing else.
 
+Longer than 400 lines on purpose: the guard is one security boundary, every check a
+statement passes, from its text to each node of its parse, in one file to review. The tree
+helpers at the bottom decide which names belong to a WITH and which are tables; split from
+the checks they serve, a change to one would be reviewed without the other.
+
 The guard allows (gateway/allowed.py) rather than refuses: a statement runs only when every
 part of ClickHouse's own parse of it is on a list —
 
