@@ -16,7 +16,8 @@ too long it logs that and tries again at its next hour.
 - in a thread of their own (the executor JOBS_EXECUTOR, one thread: the two take turns and
   never send two statements at once through one client), never in the pipeline's writer
   thread: an hour's rollup of a full fleet takes seconds, and batches are written meanwhile,
-  between its statements (the embedded engine's client takes one statement at a time);
+  between its statements (the embedded engine's client takes one statement at a time; the
+  jobs' statements yield to the pipeline's: `Database.yielding`);
 - each run reads the rules then in force from `rules()` — in `up` the set the worker prices
   with, in `gpubill scheduler` a `billing_rules.reloading.RuleFiles` of GPUBILL_RULES: an
   edited rule file counts from the next run, an invalid edit keeps the last good set.
@@ -25,6 +26,7 @@ too long it logs that and tries again at its next hour.
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -80,9 +82,16 @@ def add_jobs(scheduler: Any, db: Any, rules: Callable[[], Any]) -> ThreadPoolExe
     `shutdown(wait=True)` waits for a job in flight (before the database is closed)."""
     executor = ThreadPoolExecutor(1, pool_kwargs={"thread_name_prefix": "billing-jobs"})
     scheduler.add_executor(executor, alias=JOBS_EXECUTOR)
-    add_billing_job(scheduler, lambda: run_due(db, rules()), rules(), executor=JOBS_EXECUTOR)
-    add_rollup_job(scheduler, lambda: run_rollup(db, rules()), executor=JOBS_EXECUTOR)
+    add_billing_job(scheduler, lambda: _yielding(db, lambda: run_due(db, rules())), rules(), executor=JOBS_EXECUTOR)
+    add_rollup_job(scheduler, lambda: _yielding(db, lambda: run_rollup(db, rules())), executor=JOBS_EXECUTOR)
     return executor
+
+
+def _yielding(db: Any, job: Callable[[], Any]) -> Any:
+    """Run `job` with its statements yielding to the pipeline's (warehouse.connection.Turns):
+    a batch waits for at most the one job statement in progress."""
+    with (db.yielding() if hasattr(db, "yielding") else nullcontext()):
+        return job()
 
 
 def add_billing_job(scheduler: Any, job: Callable[[], Any], rules: Any, executor: str = "default") -> None:

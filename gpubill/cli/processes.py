@@ -227,8 +227,8 @@ def _scheduler(settings: Settings, database, pipeline):
     not in the pipeline's writer thread as they once did: an hour's rollup of 1,280 cards takes
     seconds, during which batches (and the rating thread's look-ups, which wait for the writer)
     stalled. Writes now go on between the job's statements: the embedded engine's client takes
-    one statement at a time from any thread, in the order asked (warehouse/connection.py
-    `Turns`), and a server DSN gets a client of its own (an HTTP client's session takes one
+    one statement at a time from any thread, the job's yielding to the pipeline's
+    (warehouse/connection.py `Turns`), and a server DSN gets a client of its own (an HTTP client's session takes one
     query at a time). A failed run is logged by
     APScheduler and tried again at its next time; it does not end the worker."""
     import asyncio
@@ -278,7 +278,7 @@ def _webhook_task(settings: Settings, target, database):
     async def deliver_webhooks() -> None:
         # One row per attempt, inserted in a thread of its own, never on this event loop: it
         # heartbeats the worker's Kafka consumers, and an insert waits its turn behind the
-        # writer's (warehouse/connection.py Turns) — seconds behind a busy writer, enough to
+        # writer's (one statement at a time: warehouse/connection.py Turns) — seconds behind a busy writer, enough to
         # cost a rebalance. An insert begun is finished before the task ends.
         await run_deliverer(settings, target, lambda attempt: record_attempts(database, [attempt]),
                             record_executor=records)

@@ -163,21 +163,22 @@ def test_gpubill_scheduler_reads_edited_rules_at_its_next_run_and_keeps_the_last
     assert database.closed
 
 
-def test_a_thread_asking_again_at_once_does_not_jump_the_queue():
-    """warehouse.connection.Turns: a job that ends a statement and asks for the next at once
-    goes behind a writer that was already waiting (chDB's own lock lets it take it back)."""
+def test_a_job_asking_again_at_once_goes_behind_a_waiting_writer():
+    """warehouse.connection.Turns: a job (yielding) that ends a statement and asks for the next
+    at once goes behind a writer that was already waiting (chDB's own lock lets it take it back)."""
     turns, order = Turns(), []
     in_first, writer_waiting = threading.Event(), threading.Event()
 
     def job() -> None:
-        with turns:
-            in_first.set()
-            assert writer_waiting.wait(5)
-            while turns._next_ticket < 2:  # the writer has its ticket: it waits for its turn
-                time.sleep(0.001)
-            order.append("job 1")
-        with turns:  # at once, no pause
-            order.append("job 2")
+        with turns.yielding():
+            with turns:
+                in_first.set()
+                assert writer_waiting.wait(5)
+                while turns._waiting < 1:  # the writer is waiting for the statement lock
+                    time.sleep(0.001)
+                order.append("job 1")
+            with turns:  # at once, no pause
+                order.append("job 2")
 
     def writer() -> None:
         assert in_first.wait(5)
@@ -191,3 +192,18 @@ def test_a_thread_asking_again_at_once_does_not_jump_the_queue():
     for thread in threads:
         thread.join(10)
     assert order == ["job 1", "writer", "job 2"]
+
+
+def test_a_yielding_job_is_delayed_never_starved(monkeypatch):
+    # other threads' statements always waiting: the job's next statement still runs, after YIELD_MAX_S
+    monkeypatch.setattr(Turns, "YIELD_MAX_S", 0.3)
+    turns = Turns()
+    turns._waiting = 1  # as if a writer waited for ever
+    began = time.monotonic()
+    with turns.yielding(), turns:
+        waited = time.monotonic() - began
+    assert 0.25 <= waited < 5
+    turns._waiting = 0
+    began = time.monotonic()
+    with turns.yielding(), turns:  # nobody waiting: at once
+        assert time.monotonic() - began < 0.1
