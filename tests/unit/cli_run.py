@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -9,10 +10,15 @@ def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     """`gpubill *args` through the real entry point (environment as the test set it)."""
     from gpubill.cli import main
 
+    from gpubill.cli.common import err, out
+
     monkeypatch.setattr(sys, "argv", ["gpubill", *args])
-    # tables as wide as a terminal of 200 columns, whether or not the test process has one
-    # (pytest-xdist's workers have none: rich would cut them to 80)
-    monkeypatch.setenv("COLUMNS", "200")
+    # tables as wide as COLUMNS says (200 unless the test set it), whether or not the test
+    # process has a terminal: rich reads COLUMNS once, when the console is made at import,
+    # and pytest-xdist's workers have no terminal (rich would cut tables to 80)
+    width = int(os.environ.get("COLUMNS", "200"))
+    for console in (out, err):
+        monkeypatch.setattr(console, "_width", width)
     code = 0
     try:
         main()
