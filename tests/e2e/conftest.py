@@ -7,7 +7,9 @@ seconds each, paid once instead of per test. Each test gets it *empty* — every
 earlier test made is deleted before it starts — and a consumer group of its own
 (`broker.group`, the test's GPUBILL_GROUP), so nothing a test produced, committed or left
 half-joined (a worker killed with -9 stays a member until its session times out) reaches
-the next one. A test that stops, restarts or reconfigures its broker is marked
+the next one. Should an earlier test leave a process behind that re-creates its topics,
+the broker is replaced by a new one (a warning says so). A test that stops, restarts or
+reconfigures its broker is marked
 `@pytest.mark.private_broker` and gets one of its own, as before."""
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,9 +42,13 @@ def _free_port_pair() -> int:
     return free_port_pair()
 
 
-def empty_topics(bootstrap: str, wait_s: float = 60.0) -> None:
+class TopicsLeft(Exception):
+    """An earlier test's topics keep coming back: some process of it still talks to the broker."""
+
+
+def empty_topics(bootstrap: str, wait_s: float = 30.0) -> None:
     """Delete every topic but the broker's own (`__consumer_offsets`, ...) and wait until the
-    broker no longer lists them."""
+    broker no longer lists them; TopicsLeft when they are still listed after `wait_s`."""
     from kafka import KafkaAdminClient
     from kafka.errors import UnknownTopicOrPartitionError
 
@@ -53,7 +60,7 @@ def empty_topics(bootstrap: str, wait_s: float = 60.0) -> None:
             if not left:
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"topics of an earlier test still listed after {wait_s:.0f} s: {left}")
+                raise TopicsLeft(f"topics of an earlier test still listed after {wait_s:.0f} s: {left}")
             try:
                 admin.delete_topics(left, timeout_ms=30_000)
             except UnknownTopicOrPartitionError:
@@ -63,14 +70,37 @@ def empty_topics(bootstrap: str, wait_s: float = 60.0) -> None:
         admin.close()
 
 
+class SessionBrokers:
+    """The test process's broker, replaced by a new one (new ports, new data) when an earlier
+    test left a process behind that keeps re-creating its topics (a consumer's metadata
+    request creates a missing topic): that process then talks to a broker that is gone."""
+
+    def __init__(self, factory: pytest.TempPathFactory) -> None:
+        self.factory = factory
+        self.current = self._start()
+
+    def _start(self) -> LocalBroker:
+        port = _free_port_pair()
+        local = LocalBroker(self.factory.mktemp("kafka"), bootstrap=f"localhost:{port}", port=port,
+                            controller_port=port + 1)
+        local.up(wait_s=120)
+        return local
+
+    def emptied(self) -> LocalBroker:
+        try:
+            empty_topics(self.current.bootstrap)
+        except TopicsLeft as exc:
+            warnings.warn(f"{exc}; starting a new broker for the tests that follow")
+            self.current.down(wait_s=20)
+            self.current = self._start()
+        return self.current
+
+
 @pytest.fixture(scope="session")
 def session_broker(tmp_path_factory):
-    port = _free_port_pair()
-    local = LocalBroker(tmp_path_factory.mktemp("kafka"), bootstrap=f"localhost:{port}", port=port,
-                        controller_port=port + 1)
-    local.up(wait_s=120)
-    yield local
-    local.down(wait_s=20)
+    brokers = SessionBrokers(tmp_path_factory)
+    yield brokers
+    brokers.current.down(wait_s=20)
 
 
 @pytest.fixture
@@ -85,8 +115,7 @@ def broker(request, tmp_path):
         yield local
         local.down(wait_s=20)
         return
-    local = request.getfixturevalue("session_broker")
-    empty_topics(local.bootstrap)
+    local = request.getfixturevalue("session_broker").emptied()
     local.group = f"e2e-rating-{next(_groups)}"
     yield local
 
