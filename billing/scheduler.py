@@ -96,18 +96,8 @@ def _yielding(db: Any, job: Callable[[], Any]) -> Any:
 
 def add_billing_job(scheduler: Any, job: Callable[[], Any], rules: Any, executor: str = "default") -> None:
     """Hourly (and once at start-up): invoice whatever is due. Missed runs coalesce into one."""
-    scheduler.add_job(
-        job,
-        CronTrigger(minute=5, timezone=rules.billing_tz),
-        executor=executor,
-        id="monthly-billing",
-        name="invoice closed periods",
-        coalesce=True,
-        max_instances=1,
-        misfire_grace_time=None,
-        replace_existing=True,
-        next_run_time=datetime.now(timezone.utc),
-    )
+    _add_catching_up(scheduler, job, CronTrigger(minute=5, timezone=rules.billing_tz), executor,
+                     "monthly-billing", "invoice closed periods")
 
 
 def run_rollup(db: Any, rules: Any) -> RollupReport:
@@ -120,12 +110,19 @@ def run_rollup(db: Any, rules: Any) -> RollupReport:
 
 def add_rollup_job(scheduler: Any, job: Callable[[], Any], executor: str = "default") -> None:
     """Every few minutes (and once at start-up): keep the hourly rollups current."""
+    _add_catching_up(scheduler, job, IntervalTrigger(minutes=ROLLUP_EVERY_MIN), executor,
+                     "hourly-rollups", "roll up written hours")
+
+
+def _add_catching_up(scheduler: Any, job: Callable[[], Any], trigger: Any, executor: str, job_id: str,
+                     name: str) -> None:
+    """`job` on `trigger`, run once at start-up too; missed runs coalesce into one, one at a time."""
     scheduler.add_job(
         job,
-        IntervalTrigger(minutes=ROLLUP_EVERY_MIN),
+        trigger,
         executor=executor,
-        id="hourly-rollups",
-        name="roll up written hours",
+        id=job_id,
+        name=name,
         coalesce=True,
         max_instances=1,
         misfire_grace_time=None,

@@ -37,11 +37,6 @@ TEST_RULES = E2E_DIR / "rules"
 _groups = itertools.count(1)
 
 
-def _free_port_pair() -> int:
-    """A reserved (port, port + 1) for a broker (tests/ports.py): never another test process's."""
-    return free_port_pair()
-
-
 class TopicsLeft(Exception):
     """An earlier test's topics keep coming back: some process of it still talks to the broker."""
 
@@ -80,7 +75,7 @@ class SessionBrokers:
         self.current = self._start()
 
     def _start(self) -> LocalBroker:
-        port = _free_port_pair()
+        port = free_port_pair()
         local = LocalBroker(self.factory.mktemp("kafka"), bootstrap=f"localhost:{port}", port=port,
                             controller_port=port + 1)
         local.up(wait_s=120)
@@ -108,7 +103,7 @@ def broker(request, tmp_path):
     """A broker for this test with `.group`, the consumer group its workers use: the session's
     broker emptied, or (marked private_broker) one of the test's own."""
     if request.node.get_closest_marker("private_broker"):
-        port = _free_port_pair()
+        port = free_port_pair()
         local = LocalBroker(tmp_path / "kafka", bootstrap=f"localhost:{port}", port=port, controller_port=port + 1)
         local.up(wait_s=120)
         local.group = "e2e-rating"

@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from tests.e2e.conftest import _free_port_pair
+from tests.ports import free_port_pair
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.parametrize("where", ["embedded", "gateway"])
 def test_bench_pipeline_prints_its_fields(tmp_path, where):
-    port = _free_port_pair()
+    port = free_port_pair()
     done = subprocess.run(
         [sys.executable, "-m", "gpubill.cli", "bench", "pipeline", "--gpus", "8", "--seconds", "5",
          "--freshness-rate", "400", "--freshness-s", "2", "--port", str(port), "--json"]

@@ -25,7 +25,7 @@ from streams.errors import KafkaUnreachable
 from streams.kafka.admin import ensure_pipeline_topics, group_offsets
 from streams.kafka.producers import make_producer
 from streams.kafka.settings import client_options
-from tests.e2e.conftest import _free_port_pair
+from tests.ports import free_port_pair
 
 pytestmark = pytest.mark.e2e
 
@@ -86,7 +86,7 @@ def sasl_broker(tmp_path_factory):
     home = tmp_path_factory.mktemp("sasl") / "kafka"
     if shutil.which("java") is None or (shutil.which("mvn") is None and not LocalBroker(home).libs_dir.exists()):
         pytest.skip("needs Java 17+ and Maven (or cached jars)")
-    port = _free_port_pair()
+    port = free_port_pair()
     sasl = SaslSetup(
         broker=ScramUser("broker", PASSWORDS["broker"], "SCRAM-SHA-512"),
         controller_password=PASSWORDS["controller"],
