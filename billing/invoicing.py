@@ -203,7 +203,7 @@ def invoice_credits(db: Any, rules: Any, tenant: str, period: str, *, new_tenant
     """What is left of the tenant's credit grants for `period` (the trial credit when
     `new_tenant`): the credits its invoice would spend, soonest-expiring first."""
     grants = rules.credit_grants(tenant, new_tenant=new_tenant)
-    return credit_balances(grants, _credit_spent(db, tenant, period), period)
+    return credit_balances(grants, credit_spent(db, tenant, period), period)
 
 
 def draft_invoice(db: Any, rules: Any, tenant: str, period: str, *, source: tuple[str, dict] | None = None) -> InvoiceDraft:
@@ -217,7 +217,7 @@ def draft_invoice(db: Any, rules: Any, tenant: str, period: str, *, source: tupl
                   new_tenant=tenant in trial_tenants(db))
 
 
-def _credit_spent(db: Any, tenant: str, period: str) -> dict[str, Decimal]:
+def credit_spent(db: Any, tenant: str, period: str) -> dict[str, Decimal]:
     """Grant id → credit the tenant's invoices before `period` spent of it."""
     rows = db.query(
         "SELECT credit_id, -sum(amount) FROM invoice_lines FINAL "

@@ -29,6 +29,7 @@ from billing_rules.invoice import (
 )
 from billing_rules.loader import DEFAULT_RULES_DIR, RULE_FILES, load_rules
 from billing_rules.money import format_money, format_quantity, round_fen, round_quantity
+from billing_rules.parties import Seller, uscc_problem
 from billing_rules.pricing import (
     MJ_PER_KWH,
     S_PER_HOUR,
@@ -62,6 +63,7 @@ __all__ = [
     "RentUsage",
     "RuleSet",
     "RuleSetInvalid",
+    "Seller",
     "SiteInfo",
     "UnknownModel",
     "UnknownSite",
@@ -74,6 +76,7 @@ __all__ = [
     "gpu_hours",
     "rent_amount",
     "unit_price_per_hour",
+    "uscc_problem",
     "format_money",
     "format_quantity",
     "load_rules",

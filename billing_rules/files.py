@@ -28,6 +28,8 @@ LocalDate = Annotated[date, Field(strict=True)]  # a TOML local date; a date-tim
 Price = Annotated[Decimal, Field(ge=0, allow_inf_nan=False)]
 ClockTime = Annotated[StrictStr, Field(pattern=r"^([01]\d|2[0-4]):[0-5]\d$")]
 Period = Annotated[StrictStr, Field(pattern=r"^\d{4}-(0[1-9]|1[0-2])$")]
+# A tax id: the 统一社会信用代码 (18 characters) or another scheme's; letters, digits, '-' only.
+TaxId = Annotated[StrictStr, Field(pattern=r"^[0-9A-Z][0-9A-Z-]{3,39}$")]
 
 
 def _date_or_local_datetime(value: object) -> date | datetime:
@@ -66,7 +68,24 @@ class CreditEntry(_Entry):
     id: Id
     amount: Annotated[Decimal, Field(gt=0, allow_inf_nan=False)]
     reason: Text
+    reason_zh: Text | None = None  # the reason on zh-CN documents
     expires_period: Period | None = None  # last period in which it may be used
+
+
+class SellerEntry(_Entry):
+    """Who issues the invoices: printed on every invoice and credit note, the brand on every page."""
+
+    brand: Text  # the name customers know: page title, document headers
+    legal_name: Text
+    address: Text
+    tax_id: TaxId  # e.g. the 18-character 统一社会信用代码 (unified social credit code)
+    contact: Text  # e-mail or phone for billing questions
+    bank: Text | None = None  # the bank and branch payments go to
+    bank_account: Annotated[StrictStr, Field(pattern=r"^[0-9A-Z][0-9A-Z -]{3,39}$")] | None = None
+    brand_zh: Text | None = None  # the zh-CN variants; the English text is used where one is absent
+    legal_name_zh: Text | None = None
+    address_zh: Text | None = None
+    bank_zh: Text | None = None
 
 
 class BillingFile(_Entry):
@@ -74,6 +93,8 @@ class BillingFile(_Entry):
     grace_period: StrictStr  # ISO 8601 duration: "P3D", "PT36H", "P1DT12H"
     vat: Annotated[list[VatVersion], Field(min_length=1)]
     new_tenant_credit: list[CreditEntry] = []
+    payment_terms_days: Annotated[int, Field(strict=True, ge=0, le=365)] = 15  # due date = issue date + this
+    seller: SellerEntry | None = None  # without one, documents say the seller is not configured
 
 
 # sites.toml ---------------------------------------------------------------------------
@@ -81,6 +102,7 @@ class BillingFile(_Entry):
 
 class Band(_Entry):
     name: Id
+    name_zh: Text | None = None  # the band's name on zh-CN documents (default: reports/render/i18n.py's words)
     start: ClockTime  # local wall-clock time, inclusive
     end: ClockTime  # local wall-clock time, exclusive; "24:00" is the end of the day
     price_per_kwh: Price
@@ -104,6 +126,7 @@ class PueVersion(_Entry):
 
 class SiteEntry(_Entry):
     name: Text
+    name_zh: Text | None = None  # the site's name on zh-CN documents
     timezone: StrictStr
     green_share: Annotated[Decimal, Field(ge=0, le=1, allow_inf_nan=False)]
     tariff_cap_per_kwh: Price | None = None

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 from billing_rules.errors import RuleSetInvalid
 from billing_rules.files import BillingFile, CatalogFile, ContractsFile, CreditEntry, SitesFile
 from billing_rules.money import is_fen_exact
+from billing_rules.parties import looks_like_uscc, uscc_problem
 from billing_rules.ruleset import RuleSet
 from billing_rules.timeline import as_local_datetime, label_of, local_datetime_problem, minutes_of
 
@@ -166,6 +167,10 @@ def _check_billing(billing: BillingFile) -> timedelta:
                 BILLING, f"vat[{i}].effective_from", f"VAT changes on the first day of a period, got {version.effective_from}"
             )
     _check_credits(BILLING, "new_tenant_credit", billing.new_tenant_credit, taken={})
+    if billing.seller is not None and looks_like_uscc(billing.seller.tax_id):
+        problem = uscc_problem(billing.seller.tax_id)
+        if problem:
+            raise RuleSetInvalid(BILLING, "seller.tax_id", problem)
     return grace_period
 
 

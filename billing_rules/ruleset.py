@@ -35,6 +35,7 @@ from zoneinfo import ZoneInfo
 from billing_rules import periods
 from billing_rules.errors import NoRuleInForce, UnknownModel, UnknownSite
 from billing_rules.files import BillingFile, CatalogFile, ContractsFile, SitesFile
+from billing_rules.parties import Seller
 from billing_rules.pricing import S_PER_HOUR, discounted_price
 from billing_rules.rates import CreditGrant, EnergyRate, Plan, RentRate, SiteInfo
 from billing_rules.timeline import Tariff, Versions, local_days, wall_clock_instants
@@ -61,6 +62,7 @@ class RuleSet:
     __slots__ = (
         "source", "digest", "_billing_tz", "_grace", "_vat_periods", "_vat_rates", "_sites", "_prices",
         "_contracts", "_new_tenant_credits", "_tenant_credits", "_rent_cache", "_energy_cache", "_rates",
+        "_seller", "_payment_terms_days", "_names_zh",
     )  # fmt: skip
 
     def __init__(
@@ -98,6 +100,9 @@ class RuleSet:
             "_rent_cache": {},  # (tenant, gpu_model, UTC day) -> Pieces of RentRate over that day
             "_energy_cache": {},  # (site, UTC day) -> Pieces of EnergyRate over that day
             "_rates": {},  # interned rate objects: equal rates are one object
+            "_seller": Seller.of(billing.seller) if billing.seller is not None else None,
+            "_payment_terms_days": billing.payment_terms_days,
+            "_names_zh": _names_zh(billing, sites, contracts),
         }
         for name, value in fields.items():
             object.__setattr__(self, name, value)
@@ -107,6 +112,23 @@ class RuleSet:
 
     def __repr__(self) -> str:
         return f"RuleSet(source={str(self.source)!r}, digest={self.digest[:12]!r})"
+
+    # documents -------------------------------------------------------------------------
+
+    @property
+    def seller(self) -> Seller | None:
+        """billing.toml's `[seller]`: who issues the invoices; None when the rules name none."""
+        return self._seller
+
+    @property
+    def payment_terms_days(self) -> int:
+        """Days from an invoice's issue date (billing time zone) to its due date."""
+        return self._payment_terms_days
+
+    def name_zh(self, kind: str, key: str) -> str | None:
+        """The zh-CN name the rule files give a `kind` ("site", "band" or "credit") named `key`
+        (a site id, "site/band", a credit grant id); None where they give none."""
+        return self._names_zh.get((kind, key))
 
     # billing calendar -----------------------------------------------------------------
 
@@ -375,6 +397,23 @@ def _index_site(site_id: str, entry: Any) -> _Site:
         pue=Versions.of(((v.effective_from, v.pue) for v in entry.pue), tz),
         tariff=Versions.of(((v.effective_from, Tariff.of(v)) for v in entry.tariff), tz),
     )
+
+
+def _names_zh(billing: BillingFile, sites: SitesFile, contracts: ContractsFile) -> dict[tuple[str, str], str]:
+    """(kind, key) → the `name_zh` / `reason_zh` the files give: sites, their bands, credit grants."""
+    names: dict[tuple[str, str], str] = {}
+    for site_id, site in sites.site.items():
+        if site.name_zh:
+            names["site", site_id] = site.name_zh
+        for version in site.tariff:
+            for band in (*version.bands, *(version.weekend_bands or ()), *(version.holiday_bands or ())):
+                if band.name_zh:
+                    names["band", f"{site_id}/{band.name}"] = band.name_zh
+    credits = [*billing.new_tenant_credit, *(c for entry in contracts.tenant.values() for c in entry.credit)]
+    for credit in credits:
+        if credit.reason_zh:
+            names["credit", credit.id] = credit.reason_zh
+    return names
 
 
 def _grant(entry: Any) -> CreditGrant:
