@@ -1,4 +1,5 @@
-"""The tenant registry: who is a customer of record, by name and status (migration 0011).
+"""The tenant registry: who is a customer of record, by name and status (migration 0011),
+and who buys on its invoices: legal name, tax id, address and e-mail (migration 0019).
 
 A reading names its tenant by an id in the id syntax (schemas/ids.py), and any such id is
 rated. Only a *registered* id is a customer of record:
@@ -15,29 +16,39 @@ rated. Only a *registered* id is a customer of record:
 Contract credits named per tenant in contracts.toml are granted whatever the registry says:
 an explicit contract is already the operator's registration of intent.
 
-Every write checks the id (`check_tenant_id`) and the display name and note
-(`check_display_name`, `check_note`) before anything reaches the database; values travel as
-query parameters. Nothing is ever deleted: each change writes the whole row again with a
-later `updated_at`, and the latest row is the tenant.
+The buyer block an invoice prints comes from the registry: `legal_name` and `address` in
+any script (checked like a display name, at most 200 and 300 characters), `tax_id` in upper
+case letters, digits and '-' (a 统一社会信用代码 must pass its check character) and one
+plain `email` address. Each is '' until given (rows from before migration 0019 read '').
+
+Every write checks the id (`check_tenant_id`), the display name and note
+(`check_display_name`, `check_note`) and the buyer fields (`check_legal_name`,
+`check_tax_id`, `check_address`, `check_email`) before anything reaches the database;
+values travel as query parameters. Nothing is ever deleted: each change (`set_status`,
+`update_tenant`) writes the whole row again with a later `updated_at`, and the latest row
+is the tenant.
 
     BillingError                       (billing/errors.py)
-    ├── NotFound                       suspend / resume of an id that is not registered
+    ├── NotFound                       suspend / resume / update of an id that is not registered
     └── TenantRefused                  base of this module's refusals
-        ├── InvalidTenant              an id, display name or note that may not be stored
-        └── TenantExists               `add` of a registered id under another display name
+        ├── InvalidTenant              an id, display name, note or buyer field that may not be stored
+        └── TenantExists               `add` of a registered id under another display name or
+                                       buyer field (`update_tenant` is how one changes)
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from billing.errors import BillingError, NotFound
 from billing_rules import build_invoice
+from billing_rules.parties import looks_like_uscc, uscc_problem
 from schemas.ids import MAX_ID_LEN, is_id
 from usage.by_tenant import usage_by_tenant
 from usage.rated import rated_source
@@ -46,6 +57,10 @@ ACTIVE, SUSPENDED = "active", "suspended"
 STATUSES = (ACTIVE, SUSPENDED)
 MAX_NAME_CHARS = 100
 MAX_NOTE_CHARS = 200
+MAX_LEGAL_NAME_CHARS = 200
+MAX_ADDRESS_CHARS = 300
+MIN_TAX_ID_CHARS, MAX_TAX_ID_CHARS = 4, 40
+MAX_EMAIL_CHARS = 254  # RFC 5321's limit on a path, less its angle brackets
 # Format characters that are part of spelling: ZWNJ in Persian and Indic scripts, ZWJ in
 # Indic scripts and emoji. Every other format character (bidi overrides and isolates,
 # zero-width space, BOM …) can disguise a name in a terminal or on a PDF, and is refused.
@@ -53,7 +68,8 @@ _SPELLING_FORMAT_CHARS = frozenset("\u200c\u200d")
 # Control, surrogate, private-use, unassigned, line and paragraph separator characters.
 _REFUSED_CATEGORIES = frozenset({"Cc", "Cs", "Co", "Cn", "Zl", "Zp"})
 
-COLUMNS = ("tenant", "display_name", "status", "created_at", "updated_at", "note")
+BUYER_FIELDS = ("legal_name", "tax_id", "address", "email")
+COLUMNS = ("tenant", "display_name", "status", "created_at", "updated_at", "note", *BUYER_FIELDS)
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM tenants FINAL"
 
 
@@ -62,11 +78,11 @@ class TenantRefused(BillingError):
 
 
 class InvalidTenant(TenantRefused):
-    """An id outside the id syntax, or a display name or note that may not be stored."""
+    """An id outside the id syntax, or a display name, note or buyer field that may not be stored."""
 
 
 class TenantExists(TenantRefused):
-    """`add_tenant` for an id already registered under another display name."""
+    """`add_tenant` for an id already registered under another display name or buyer field."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +95,11 @@ class Tenant:
     created_at: datetime  # UTC
     updated_at: datetime  # UTC
     note: str = ""
+    # The buyer on its invoices; '' where not given.
+    legal_name: str = ""
+    tax_id: str = ""
+    address: str = ""
+    email: str = ""
 
 
 @dataclass(frozen=True)
@@ -122,6 +143,98 @@ def check_display_name(value: str) -> str:
 def check_note(value: str) -> str:
     """A note as stored: like a display name, but may be empty and up to MAX_NOTE_CHARS characters."""
     return checked_text("note", value, MAX_NOTE_CHARS, empty_ok=True)
+
+
+def check_legal_name(value: str) -> str:
+    """The buyer's legal name as stored: checked like a display name, may be empty (not given),
+    at most MAX_LEGAL_NAME_CHARS characters."""
+    return checked_text("legal name", value, MAX_LEGAL_NAME_CHARS, empty_ok=True)
+
+
+def check_address(value: str) -> str:
+    """The buyer's address as stored, in one line: checked like a display name, may be empty,
+    at most MAX_ADDRESS_CHARS characters."""
+    return checked_text("address", value, MAX_ADDRESS_CHARS, empty_ok=True)
+
+
+def check_tax_id(value: str) -> str:
+    """The buyer's tax id as stored: '' (not given) or MIN_TAX_ID_CHARS to MAX_TAX_ID_CHARS
+    upper-case ASCII letters, digits and '-', beginning and ending with a letter or digit.
+    One that has the shape of a 统一社会信用代码 (18 letters and digits) must pass its check
+    character. Surrounding whitespace is dropped; a letter is never changed (a lower-case one
+    is refused, not upper-cased: the operator says which code is meant)."""
+    if not isinstance(value, str):
+        raise InvalidTenant("tax id must be text")
+    code = value.strip()
+    if not code:
+        return ""
+    shown = shown_value(code)
+    for position, ch in enumerate(code, start=1):
+        if not (ch.isascii() and (ch.isalnum() or ch == "-")):
+            raise InvalidTenant(f"tax id {shown} has {_named(ch)} at character {position}: "
+                                "a tax id is ASCII letters A-Z, digits and '-'")
+    if not MIN_TAX_ID_CHARS <= len(code) <= MAX_TAX_ID_CHARS:
+        raise InvalidTenant(f"tax id {shown} is {len(code)} characters long: "
+                            f"{MIN_TAX_ID_CHARS} to {MAX_TAX_ID_CHARS}")
+    if code != code.upper():
+        raise InvalidTenant(f"tax id {shown} has lower-case letters: give it in upper case, {code.upper()}")
+    if code[0] == "-" or code[-1] == "-":
+        raise InvalidTenant(f"tax id {shown} begins or ends with '-': give the code as issued")
+    if looks_like_uscc(code):
+        problem = uscc_problem(code)
+        if problem is not None:
+            raise InvalidTenant(f"tax id: {problem}")
+    return code
+
+
+# One plain address: an allow-list, not a parser of RFC 5322 (quoted local parts, comments
+# and address lists are what header injection is made of, and no invoice needs them).
+_EMAIL_LOCAL = re.compile(r"[A-Za-z0-9!#$%&*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&*+/=?^_`{|}~-]+)*")
+_DOMAIN_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_TOP_LEVEL = re.compile(r"[A-Za-z]{2,63}|xn--[A-Za-z0-9-]{1,59}")
+
+
+def check_email(value: str) -> str:
+    """The buyer's e-mail as stored: '' (not given) or one address local@domain.tld in ASCII,
+    at most MAX_EMAIL_CHARS characters, without spaces, quotes, angle brackets or line
+    breaks. Surrounding blanks are dropped; nothing else is changed (case included)."""
+    if not isinstance(value, str):
+        raise InvalidTenant("e-mail must be text")
+    address = value.strip(" \t")
+    if not address:
+        return ""
+    shown = shown_value(address)
+    if len(address) > MAX_EMAIL_CHARS:
+        raise InvalidTenant(f"e-mail {shown} is {len(address)} characters long: at most {MAX_EMAIL_CHARS}")
+    for position, ch in enumerate(address, start=1):
+        if not ch.isascii() or not ch.isprintable() or ch.isspace():
+            raise InvalidTenant(f"e-mail {shown} has {_named(ch)} at character {position}: give one address, "
+                                "ASCII, without spaces or line breaks (an internationalised domain in its xn-- form)")
+    if address.count("@") != 1:
+        raise InvalidTenant(f"e-mail {shown} has {address.count('@')} '@': give one address, local@domain.tld")
+    local, domain = address.split("@")
+    if not local or len(local) > 64 or not _EMAIL_LOCAL.fullmatch(local):
+        raise InvalidTenant(f"e-mail {shown}: the part before '@' must be 1-64 letters, digits or "
+                            "!#$%&*+/=?^_`{|}~- in dot-separated words (no quotes, angle brackets, commas)")
+    labels = domain.split(".")
+    if (len(labels) < 2 or not all(_DOMAIN_LABEL.fullmatch(label) for label in labels)
+            or not _TOP_LEVEL.fullmatch(labels[-1])):
+        raise InvalidTenant(f"e-mail {shown}: the part after '@' must be a domain such as example.com "
+                            "(letters, digits and '-' in dot-separated labels)")
+    return address
+
+
+_BUYER_CHECKS = {"legal_name": check_legal_name, "tax_id": check_tax_id, "address": check_address,
+                 "email": check_email}
+
+
+def check_buyer(**fields: str | None) -> dict[str, str]:
+    """The given buyer fields (legal_name, tax_id, address, email; None is not given) as stored,
+    each checked; InvalidTenant with a one-line reason for the first that may not be."""
+    unknown = set(fields) - set(BUYER_FIELDS)
+    if unknown:
+        raise TypeError(f"not buyer fields: {', '.join(sorted(unknown))}")
+    return {name: _BUYER_CHECKS[name](value) for name, value in fields.items() if value is not None}
 
 
 def checked_text(what: str, value: str, limit: int, *, empty_ok: bool) -> str:
@@ -192,26 +305,73 @@ def trial_tenants(db: Any) -> frozenset[str]:
     return frozenset(t.tenant for t in list_tenants(db, status=ACTIVE))
 
 
-def add_tenant(db: Any, tenant: str, display_name: str, *, note: str = "",
+def add_tenant(db: Any, tenant: str, display_name: str, *, note: str = "", legal_name: str = "",
+               tax_id: str = "", address: str = "", email: str = "",
                now: datetime | None = None) -> tuple[Tenant, bool]:
-    """Register `tenant` as active; returns (the tenant, whether this call registered it).
+    """Register `tenant` as active, with its buyer fields ('' = not given); returns (the
+    tenant, whether this call registered it).
 
-    Idempotent: adding a registered id with the same display name changes nothing (its
-    status stays what it is) and returns (it, False), so provisioning can be re-run. A
-    registered id under another display name is TenantExists: two customers claiming one
-    id, or a typo, must be noticed, not silently renamed.
+    Idempotent: adding a registered id with the same display name, and no buyer field that
+    differs from the registered one, changes nothing (its status stays what it is) and
+    returns (it, False), so provisioning can be re-run; a buyer field left '' is not stated,
+    so a re-run without them is the same add. A registered id under another display name,
+    or with a stated buyer field that differs, is TenantExists: two customers claiming one
+    id, or a typo, must be noticed, not silently renamed (`update_tenant` changes a tenant).
     """
     tenant, name, note = check_tenant_id(tenant), check_display_name(display_name), check_note(note)
+    buyer = check_buyer(legal_name=legal_name, tax_id=tax_id, address=address, email=email)
     existing = find_tenant(db, tenant)
     if existing is not None:
-        if existing.display_name == name:
-            return existing, False
-        raise TenantExists(f"tenant {tenant} is already registered as {existing.display_name!r} "
-                           f"({existing.status}); it was not changed")
+        if existing.display_name != name:
+            raise TenantExists(f"tenant {tenant} is already registered as {existing.display_name!r} "
+                               f"({existing.status}); it was not changed")
+        differs = [field for field, value in buyer.items() if value and value != getattr(existing, field)]
+        if differs:
+            shown = ", ".join(_FIELD_NAMES[field] for field in differs)
+            raise TenantExists(f"tenant {tenant} is already registered with another {shown}; it was not changed "
+                               f"(change it with `gpubill tenant update {tenant}`)")
+        return existing, False
     at = utc_ms(now)
-    added = Tenant(tenant, name, ACTIVE, at, at, note)
+    added = Tenant(tenant, name, ACTIVE, at, at, note, **buyer)
     _write(db, added)
     return added, True
+
+
+def update_tenant(db: Any, tenant: str, *, display_name: str | None = None, legal_name: str | None = None,
+                  tax_id: str | None = None, address: str | None = None, email: str | None = None,
+                  note: str = "", now: datetime | None = None) -> tuple[Tenant, bool]:
+    """Change registered `tenant`'s display name and buyer fields; returns (the tenant,
+    whether it changed).
+
+    None leaves a field as it is; '' clears a buyer field (a display name cannot be empty).
+    Every value is checked before anything is read or written. NotFound when the id is not
+    registered. When no field differs, nothing is written and the registered tenant is
+    returned with False (the note alone is not a change). Otherwise the whole row is written
+    again, status and creation kept, with an `updated_at` strictly later than the row it
+    replaces; the note replaces the last one when given.
+    """
+    tenant, note = check_tenant_id(tenant), check_note(note)
+    wanted = check_buyer(legal_name=legal_name, tax_id=tax_id, address=address, email=email)
+    if display_name is not None:
+        wanted["display_name"] = check_display_name(display_name)
+    existing = find_tenant(db, tenant)
+    if existing is None:
+        raise NotFound(f"tenant {tenant} is not registered; register it with `gpubill tenant add {tenant} --name NAME`")
+    if all(getattr(existing, field) == value for field, value in wanted.items()):
+        return existing, False
+    at = max(utc_ms(now), existing.updated_at + timedelta(milliseconds=1))
+    changed = replace(existing, **wanted, updated_at=at, note=note or existing.note)
+    _write(db, changed)
+    return changed, True
+
+
+def changed_fields(before: Tenant, after: Tenant) -> list[str]:
+    """What an update changed, as people read it: "display name", "legal name", "tax id", …"""
+    return [label for field, label in _FIELD_NAMES.items() if getattr(before, field) != getattr(after, field)]
+
+
+_FIELD_NAMES = {"display_name": "display name", "legal_name": "legal name", "tax_id": "tax id",
+                "address": "address", "email": "e-mail"}
 
 
 def set_status(db: Any, tenant: str, status: str, *, note: str = "", now: datetime | None = None) -> tuple[Tenant, bool]:
@@ -227,7 +387,7 @@ def set_status(db: Any, tenant: str, status: str, *, note: str = "", now: dateti
         return existing, False
     # Strictly later than the row it replaces, so the replacement wins even within a millisecond.
     at = max(utc_ms(now), existing.updated_at + timedelta(milliseconds=1))
-    changed = Tenant(tenant, existing.display_name, status, existing.created_at, at, note or existing.note)
+    changed = replace(existing, status=status, updated_at=at, note=note or existing.note)
     _write(db, changed)
     return changed, True
 
@@ -256,8 +416,9 @@ def _write(db: Any, tenant: Tenant) -> None:
 
 
 def _tenant(row: Iterable[Any]) -> Tenant:
-    tenant, name, status, created, updated, note = row
-    return Tenant(tenant, name, status, utc_ms(created), utc_ms(updated), note)
+    tenant, name, status, created, updated, note, legal_name, tax_id, address, email = row
+    return Tenant(tenant, name, status, utc_ms(created), utc_ms(updated), note,
+                  legal_name=legal_name, tax_id=tax_id, address=address, email=email)
 
 
 def utc_ms(moment: datetime | None) -> datetime:

@@ -1,8 +1,10 @@
-"""`gpubill tenant add | list | suspend | resume | unknown`: the tenant registry (billing/tenants.py).
+"""`gpubill tenant add | update | list | suspend | resume | unknown`: the tenant registry (billing/tenants.py).
 
 Only a registered, active tenant receives the trial credit; readings of any well-formed id
 are rated and invoiced either way. `unknown` lists the ids with usage that are not
-registered, so the operator can register them before the month's invoice run.
+registered, so the operator can register them before the month's invoice run. The registry
+also names the buyer on a tenant's invoices (legal name, tax id, address, e-mail): given
+with `add`, changed with `update`.
 """
 
 from __future__ import annotations
@@ -20,23 +22,69 @@ from gpubill.errors import GpubillError
 app = typer.Typer(help="The tenant registry: who receives the trial credit.", no_args_is_help=True)
 
 
+_LEGAL_NAME_HELP = "The buyer's legal name on invoices, in any script (at most 200 characters)."
+_TAX_ID_HELP = ("The buyer's tax id: A-Z, 0-9 and '-', 4-40 characters, upper case; "
+                "a 统一社会信用代码 must pass its check character.")
+_ADDRESS_HELP = "The buyer's address on invoices, one line, in any script (at most 300 characters)."
+_EMAIL_HELP = "The buyer's e-mail for invoices: one address, local@domain.tld."
+
+
 @app.command("add")
 def tenant_add(
     tenant: str = typer.Argument(..., metavar="ID", help="Tenant id as readings carry it (letters, digits, . _ -)."),
     name: str = typer.Option(..., "--name", help="Display name, in any script (at most 100 characters)."),
     note: str = typer.Option("", "--note", help="Why: who asked, a ticket (at most 200 characters)."),
+    legal_name: str = typer.Option("", "--legal-name", help=_LEGAL_NAME_HELP),
+    tax_id: str = typer.Option("", "--tax-id", help=_TAX_ID_HELP),
+    address: str = typer.Option("", "--address", help=_ADDRESS_HELP),
+    email: str = typer.Option("", "--email", help=_EMAIL_HELP),
 ) -> None:
-    """Register a tenant as active. Re-adding it under the same name changes nothing; under another is an error."""
-    from billing.tenants import add_tenant, check_display_name, check_note, check_tenant_id
+    """Register a tenant as active. Re-adding it as it is changes nothing; under another name, or with another
+    legal name, tax id, address or e-mail, is an error (`tenant update` changes a tenant)."""
+    from billing.tenants import add_tenant, check_buyer, check_display_name, check_note, check_tenant_id
 
-    checked = check_tenant_id(tenant), check_display_name(name), check_note(note)  # before opening anything
+    # Every value checked before opening anything.
+    checked = check_tenant_id(tenant), check_display_name(name), check_note(note)
+    buyer = check_buyer(legal_name=legal_name, tax_id=tax_id, address=address, email=email)
     with connect(load_settings()) as database:
-        registered, added = add_tenant(database, *checked[:2], note=checked[2])
+        registered, added = add_tenant(database, *checked[:2], note=checked[2], **buyer)
     if added:
         out.print(f"registered {registered.tenant} ({terminal_text(registered.display_name)}): active", highlight=False)
     else:
         out.print(f"{registered.tenant} is already registered as {terminal_text(registered.display_name)} "
                   f"({registered.status}); nothing changed", highlight=False)
+
+
+@app.command("update")
+def tenant_update(
+    tenant: str = typer.Argument(..., metavar="ID"),
+    name: str | None = typer.Option(None, "--name", help="A new display name (at most 100 characters)."),
+    legal_name: str | None = typer.Option(None, "--legal-name", help=_LEGAL_NAME_HELP + " '' clears it."),
+    tax_id: str | None = typer.Option(None, "--tax-id", help=_TAX_ID_HELP + " '' clears it."),
+    address: str | None = typer.Option(None, "--address", help=_ADDRESS_HELP + " '' clears it."),
+    email: str | None = typer.Option(None, "--email", help=_EMAIL_HELP + " '' clears it."),
+    note: str = typer.Option("", "--note", help="Why (replaces the last note)."),
+) -> None:
+    """Change a registered tenant's display name or buyer fields; what is not given stays. Nothing is deleted:
+    the registry keeps every earlier row."""
+    from billing.tenants import (
+        changed_fields, check_buyer, check_display_name, check_note, check_tenant_id, find_tenant, update_tenant)
+
+    if all(value is None for value in (name, legal_name, tax_id, address, email)):
+        raise GpubillError("nothing to update: give --name, --legal-name, --tax-id, --address or --email")
+    # Every value checked before opening anything.
+    tenant, note = check_tenant_id(tenant), check_note(note)
+    buyer = check_buyer(legal_name=legal_name, tax_id=tax_id, address=address, email=email)
+    display_name = None if name is None else check_display_name(name)
+    with connect(load_settings()) as database:
+        before = find_tenant(database, tenant)
+        # NotFound when `before` is None: update_tenant says so.
+        after, changed = update_tenant(database, tenant, display_name=display_name, note=note, **buyer)
+    if changed:
+        out.print(f"updated {after.tenant} ({terminal_text(after.display_name)}): "
+                  f"{', '.join(changed_fields(before, after))}", highlight=False)
+    else:
+        out.print(f"{after.tenant} is already so; nothing changed", highlight=False)
 
 
 @app.command("list")
@@ -54,14 +102,16 @@ def tenant_list(
         tenants = list_tenants(database, status=status or None)
     if fmt == "json":
         _print_json([{"tenant": t.tenant, "display_name": t.display_name, "status": t.status,
-                      "created_at": _iso(t.created_at), "updated_at": _iso(t.updated_at), "note": t.note}
+                      "created_at": _iso(t.created_at), "updated_at": _iso(t.updated_at), "note": t.note,
+                      "legal_name": t.legal_name, "tax_id": t.tax_id, "address": t.address, "email": t.email}
                      for t in tenants])
         return
     from rich.table import Table
 
-    table = Table("tenant", "display name", "status", "registered", "changed", "note")
+    table = Table("tenant", "display name", "legal name", "tax id", "status", "registered", "changed", "note")
     for t in tenants:
-        table.add_row(t.tenant, terminal_text(t.display_name), t.status, _iso(t.created_at), _iso(t.updated_at),
+        table.add_row(t.tenant, terminal_text(t.display_name), terminal_text(t.legal_name, 40),
+                      terminal_text(t.tax_id), t.status, _iso(t.created_at), _iso(t.updated_at),
                       terminal_text(t.note, 60))
     out.print(table)
     err.print(f"{len(tenants)} tenants")
