@@ -63,3 +63,35 @@ def format_quantity(x: Exact) -> str:
 def is_fen_exact(d: Decimal) -> bool:
     """True when `d` is a finite amount with no digits below the fen."""
     return d.is_finite() and d == d.quantize(_FEN)
+
+
+def apportion(exacts: list[Exact], total: Decimal, places: int) -> list[Decimal]:
+    """Round each of `exacts` to `places` decimals so that the results add up to `total` exactly.
+
+    For the rows of a document whose total is an invoice's rounded line sum (a usage report's
+    rows against its invoice): each value is rounded down, then the units `total` still needs
+    go one each to the values with the largest remainders (ties in list order), so a result
+    is within one unit of the last place of its exact value whenever `total` is within
+    one unit per value of Σ exacts (what rounding a few lines half up can move it). The
+    invoice's own figures are still rounded by `round_fen`; this only shares a total out.
+
+    >>> apportion([Fraction(1, 3)] * 3, Decimal("1.00"), 2)
+    [Decimal('0.34'), Decimal('0.33'), Decimal('0.33')]
+    """
+    scale = 10**places
+    units = [_to_fraction(x) * scale for x in exacts]
+    floors = [q.numerator // q.denominator for q in units]
+    target = _to_fraction(total) * scale
+    if target.denominator != 1:
+        raise ValueError(f"total {total} has more than {places} decimals")
+    extra = int(target) - sum(floors)
+    if not units:
+        if extra:
+            raise ValueError(f"cannot share {total} out over no values")
+        return []
+    each, rest = divmod(extra, len(units))  # each < 0 or > 0 only when total is far from Σ exacts
+    by_remainder = sorted(range(len(units)), key=lambda i: (-(units[i] - floors[i]), i))
+    shares = [floor + each for floor in floors]
+    for i in by_remainder[:rest]:
+        shares[i] += 1
+    return [Decimal(n).scaleb(-places) for n in shares]

@@ -1,8 +1,11 @@
 """A customer's usage report (SPEC §6) as data: per day (or hour), instance and GPU, for one tenant.
 
-`reports.usage_report` builds it from rated_seconds; `reports.render.usage` writes it as
-CSV, JSON, Parquet or PDF. Rows carry figures already rounded once per row (money to the
-fen, GPU-hours and kWh to six decimals); totals are exact sums of the rows.
+`reports.usage_report` builds it from the rated data; `reports.render.usage` writes it as
+CSV, JSON, Parquet or PDF. `lines` are the invoice's charge lines for the same usage (rent,
+discount, electricity, before credits and VAT: built by `billing_rules.build_invoice`);
+rows carry figures shared out of those lines' totals (money to the fen, GPU-hours and kWh
+to six decimals, each within one unit of its exact value), so the totals — exact sums of
+the rows — equal the invoice's lines to the fen and to 1e-6 GPU-hour and kWh.
 
 Granularity ``"day"`` (the default) has one row per day × instance × GPU and ``hour == ""``;
 ``"hour"`` has one row per hour × instance × GPU, the hour named by its start in the
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
+
+from billing_rules import InvoiceLine
 
 __all__ = ["GRANULARITIES", "UsageReport", "UsageRow", "UsageTotals"]
 
@@ -58,9 +63,11 @@ class UsageReport:
     rows: tuple[UsageRow, ...] = field(default_factory=tuple)
     granularity: str = "day"  # GRANULARITIES
     time_zone: str = ""  # the billing time zone the days and hours are in, e.g. "Asia/Shanghai"
+    lines: tuple[InvoiceLine, ...] = ()  # the invoice's rent, discount and electricity lines for these rows
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rows", tuple(self.rows))
+        object.__setattr__(self, "lines", tuple(self.lines))
         if self.granularity not in GRANULARITIES:
             raise ValueError(f"unknown granularity {self.granularity!r}; use one of: {', '.join(GRANULARITIES)}")
 

@@ -61,3 +61,34 @@ def test_format_quantity(value: Fraction | Decimal, text: str) -> None:
 
 def test_millijoules_per_kwh() -> None:
     assert MJ_PER_KWH == 1000 * 3600 * 1000  # mJ per J × s per h × W per kW
+
+
+# apportion: rows shared out of a rounded total (billing_rules.money.apportion) ---------------
+
+from billing_rules.money import apportion  # noqa: E402
+
+
+@pytest.mark.parametrize("exacts, total, places, expected", [
+    # 3 × 1/3 = 1.00: floors 0.33 × 3 = 0.99, one fen to the first of the equal remainders
+    ([Fraction(1, 3)] * 3, Decimal("1.00"), 2, ["0.34", "0.33", "0.33"]),
+    # 4 × 0.0325 = 0.13: floors 0.03 × 4 = 0.12, the one fen left to the first
+    ([Fraction(325, 10_000)] * 4, Decimal("0.13"), 2, ["0.04", "0.03", "0.03", "0.03"]),
+    # largest remainder first: 0.018 (rem .8), 0.012 (rem .2), total 0.03 → 0.02, 0.01
+    ([Fraction(18, 1000), Fraction(12, 1000)], Decimal("0.03"), 2, ["0.02", "0.01"]),
+    # one line of 2 × 2/3 = 1.333… → 1.33; floors 0.66 + 0.66 = 1.32, one fen to the first
+    ([Fraction(2, 3)] * 2, Decimal("1.33"), 2, ["0.67", "0.66"]),
+    # two lines that each rounded up (0.005 → 0.01) over one row of 0.01: the row takes both
+    ([Fraction(1, 100)], Decimal("0.02"), 2, ["0.02"]),
+    # 7 × 1/7 = 1 to six places: floors 0.142857 × 7 = 0.999999, one millionth to the first
+    ([Fraction(1, 7)] * 7, Decimal("1.000000"), 6, ["0.142858"] + ["0.142857"] * 6),
+    ([], Decimal("0.00"), 2, []),
+])
+def test_apportion_shares_a_total_out_by_largest_remainder(exacts, total, places, expected):
+    shares = apportion(exacts, total, places)
+    assert [str(s) for s in shares] == expected
+    assert sum(shares, Decimal(0)) == total
+
+
+def test_apportion_refuses_a_total_finer_than_its_places():
+    with pytest.raises(ValueError, match="more than 2 decimals"):
+        apportion([Fraction(1, 3)], Decimal("0.333"), 2)
