@@ -29,6 +29,14 @@ from warehouse.connection import open_database
 DEMO_MODELS = ["RTX4090", "A800-80G", "H800-80G"]
 # The simulator names its tenants tenant-01 … tenant-NN (gpubill/devenv/simulator.py).
 DEMO_TENANTS = {f"tenant-{k:02d}": f"Demo tenant {k}" for k in range(1, 5)}
+# The buyer block of their invoices (made-up companies; the tax ids pass the 统一社会信用代码 check).
+DEMO_BUYERS = {
+    "tenant-01": ("Guiyang Lattice AI Co., Ltd.", "91520115MA6DEM001B", "88 Changling Road, Guiyang, Guizhou"),
+    "tenant-02": ("Zunyi Render Farm Ltd.", "91520115MA6DEM002E", "12 Huichuan Avenue, Zunyi, Guizhou"),
+    "tenant-03": ("Anshun Vision Labs Co., Ltd.", "91520115MA6DEM003H", "5 Huangguoshu Street, Anshun, Guizhou"),
+    "tenant-04": ("Kaili Speech Tech Ltd.", "91520115MA6DEM004L", "21 Ningbo Road, Kaili, Guizhou"),
+}
+PREPAID_TENANT, PREPAID_TOP_UP = "tenant-04", "200.00"  # one prepaid customer: its invoice is settled from it
 WHAT_IF_SITE = "sh-east"
 
 
@@ -37,10 +45,11 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
     from gpubill.devenv.kafka_broker import LocalBroker
     from reports.cost_share import cost_share, store_cost_share, what_if
     from billing.invoicing import list_invoices, run_period
+    from billing.balances import top_up
     from reports.invoice_files import write_invoice_files
     from reports.outputs import output_name, path_inside, write_output
     from reports.render import render_cost_share, render_usage
-    from billing.tenants import add_tenant
+    from billing.tenants import TenantExists, add_tenant, update_tenant
     from reports.usage_report import usage_report
     from streams.kafka.admin import ensure_pipeline_topics
     from streams.kafka.producers import produce_readings
@@ -76,10 +85,18 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
     err.print(f"[bold]3/4[/bold] invoicing {period} and writing reports under {terminal_text(out_dir)}/")
     with open_database(settings.clickhouse) as database:
         for tenant, name in DEMO_TENANTS.items():  # a re-run finds them registered: nothing changes
-            add_tenant(database, tenant, name, note="gpubill demo")
+            legal_name, tax_id, address = DEMO_BUYERS[tenant]
+            buyer = dict(legal_name=legal_name, tax_id=tax_id, address=address, email=f"finance@{tenant}.example")
+            try:
+                add_tenant(database, tenant, name, note="gpubill demo", **buyer)
+            except TenantExists:  # registered by an older demo, before the buyer fields
+                update_tenant(database, tenant, display_name=name, **buyer)
+        top_up(database, PREPAID_TENANT, PREPAID_TOP_UP, f"demo-{period}")  # idempotent by its ref
         run = run_period(database, rules, period)
         mode = settings.file_mode
-        write_invoice_files(database, period, out_dir / "invoices", file_mode=mode)
+        write_invoice_files(database, rules, period, out_dir / "invoices", file_mode=mode)
+        write_invoice_files(database, rules, period, out_dir / "invoices" / "zh-CN", file_mode=mode, lang="zh-CN",
+                            formats=("pdf",))
         invoices = list_invoices(database, period)
         for number, tenant, total_cny in invoices:
             report = usage_report(database, rules, tenant, period)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from billing_rules import InvoiceLine
+from billing_rules import InvoiceLine, Seller
 
 __all__ = ["GRANULARITIES", "UsageReport", "UsageRow", "UsageTotals"]
 
@@ -64,6 +64,7 @@ class UsageReport:
     granularity: str = "day"  # GRANULARITIES
     time_zone: str = ""  # the billing time zone the days and hours are in, e.g. "Asia/Shanghai"
     lines: tuple[InvoiceLine, ...] = ()  # the invoice's rent, discount and electricity lines for these rows
+    seller: Seller | None = None  # billing.toml [seller]: whose report it is (its brand heads the PDF)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rows", tuple(self.rows))

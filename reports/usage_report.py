@@ -110,7 +110,7 @@ def usage_report(db: Any, rules: Any, tenant: str, period: str, *, granularity: 
         ))
     generated = (now or datetime.now(timezone.utc)).isoformat(timespec="seconds").replace("+00:00", "Z")
     return UsageReport(tenant=tenant, period=period, generated_at=generated, rows=tuple(rows),
-                       granularity=granularity, time_zone=str(tz), lines=lines)
+                       granularity=granularity, time_zone=str(tz), lines=lines, seller=rules.seller)
 
 
 def _sum(lines: tuple[InvoiceLine, ...], field: str, *kinds: str) -> Decimal:

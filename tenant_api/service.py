@@ -270,7 +270,7 @@ class Service:
         """Invoice `number` of `tenant`; 404 — the same answer — when it does not exist, is
         malformed, or belongs to another tenant."""
         from billing.tenant_invoices import invoice_period
-        from billing.invoicing import load_invoice
+        from reports.invoice_document import invoice_document
         from reports.render import render_invoice
 
         fmt = self._choice("format", fmt, INVOICE_FORMATS, default="json")
@@ -286,8 +286,8 @@ class Service:
             current_request().period = period
 
             def build() -> bytes:
-                invoice = self.reads.run(lambda db: load_invoice(db, tenant, period))
-                return render_invoice(invoice, fmt, lang=lang)
+                document = self._read_rules(lambda db, rules: invoice_document(db, rules, tenant, period))
+                return render_invoice(document, fmt, lang=lang)
 
             body = self.cache.get_or_build(("invoice-file", tenant, number, fmt, lang), build)
         download = Download(body, MEDIA_TYPES[fmt], output_name(number, tenant, period, fmt))

@@ -45,7 +45,7 @@ def invoice_run(
                 from reports.render.fonts import warm_up
 
                 warm_up()  # seconds once, then each Chinese PDF costs a fraction of the full font's
-            written = write_invoice_files(database, period, out_dir, file_mode=settings.file_mode, lang=lang)
+            written = write_invoice_files(database, rules, period, out_dir, file_mode=settings.file_mode, lang=lang)
             err.print(f"wrote {len(written)} files to {terminal_text(out_dir)}", highlight=False)
 
 
@@ -59,12 +59,13 @@ def invoice_show(
                              "in every language)."),
 ) -> None:
     """Print one invoice."""
-    from billing.invoicing import load_invoice
+    from reports.invoice_document import invoice_document
     from reports.render import render_invoice
 
     check_format(fmt, "json", "csv", "pdf")
     check_choice("--lang", lang, LANGS)
     settings = load_settings()
+    rules = read_rules(settings)
     with connect(settings) as database:
-        data = render_invoice(load_invoice(database, tenant, check_period(period)), fmt, lang=lang)
+        data = render_invoice(invoice_document(database, rules, tenant, check_period(period)), fmt, lang=lang)
     emit(data, out_file, binary=fmt == "pdf")

@@ -24,7 +24,7 @@ tax system, which this document is not.
 
 from __future__ import annotations
 
-__all__ = ["LANGS", "check_lang", "label"]
+__all__ = ["LANGS", "band_name", "check_lang", "label", "plan_name", "unit_name"]
 
 LANGS = ("en", "zh-CN")
 
@@ -32,8 +32,11 @@ _LABELS: dict[str, dict[str, str]] = {
     "en": {
         # usage report
         "usage.title": "GPU usage report - {tenant} - {period}",
-        "usage.footer": "gpubill GPU Cloud - usage report for {tenant}, {period} - generated {generated}",
+        "usage.footer": "{brand} - usage report for {tenant}, {period} - generated {generated}",
         "usage.subtitle": "Generated {generated}. Amounts in CNY, excluding VAT; kWh include PUE.",
+        "usage.agrees": ("Totals equal the invoice's rent, discount and electricity lines before credits and VAT; "
+                         "each row is rounded to the fen (GPU-hours and kWh to 0.000001) so that the rows add up "
+                         "to them."),
         "usage.gpu_hours": "GPU-hours",
         "usage.kwh": "Energy billed (kWh)",
         "usage.rent": "Rent (CNY)",
@@ -64,11 +67,18 @@ _LABELS: dict[str, dict[str, str]] = {
         "inv.footer": "{seller} - invoice {number} - {tenant} - {period}",
         "inv.heading": "INVOICE",
         "inv.tagline": "GPU compute rental and metered electricity",
+        "inv.seller": "FROM",
+        "inv.no_seller": "Seller details not configured (billing.toml [seller])",
         "inv.bill_to": "BILL TO",
         "inv.number": "Invoice number",
         "inv.not_numbered": "(not numbered)",
         "inv.period": "Billing period",
-        "inv.issued": "Issued",
+        "inv.issue_date": "Invoice date",
+        "inv.service_period": "Service period",
+        "inv.terms": "Payment terms",
+        "inv.terms_days": "{days} days",
+        "inv.terms_prepaid": "Prepaid balance",
+        "inv.due_date": "Due date",
         "inv.not_issued": "not issued",
         "inv.status": "Status",
         "inv.currency": "Currency",
@@ -76,39 +86,54 @@ _LABELS: dict[str, dict[str, str]] = {
         "inv.quantity": "Quantity",
         "inv.unit": "Unit",
         "inv.unit_price": "Unit price",
-        "inv.amount": "Amount",
+        "inv.amount": "Amount (CNY)",
         "inv.subtotal": "Subtotal",
         "inv.net": "Net",
         "inv.vat": "VAT {rate}%",
         "inv.total": "Total ({currency})",
-        "inv.total_value": "{amount}",
+        "inv.total_words": "{words}",
         "inv.notes": ("Amounts in {currency}. Quantities: GPU-hours for rent, kWh (including the site's PUE) "
                       "for electricity. Line amounts are exact sums rounded half up to the fen; {vat} of net."),
+        "party.tax_id": "Tax ID: {value}",
+        "party.no_tax_id": "Tax ID: not on file",
+        "party.bank": "Bank: {bank}, account {account}",
+        "party.contact": "Billing contact: {value}",
+        "party.tenant": "Customer ID: {value}",
+        "party.email": "E-mail: {value}",
+        "line.rent": "{model} GPU rent, {plan}",
+        "line.electricity": "Electricity at {site}, {band}",
+        "line.discount": "Contract discount {pct}% on {what}",
+        "line.adjustment": "Late usage for {period}: {what}",
+        "pay.due": "Amount due: {amount}, by {date}.",
+        "pay.to": "Please pay to {bank}, account {account}, quoting invoice {number}.",
+        "pay.nothing_due": "Nothing is due on this invoice.",
+        "pay.prepaid": "Settled from prepaid balance; balance after this invoice: {balance}.",
+        "pay.shortfall": "The balance did not cover it: {amount} is due by {date}.",
+        "pay.credit_left": "Credit left after this invoice: {credits}.",
+        "pay.no_credit_left": "No credit is left after this invoice.",
         "kind.rent": "GPU rent",
         "kind.electricity": "Electricity",
         "kind.credit": "Credit",
         "kind.discount": "Discount",
         "kind.adjustment": "Adjustment",
-        "detail.plan": "plan {value}",
-        "detail.site": "site {value}",
-        "detail.band": "band {value}",
         "detail.pue": "PUE {value}",
         "detail.ref_period": "for period {value}",
         "status.finalized": "finalized",
     },
     "zh-CN": {
         "usage.title": "GPU 用量报告 - {tenant} - {period}",
-        "usage.footer": "gpubill GPU 云 - {tenant} {period} 用量报告 - 生成于 {generated}",
+        "usage.footer": "{brand} - {tenant} {period} 用量报告 - 生成于 {generated}",
         "usage.subtitle": "生成于 {generated}。金额单位为人民币 (CNY)，不含增值税；电量 (kWh) 已计入 PUE。",
-        "usage.gpu_hours": "GPU 时",
+        "usage.agrees": "合计与账单中抵扣和增值税之前的租金、折扣和电费各行一致；每行金额取整到分（卡时和电量取整到 0.000001），各行相加正好等于合计。",
+        "usage.gpu_hours": "卡时",
         "usage.kwh": "计费电量 (kWh)",
         "usage.rent": "租金 (CNY)",
         "usage.electricity": "电费 (CNY)",
         "usage.amount": "不含税合计 (CNY)",
         "usage.counts": "{gpus} 张 GPU，{rows} 行。增值税在账单中计收。",
-        "usage.chart_day": "每日 GPU 时",
-        "usage.chart_hour": "每日 GPU 时（由小时明细汇总）",
-        "usage.chart_axis": "GPU 时",
+        "usage.chart_day": "每日卡时",
+        "usage.chart_hour": "每日卡时（由小时明细汇总）",
+        "usage.chart_axis": "卡时",
         "usage.no_usage": "本期无用量",
         "usage.detail_day": "按日、实例和 GPU 的明细",
         "usage.detail_hour": "按小时 ({tz})、实例和 GPU 的明细",
@@ -117,8 +142,8 @@ _LABELS: dict[str, dict[str, str]] = {
         "col.instance": "实例",
         "col.gpu": "GPU",
         "col.model": "型号",
-        "col.gpu_hours": "GPU 时",
-        "col.util": "利用率",
+        "col.gpu_hours": "卡时",
+        "col.util": "利用率 %",
         "col.kwh": "电量 kWh",
         "col.rent": "租金",
         "col.electricity": "电费",
@@ -129,11 +154,18 @@ _LABELS: dict[str, dict[str, str]] = {
         "inv.footer": "{seller} - 账单 {number} - {tenant} - {period}",
         "inv.heading": "账单",
         "inv.tagline": "GPU 算力租用及计量电费",
-        "inv.bill_to": "客户",
+        "inv.seller": "收款方",
+        "inv.no_seller": "未配置收款方信息（billing.toml [seller]）",
+        "inv.bill_to": "付款方",
         "inv.number": "账单编号",
         "inv.not_numbered": "（未编号）",
         "inv.period": "账期",
-        "inv.issued": "开具时间",
+        "inv.issue_date": "账单日期",
+        "inv.service_period": "服务期间",
+        "inv.terms": "付款条件",
+        "inv.terms_days": "{days} 天内付款",
+        "inv.terms_prepaid": "预付余额扣款",
+        "inv.due_date": "付款截止日",
         "inv.not_issued": "未开具",
         "inv.status": "状态",
         "inv.currency": "币种",
@@ -141,27 +173,69 @@ _LABELS: dict[str, dict[str, str]] = {
         "inv.quantity": "数量",
         "inv.unit": "单位",
         "inv.unit_price": "单价",
-        "inv.amount": "金额",
+        "inv.amount": "金额 (¥)",
         "inv.subtotal": "小计",
         "inv.net": "净额",
         "inv.vat": "增值税 {rate}%",
         "inv.total": "价税合计 ({currency})",
-        "inv.total_value": "¥{amount}",
-        "inv.notes": ("金额单位：{currency}（人民币）。数量：租金按 GPU 时计，电费按电量 (kWh，已计入机房 PUE) 计。"
+        "inv.total_words": "大写：{words}",
+        "inv.notes": ("金额单位：{currency}（人民币）。数量：租金按卡时计，电费按电量 (kWh，已计入机房 PUE) 计。"
                       "每行金额为精确累计后四舍五入到分；{vat} 按净额计算。"),
         "kind.rent": "GPU 租金",
         "kind.electricity": "电费",
         "kind.credit": "抵扣额度",
         "kind.discount": "折扣",
         "kind.adjustment": "调整",
-        "detail.plan": "计费方式 {value}",
-        "detail.site": "机房 {value}",
-        "detail.band": "时段 {value}",
         "detail.pue": "PUE {value}",
         "detail.ref_period": "所属账期 {value}",
-        "status.finalized": "已确认",
+        "status.finalized": "已开具",
+        "party.tax_id": "纳税人识别号：{value}",
+        "party.no_tax_id": "纳税人识别号：未登记",
+        "party.bank": "开户行：{bank}，账号 {account}",
+        "party.contact": "账务联系：{value}",
+        "party.tenant": "客户编号：{value}",
+        "party.email": "电子邮箱：{value}",
+        "line.rent": "{model} GPU 租金（{plan}）",
+        "line.electricity": "电费：{site}，{band}",
+        "line.discount": "合同折扣 {pct}%：{what}",
+        "line.adjustment": "补计 {period} 账期用量：{what}",
+        "pay.due": "应付金额：{amount}，请于 {date} 前付款。",
+        "pay.to": "收款账户：{bank}，账号 {account}，付款时请注明账单编号 {number}。",
+        "pay.nothing_due": "本账单无需付款。",
+        "pay.prepaid": "已从预付余额扣款；扣款后余额：{balance}。",
+        "pay.shortfall": "余额不足：{amount} 请于 {date} 前付款。",
+        "pay.credit_left": "本账单后剩余抵扣额度：{credits}。",
+        "pay.no_credit_left": "本账单后无剩余抵扣额度。",
     },
 }
+
+
+# Words of the rules' vocabulary on documents. Plans and units are fixed; band names are the
+# operator's own (billing_rules `name_zh` wins), these are the usual words for the usual ones.
+_PLANS = {"en": {"monthly": "monthly plan", "hourly": "on demand (hourly)"},
+          "zh-CN": {"monthly": "包月", "hourly": "按量计费"}}
+_UNITS = {"en": {"GPU-hour": "GPU-hour", "kWh": "kWh", "month": "month"},
+          "zh-CN": {"GPU-hour": "卡时", "kWh": "kWh", "month": "月"}}
+_BANDS_ZH = {"flat": "单一电价", "peak": "峰时", "valley": "谷时", "shoulder": "平时", "mid": "平时",
+             "normal": "平时", "sharp": "尖峰", "critical": "尖峰", "weekend": "周末", "holiday": "节假日"}
+
+
+def plan_name(lang: str, plan: str) -> str:
+    """A plan id ("monthly", "hourly") as a document in `lang` names it; an unknown one as it is."""
+    return _PLANS[check_lang(lang)].get(plan, plan)
+
+
+def unit_name(lang: str, unit: str) -> str:
+    """A unit ("GPU-hour", "kWh", "month") in `lang`: 卡时, kWh, 月."""
+    return _UNITS[check_lang(lang)].get(unit, unit)
+
+
+def band_name(lang: str, band: str) -> str:
+    """A tariff band's usual name in `lang` ("flat" → 单一电价, "peak" → 峰时); English keeps the id.
+    Rule files name other bands with `name_zh` (billing_rules/files.py)."""
+    if check_lang(lang) == "en":
+        return f"{band} band"
+    return _BANDS_ZH.get(band, band)
 
 
 def check_lang(lang: str) -> str:

@@ -59,7 +59,7 @@ class ReportPDF(FPDF):
     """
 
     def __init__(self, *, title: str, footer_note: str, created_at: str | None, lang: str = "en",
-                 texts: Iterable[object] = ()) -> None:
+                 texts: Iterable[object] = (), author: str = "gpubill") -> None:
         super().__init__(orientation="P", unit="mm", format="A4")
         self.doc_lang = check_lang(lang)  # not `lang`: fpdf2 writes that as the catalog's /Lang
         if lang != "en":
@@ -76,7 +76,7 @@ class ReportPDF(FPDF):
         self.set_margins(15, 15, 15)
         self.set_auto_page_break(auto=True, margin=18)
         self.set_title(self.txt(title))
-        self.set_author("gpubill GPU Cloud")
+        self.set_author(self.txt(author))  # the seller's brand (billing.toml [seller])
         self.set_creator("gpubill")
         self.set_creation_date(parse_timestamp(created_at))
         self.set_text_color(*INK)

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from reports.render.format import csv_cell, grouped, money_str, renderer_for, round_half_up
 from reports.render.i18n import check_lang
+from reports.render.invoice import line_to_dict
 from reports.render.i18n import label as translate
 from reports.render.pdf import MUTED, RULE, ReportPDF, draw_bar_chart, draw_table
 from reports.usage_model import UsageReport, UsageRow, UsageTotals
@@ -107,7 +108,9 @@ def usage_csv(report: UsageReport) -> bytes:
 
 
 def usage_json(report: UsageReport) -> bytes:
-    """``{"tenant","period","generated_at","rows","totals"}``; every number is a string. An
+    """``{"tenant","period","generated_at","rows","totals","invoice_lines"}``; every number is a
+    string; ``invoice_lines`` are the invoice's rent, discount and electricity lines the totals
+    equal (before credits and VAT). An
     hourly report adds ``"granularity": "hour"`` and ``"time_zone"`` after ``generated_at``
     and an ``"hour"`` to each row (a daily one is written as it always was)."""
     hourly = report.granularity == "hour"
@@ -118,6 +121,7 @@ def usage_json(report: UsageReport) -> bytes:
         **({"granularity": "hour", "time_zone": report.time_zone} if hourly else {}),
         "rows": [_row_strings(r, hourly) for r in report.rows],
         "totals": _totals_strings(report.totals),
+        "invoice_lines": [line_to_dict(line) for line in report.lines],
     }
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
 
@@ -244,13 +248,15 @@ def usage_pdf(report: UsageReport, *, lang: str = "en") -> bytes:
     """A4: title, totals box, GPU-hours per day bar chart, then the paginated detail table
     (one row per day, or per hour, × instance × GPU), labelled in `lang`."""
     title = translate(lang, "usage.title", tenant=report.tenant, period=report.period)
+    brand = report.seller.text("brand", lang) if report.seller else "gpubill"
     pdf = ReportPDF(
         title=title,
-        footer_note=translate(lang, "usage.footer", tenant=report.tenant, period=report.period,
+        footer_note=translate(lang, "usage.footer", brand=brand, tenant=report.tenant, period=report.period,
                               generated=report.generated_at),
         created_at=report.generated_at,
         lang=lang,
-        texts=_outside_texts(report),
+        texts=[brand, *_outside_texts(report)],
+        author=brand,
     )
     pdf.add_page()
     pdf.set_font("Helvetica", "B", 16)
@@ -259,6 +265,7 @@ def usage_pdf(report: UsageReport, *, lang: str = "en") -> bytes:
     pdf.set_text_color(*MUTED)
     pdf.cell(0, 5, pdf.txt(pdf.label("usage.subtitle", generated=report.generated_at)),
              new_x="LMARGIN", new_y="NEXT")
+    pdf.multi_cell(0, 4, pdf.txt(pdf.label("usage.agrees")), new_x="LMARGIN", new_y="NEXT", wrapmode=pdf.wrapping())
     pdf.set_text_color(33, 37, 41)
     pdf.ln(3)
     _summary_box(pdf, report)

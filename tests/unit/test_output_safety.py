@@ -135,7 +135,7 @@ def test_invoice_csv_keeps_negative_amounts_as_numbers_and_escapes_text():
     assert rows[0]["description"] == "'=cmd|' /C calc'!A0"
     assert rows[0]["site"] == "'@evil"
     assert rows[0]["amount"] == "-1.00" and rows[0]["quantity"] == "-1.000000"
-    assert [r["amount"] for r in rows[1:]] == ["-1.00", "-1.00", "0.00", "-1.00"]
+    assert [r["amount"] for r in rows[1:]] == ["-1.00", "0.00", "0.00", "-1.00", "0.00", "-1.00"]
 
 
 def _share_row(site: str, model: str = "A800-80G") -> dict:

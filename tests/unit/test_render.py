@@ -141,7 +141,7 @@ def test_usage_csv_parses_back_without_a_total_row():
 
 def test_usage_json_has_rows_and_totals_as_strings():
     doc = json.loads(render_usage(usage_report(2), "json"))
-    assert list(doc) == ["tenant", "period", "generated_at", "rows", "totals"]
+    assert list(doc) == ["tenant", "period", "generated_at", "rows", "totals", "invoice_lines"]
     assert (doc["tenant"], doc["period"], doc["generated_at"]) == ("acme", "2026-03", "2026-04-02T03:00:00Z")
     assert doc["rows"][0]["gpu_hours"] == "24.000000"
     assert doc["rows"][0]["rent"] == "300.00"
@@ -231,21 +231,27 @@ EXPECTED_INVOICE = {
     "number": "2026-000001",
     "status": "final",
     "issued_at": "2026-04-03T02:00:00+08:00",
+    # a bare invoice: nothing around it (reports.invoice_document adds these)
+    "issue_date": None, "service_period": None, "due_date": None, "seller": None, "buyer": None,
     "currency": "CNY",
     "lines": [
         {"kind": "rent", "gpu_model": "H100", "plan": "on-demand", "description": "GPU rent H100 on-demand",
-         "quantity": "744.000000", "unit": "GPU-h", "unit_price": "0.805108", "amount": "599.00"},
+         "quantity": "744.000000", "unit": "GPU-h", "unit_price": "0.805108", "amount": "599.00",
+         "list_price": "0.805108", "list_price_unit": "GPU-hour"},
         {"kind": "electricity", "site": "guian", "band": "peak", "pue": "1.12",
          "description": "Electricity guian peak", "quantity": "100.000000", "unit": "kWh",
-         "unit_price": "0.600000", "amount": "60.00"},
+         "unit_price": "0.600000", "amount": "60.00", "list_price": "0.60", "list_price_unit": "kWh"},
         {"kind": "credit", "description": "Trial credit", "quantity": "1.000000", "unit": "credit",
          "unit_price": None, "amount": "-10.00"},
     ],
     "subtotal": "659.00",
+    "discount": "0.00",
+    "credit": "-10.00",
     "net": "649.00",
     "tax": "38.94",
     "total": "687.94",
     "vat_rate": "0.06",
+    "prepaid": None, "amount_due": None, "balance_after": None, "credit_left": [],
 }
 
 
@@ -263,16 +269,17 @@ def test_invoice_json_is_indented_orjson_of_the_dict():
 
 def test_invoice_csv_has_lines_then_summary_rows():
     parsed = list(csv.DictReader(io.StringIO(render_invoice(hand_made_invoice(), "csv").decode("utf-8"))))
-    assert [r["kind"] for r in parsed] == ["rent", "electricity", "credit", "subtotal", "net", "tax", "total"]
+    assert [r["kind"] for r in parsed] == ["rent", "electricity", "credit", "subtotal", "discounts", "credits", "net",
+                                           "tax", "total"]
     assert parsed[0]["quantity"] == "744.000000"
     assert parsed[0]["amount"] == "599.00"
     assert parsed[1]["pue"] == "1.12"
     assert parsed[2]["amount"] == "-10.00"
     assert {r["kind"]: r["amount"] for r in parsed[3:]} == {
-        "subtotal": "659.00", "net": "649.00", "tax": "38.94", "total": "687.94",
+        "subtotal": "659.00", "discounts": "0.00", "credits": "-10.00", "net": "649.00", "tax": "38.94", "total": "687.94",
     }
-    # the money lines add up to the subtotal plus the credit, as written
-    assert sum(D(r["amount"]) for r in parsed[:3]) == D(parsed[4]["amount"])
+    # the money lines add up to the net, as written: subtotal + discounts + credits
+    assert sum(D(r["amount"]) for r in parsed[:3]) == D(parsed[6]["amount"])
 
 
 def test_invoice_pdf():

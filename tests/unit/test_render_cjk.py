@@ -155,7 +155,7 @@ def test_languages_and_labels():
     assert LANGS == ("en", "zh-CN")
     assert check_lang("zh-CN") == "zh-CN"
     assert label("en", "inv.vat", rate="6") == "VAT 6%"
-    assert label("zh-CN", "inv.total_value", amount="687.94") == "¥687.94"
+    assert label("zh-CN", "inv.total_words", words="人民币陆佰捌拾柒元玖角肆分") == "大写：人民币陆佰捌拾柒元玖角肆分"
 
 
 @pytest.mark.parametrize("lang", ["zh", "zh-cn", "fr", "", "en\n"])
@@ -205,7 +205,7 @@ def test_chinese_invoice_pdf_keeps_the_currency_and_two_decimals():
     data = render_invoice(invoice("北京智算"), "pdf", lang="zh-CN")
     text = pdf_text(data)
     for expected in ("账单", "北京智算", "账单编号", "GB-2026-000001", "价税合计 (CNY)", "¥687.94",
-                     "小计", "659.00", "增值税 6%", "38.94", "GPU 租金", "抵扣额度", "新用户试用额度", "已确认"):
+                     "小计", "659.00", "增值税 6%", "38.94", "GPU 租金", "新用户试用额度", "已开具", "大写：人民币陆佰捌拾柒元玖角肆分"):
         assert expected in text, expected
     assert "-10.00" in text and "发票" not in text  # not an official VAT fapiao: it does not say it is one
 
@@ -272,7 +272,7 @@ def test_hourly_csv_json_parquet_carry_the_hour():
 
 def test_daily_json_has_no_hour_keys():
     doc = json.loads(render_usage(usage("acme"), "json"))
-    assert list(doc) == ["tenant", "period", "generated_at", "rows", "totals"]
+    assert list(doc) == ["tenant", "period", "generated_at", "rows", "totals", "invoice_lines"]
     assert "hour" not in doc["rows"][0]
 
 

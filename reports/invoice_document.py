@@ -1,0 +1,61 @@
+"""Build an invoice's document (reports.invoice_model): the stored invoice with its seller, buyer,
+dates, settlement and the credit left — what every rendering of it prints.
+
+    invoice_document(db, rules, tenant, period) -> InvoiceDocument     NotFound without an invoice
+    document_of(db, rules, invoice) -> InvoiceDocument
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from billing.invoicing import load_invoice
+from billing.settlement import credits_left, issue_date, settlement_of
+from billing.tenants import find_tenant
+from billing_rules import IssuedInvoice
+from reports.invoice_model import Buyer, InvoiceDocument
+from schemas.ids import is_id
+
+__all__ = ["document_of", "invoice_document"]
+
+
+def invoice_document(db: Any, rules: Any, tenant: str, period: str) -> InvoiceDocument:
+    """The document of `tenant`'s invoice for `period`; billing.errors.NotFound when there is none."""
+    return document_of(db, rules, load_invoice(db, tenant, period))
+
+
+def document_of(db: Any, rules: Any, invoice: IssuedInvoice) -> InvoiceDocument:
+    """Everything around `invoice` that its documents print, read now (the registry as it is today)."""
+    registered = find_tenant(db, invoice.tenant) if is_id(invoice.tenant) else None  # a hostile id is never registered
+    buyer = Buyer(invoice.tenant) if registered is None else Buyer(
+        tenant=invoice.tenant, display_name=registered.display_name, legal_name=registered.legal_name,
+        tax_id=registered.tax_id, address=registered.address, email=registered.email)
+    lo, hi = rules.period_bounds(invoice.period)
+    tz = rules.billing_tz
+    left = tuple(credits_left(db, rules, invoice.tenant, invoice.period))
+    names: dict[tuple[str, str, str], str] = {}
+    for line in invoice.lines:
+        if line.site and rules.has_site(line.site):
+            names["en", "site", line.site] = rules.site(line.site).name
+        keys = (("site", line.site), ("band", f"{line.site}/{line.band}" if line.band else None), ("credit", line.credit_id))
+        for kind, key in keys:
+            if key and rules.name_zh(kind, key):
+                names["zh-CN", kind, key] = rules.name_zh(kind, key)
+    for grant in rules.credit_grants(invoice.tenant, new_tenant=True):
+        names["en", "credit", grant.id] = grant.reason
+        if rules.name_zh("credit", grant.id):
+            names["zh-CN", "credit", grant.id] = rules.name_zh("credit", grant.id)
+    return InvoiceDocument(
+        invoice=invoice,
+        seller=rules.seller,
+        buyer=buyer,
+        issue_date=issue_date(rules, invoice.issued_at),
+        service_start=datetime.fromtimestamp(lo, tz).date(),
+        service_end=(datetime.fromtimestamp(hi, tz) - timedelta(days=1)).date(),
+        settlement=settlement_of(db, rules, invoice),
+        credits_left=left,
+        period_hours=Decimal(hi - lo) / 3600,
+        names=names,
+    )
