@@ -207,7 +207,7 @@ def test_chinese_invoice_pdf_keeps_the_currency_and_two_decimals():
     for expected in ("账单", "北京智算", "账单编号", "GB-2026-000001", "价税合计 (CNY)", "¥687.94",
                      "小计", "659.00", "增值税 6%", "38.94", "GPU 租金", "新用户试用额度", "已开具", "大写：人民币陆佰捌拾柒元玖角肆分"):
         assert expected in text, expected
-    assert "-10.00" in text and "发票" not in text  # not an official VAT fapiao: it does not say it is one
+    assert "-¥10.00" in text and "发票" not in text  # not an official VAT fapiao: it does not say it is one
 
 
 def test_english_pdf_with_a_chinese_name_embeds_the_font_and_the_name():
