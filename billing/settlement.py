@@ -54,19 +54,20 @@ def issue_date(rules: Any, issued_at: str) -> date:
     return moment.astimezone(rules.billing_tz).date()
 
 
+# The invoice's own stored issue time (milliseconds: the RFC 3339 text of an IssuedInvoice is cut to seconds).
 _PREPAID_SQL = """
+WITH (SELECT max(issued_at) FROM invoices FINAL WHERE number = {n:String} AND tenant = {t:String}) AS at
 SELECT
     (SELECT count() FROM balance_ledger FINAL WHERE tenant = {t:String}) AS top_ups,
-    (SELECT sum(amount) FROM balance_ledger FINAL WHERE tenant = {t:String} AND created_at <= {at:DateTime64(3, 'UTC')}),
-    (SELECT sum(total) FROM invoices FINAL WHERE tenant = {t:String} AND issued_at <= {at:DateTime64(3, 'UTC')})
+    (SELECT sum(amount) FROM balance_ledger FINAL WHERE tenant = {t:String} AND created_at <= at),
+    (SELECT sum(total) FROM invoices FINAL WHERE tenant = {t:String} AND issued_at <= at)
 """
 
 
 def settlement_of(db: Any, rules: Any, invoice: IssuedInvoice) -> Settlement:
     """The settlement of `invoice` (see the module docstring); reads the ledger and the tenant's invoices."""
     issued = issue_date(rules, invoice.issued_at)
-    at = datetime.fromisoformat(invoice.issued_at.replace("Z", "+00:00"))
-    count, topped, invoiced = db.query(_PREPAID_SQL, {"t": invoice.tenant, "at": at})[0]
+    count, topped, invoiced = db.query(_PREPAID_SQL, {"t": invoice.tenant, "n": invoice.number})[0]
     total = Decimal(invoice.total)
     if int(count):
         after = Decimal(topped or 0) - Decimal(invoiced or 0)

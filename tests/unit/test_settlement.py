@@ -71,3 +71,12 @@ def test_credit_left_after_an_invoice_is_what_its_grants_did_not_spend(db):  # n
 def test_the_issue_date_is_the_date_in_the_billing_zone():
     assert issue_date(RULES, "2026-12-01T19:24:46Z") == date(2026, 12, 2)  # 03:24 on the 2nd in Shanghai
     assert issue_date(RULES, "2026-12-01T15:59:59.999Z") == date(2026, 12, 1)  # 23:59:59 on the 1st
+
+
+def test_a_top_up_in_the_same_second_as_the_invoice_counts(db):  # noqa: F811
+    # the demo tops up and invoices within one second: 12:00:00.200 then 12:00:00.700; the invoice's
+    # RFC 3339 text says 12:00:00, so comparing with it would miss both the top-up and the invoice
+    top_up(db, "beta", "1000", "tx-1", now=APRIL_2 + timedelta(milliseconds=200))
+    run_period(db, RULES, PERIOD, now=APRIL_2 + timedelta(milliseconds=700))
+    settlement = settlement_of(db, RULES, load_invoice(db, "beta", PERIOD))
+    assert (settlement.balance_after, settlement.settled) == (D("247.40"), True)  # 1000.00 − 752.60
