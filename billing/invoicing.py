@@ -307,7 +307,7 @@ def load_invoice(db: Any, tenant: str, period: str) -> IssuedInvoice:
         {"t": tenant, "p": period},
     )
     if not rows:
-        raise NotFound(f"no invoice for tenant {tenant!r} in {period}; run `gpubill invoice run --period {period}` first")
+        raise NotFound(f"no invoice for tenant {tenant!r} in {period}")
     number, status, issued_at, currency, subtotal, credit_used, net, tax, total, vat_rate = rows[0]
     issued = issued_at.replace(tzinfo=timezone.utc) if issued_at.tzinfo is None else issued_at
     return IssuedInvoice(

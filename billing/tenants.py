@@ -295,6 +295,27 @@ def find_tenant(db: Any, tenant: str) -> Tenant | None:
     return _tenant(rows[0]) if rows else None
 
 
+_INVOICED_PERIODS_SQL = "SELECT period FROM invoices FINAL WHERE tenant = {t:String} ORDER BY period"
+
+
+def invoiced_periods(db: Any, tenant: str) -> list[str]:
+    """The periods `tenant` has an invoice for, oldest first."""
+    return [row[0] for row in db.query(_INVOICED_PERIODS_SQL, {"t": tenant})]
+
+
+def unknown_tenant(tenant: str) -> NotFound:
+    """The one refusal of every per-tenant command for an id that is neither registered nor invoiced."""
+    return NotFound(f"unknown tenant {shown_value(tenant)}: not registered and never invoiced "
+                    "(`gpubill tenant list` lists the registered ones, `gpubill tenant unknown --period P` "
+                    "those with usage only)")
+
+
+def is_known(db: Any, tenant: str) -> bool:
+    """True for a registered tenant or one with an invoice (an unregistered id that was rated and billed)."""
+    registered = is_id(tenant) and find_tenant(db, tenant) is not None  # an id outside the syntax is never registered
+    return registered or bool(invoiced_periods(db, tenant))
+
+
 def registered_tenants(db: Any) -> frozenset[str]:
     """Every registered id, whatever its status."""
     return frozenset(row[0] for row in db.query("SELECT DISTINCT tenant FROM tenants"))

@@ -22,8 +22,9 @@ This module only assembles the commands; each group lives in its own module:
 
 common.py holds the consoles and helpers they share; gpubill/logs.py the JSON log lines of
 the long-running commands. Every error a user can cause derives from one of the bases in
-`gpubill.errors.USER_ERRORS` and is printed as one line on stderr with exit status 1;
-typer handles usage errors (exit 2).
+`gpubill.errors.USER_ERRORS` and is printed as one line on stderr with exit status 1, and so
+is a usage error (a missing or unknown option, a bad value): the command, what is wrong and
+where its --help is, exit 1. `gpubill` alone prints the help.
 """
 
 from __future__ import annotations
@@ -80,11 +81,29 @@ app.add_typer(archive.app, name="archive")
 app.add_typer(archive.retention_app, name="retention")
 
 
+# The one adapter to the parser's exceptions: typer 0.2x vendors click (typer._click), older ones
+# use click itself; both keep UsageError and NoArgsIsHelpError beside BadParameter. Checked here,
+# at import: without them usage errors keep the parser's own boxed form (exit 2).
+_PARSER_ERRORS = sys.modules[typer.BadParameter.__module__]
+_USAGE_ERROR = getattr(_PARSER_ERRORS, "UsageError", None)
+_NO_ARGS = getattr(_PARSER_ERRORS, "NoArgsIsHelpError", None)
+ONE_LINE_USAGE = isinstance(_USAGE_ERROR, type) and isinstance(_NO_ARGS, type) and issubclass(_NO_ARGS, _USAGE_ERROR)
+
+
+def usage_line(exc: BaseException) -> str:
+    """A usage error as one line: "gpubill invoice show: Missing option '--period' (see gpubill invoice show --help)"."""
+    path = exc.ctx.command_path if exc.ctx is not None else "gpubill"
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    return f"{path}: {message} (see {path} --help)"
+
+
 def main() -> None:
     """The `gpubill` entry point: run the command; a user's error is one line and exit 1."""
     quiet_libraries()
     try:
-        app()
+        code = app(prog_name="gpubill", standalone_mode=not ONE_LINE_USAGE)
+    except typer.Abort:
+        sys.exit(130)
     except USER_ERRORS as exc:
         # One line: details (a broker's log tail, say) are in the files the message names.
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -92,3 +111,13 @@ def main() -> None:
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as exc:
+        if ONE_LINE_USAGE and isinstance(exc, _NO_ARGS):  # `gpubill` or a group alone: its help
+            sys.stdout.write((exc.ctx.get_help() if exc.ctx is not None else "") + "\n")
+            sys.exit(0)
+        if ONE_LINE_USAGE and isinstance(exc, _USAGE_ERROR):
+            err.print(f"[red]error:[/red] {terminal_text(usage_line(exc))}", highlight=False, soft_wrap=True)
+            sys.exit(1)
+        raise
+    if isinstance(code, int) and code:
+        sys.exit(code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -10,6 +11,7 @@ import typer
 from gpubill.cli.common import check_format, check_period, connect, emit, err, out, read_rules, terminal_text
 from gpubill.cli.report import check_choice
 from gpubill.config import load_settings
+from gpubill.errors import GpubillError
 from reports.render.i18n import LANGS
 
 app = typer.Typer(help="Monthly invoices.", no_args_is_help=True)
@@ -29,6 +31,7 @@ def invoice_run(
     check_choice("--lang", lang, LANGS)
     settings = load_settings()
     rules = read_rules(settings)
+    check_ended(rules, check_period(period))
     with connect(settings) as database:
         report = run_period(database, rules, check_period(period),
                             progress=lambda n: err.print(f"[dim]{terminal_text(n)}[/dim]"),
@@ -59,6 +62,7 @@ def invoice_show(
                              "in every language)."),
 ) -> None:
     """Print one invoice."""
+    from billing.errors import NotFound
     from reports.invoice_document import invoice_document
     from reports.render import render_invoice
 
@@ -66,6 +70,33 @@ def invoice_show(
     check_choice("--lang", lang, LANGS)
     settings = load_settings()
     rules = read_rules(settings)
+    one, period = tenant, check_period(period)  # any id: documents of ids outside the syntax are shown too
     with connect(settings) as database:
-        data = render_invoice(invoice_document(database, rules, tenant, check_period(period)), fmt, lang=lang)
+        try:
+            document = invoice_document(database, rules, one, period)
+        except NotFound:
+            raise _no_invoice(database, one, period) from None
+        data = render_invoice(document, fmt, lang=lang)
     emit(data, out_file, binary=fmt == "pdf")
+
+
+def check_ended(rules, period: str, now: datetime | None = None) -> None:
+    """A one-line refusal for a period that has not ended yet in the billing time zone: its
+    invoices would miss the rest of the month (and a finalized invoice never changes)."""
+    end_s = rules.period_bounds(period)[1]
+    moment = now or datetime.now(timezone.utc)
+    if end_s > moment.timestamp():
+        ends = datetime.fromtimestamp(end_s, rules.billing_tz).strftime("%Y-%m-%d %H:%M")
+        raise GpubillError(f"--period {period} has not ended: it ends at {ends} {rules.billing_tz} and is invoiced "
+                           "after that (the scheduler runs it once its grace period has passed)")
+
+
+def _no_invoice(db, tenant: str, period: str) -> Exception:
+    """Why `tenant` has no invoice for `period`, in one line: an unknown tenant, or the periods it has."""
+    from billing.tenants import invoiced_periods, is_known, unknown_tenant
+
+    if not is_known(db, tenant):
+        return unknown_tenant(tenant)
+    periods = invoiced_periods(db, tenant)
+    has = f"its invoices are for {', '.join(periods[-6:])}" if periods else "it has no invoice yet"
+    return GpubillError(f"tenant {tenant} has no invoice for {period}; {has}")

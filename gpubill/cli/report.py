@@ -57,6 +57,7 @@ def report_usage(
     granularity: str = typer.Option("day", "--granularity", help="One row per day or per hour (billing time zone)."),
 ) -> None:
     """A customer's usage report: per day (or hour), instance and GPU."""
+    from billing.tenants import is_known, unknown_tenant
     from reports.render import render_usage
     from reports.usage_report import usage_report
 
@@ -65,8 +66,11 @@ def report_usage(
     check_choice("--granularity", granularity, GRANULARITIES)
     settings = load_settings()
     rules = read_rules(settings)
+    one = tenant  # any id: an id outside the syntax has its report too (tests/unit/test_output_safety.py)
     with connect(settings) as database:
-        report = usage_report(database, rules, tenant, check_period(period), granularity=granularity)
+        report = usage_report(database, rules, one, check_period(period), granularity=granularity)
+        if not report.rows and not is_known(database, one):  # nothing written for an id nobody knows
+            raise unknown_tenant(one)
     emit(render_usage(report, fmt, lang=lang), out_file)
 
 

@@ -1,0 +1,76 @@
+"""The command line does not trip people (issue 23, item 6): each case is a defect the issue found.
+
+The database is tests/unit/test_current_usage.py's (acme and beta rated in March 2026, no one
+registered); commands run as the user runs them, in a subprocess.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from gpubill.cli.invoice import check_ended
+from gpubill.errors import GpubillError
+from tests.unit.test_current_usage import PERIOD, RULES, db_path, gpubill  # noqa: F401  (the fixture)
+
+
+def one_line_error(done, *fragments: str) -> str:
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("invoice", "show", "--tenant", "acme"), "gpubill invoice show: Missing option '--period'"),
+    (("invoice", "show", "--period", PERIOD, "--tenant", "acme", "--bogus"), "No such option: --bogus"),
+    (("report", "usage", "--tenant", "acme", "--period", PERIOD), "Missing option '--out'"),
+    (("nosuch",), "No such command 'nosuch'"),
+    (("balance", "topup", "acme"), "gpubill balance topup"),
+])
+def test_a_usage_error_is_one_line_and_exit_1(tmp_path, args, fragment):
+    # before: click's boxed usage text over several lines, exit 2
+    line = one_line_error(gpubill(tmp_path / "no-db", tmp_path, *args), fragment)
+    assert line.endswith("--help)") and "╭" not in line
+
+
+def test_gpubill_alone_prints_its_help(tmp_path):
+    done = gpubill(tmp_path / "no-db", tmp_path)
+    assert done.returncode == 0 and "Usage: gpubill" in done.stdout
+
+
+def test_an_unknown_tenant_is_the_same_one_line_everywhere(db_path, tmp_path):  # noqa: F811
+    # before: invoice show said "run invoice run first"; report usage wrote an empty file, exit 0
+    shown = gpubill(db_path, tmp_path, "invoice", "show", "--tenant", "nobody", "--period", PERIOD)
+    first = one_line_error(shown, "unknown tenant 'nobody': not registered and never invoiced")
+    out = tmp_path / "nobody.csv"
+    report = gpubill(db_path, tmp_path, "report", "usage", "--tenant", "nobody", "--period", PERIOD, "--out", str(out))
+    assert one_line_error(report) == first and not out.exists()
+
+
+def test_a_known_tenant_without_that_invoice_is_told_which_it_has(db_path, tmp_path):  # noqa: F811
+    assert gpubill(db_path, tmp_path, "invoice", "run", "--period", PERIOD).returncode == 0
+    shown = gpubill(db_path, tmp_path, "invoice", "show", "--tenant", "acme", "--period", "2026-02")
+    line = one_line_error(shown, "tenant acme has no invoice for 2026-02", "its invoices are for 2026-03")
+    assert "invoice run" not in line
+    # a rated tenant with usage but no registration still gets its report
+    out = tmp_path / "acme.csv"
+    assert gpubill(db_path, tmp_path, "report", "usage", "--tenant", "acme", "--period", PERIOD, "--out",
+                   str(out)).returncode == 0 and out.read_text().count("\n") > 1
+
+
+def test_a_period_that_has_not_ended_is_not_invoiced(tmp_path):
+    # before: `invoice run --period 2027-05` said "0 invoices created", exit 0
+    done = gpubill(tmp_path / "no-db", tmp_path, "invoice", "run", "--period", "2099-05")
+    one_line_error(done, "--period 2099-05 has not ended", "2099-06-01 00:00 Asia/Shanghai")
+    assert not (tmp_path / "no-db").exists()  # refused before the database is opened
+
+
+def test_a_period_ends_at_midnight_in_the_billing_zone():
+    # March 2026 ends 2026-04-01 00:00 in Shanghai = 2026-03-31T16:00:00Z
+    check_ended(RULES, "2026-03", now=datetime(2026, 3, 31, 16, 0, tzinfo=timezone.utc))
+    with pytest.raises(GpubillError, match="ends at 2026-04-01 00:00"):
+        check_ended(RULES, "2026-03", now=datetime(2026, 3, 31, 15, 59, 59, tzinfo=timezone.utc))
