@@ -256,9 +256,9 @@ def balance(db: Any, rules: Any, tenant: str, *, now: datetime | None = None) ->
     now_s = int(at.timestamp())
     period = rules.period_of(now_s)
     (paid, _), = db.query(_TOTALS_SQL, {"t": tenant})
-    top_ups = Decimal(paid or 0)
+    top_ups = Decimal(paid or 0).quantize(_CENT)  # "0.00" when there are none, like every amount
     invoiced_by_period = {p: Decimal(total) for p, total in db.query(_INVOICED_SQL, {"t": tenant})}
-    invoiced = sum(invoiced_by_period.values(), Decimal(0))
+    invoiced = sum(invoiced_by_period.values(), Decimal("0.00"))
 
     current = current_usage(db, rules, tenant, now=at)
     pending = {p for (p,) in db.query(_USAGE_PERIODS_SQL, {"t": tenant})} - set(invoiced_by_period) - {period}
@@ -267,7 +267,7 @@ def balance(db: Any, rules: Any, tenant: str, *, now: datetime | None = None) ->
     if not current.invoiced:
         estimates.append(PeriodEstimate(period, current.estimated_total, closed=False))
     estimates.sort(key=lambda e: e.period)
-    estimated = sum((e.total for e in estimates), Decimal(0))
+    estimated = sum((e.total for e in estimates), Decimal("0.00"))
     remaining = top_ups - invoiced - estimated
 
     budget = find_budget(db, tenant)

@@ -70,7 +70,9 @@ class DailyUsage:
 
 
 def _figures(tenant: str, period: str, inv: InvoiceDraft) -> dict[str, Any]:
-    hours, kwh, rent, electricity, credits = (Decimal(0),) * 5
+    # money with two decimals, quantities with six, also when there is none: "0.00", "0.000000"
+    hours, kwh = Decimal("0.000000"), Decimal("0.000000")
+    rent, electricity, credits = Decimal("0.00"), Decimal("0.00"), Decimal("0.00")
     for line in inv.lines:
         if line.kind == "rent":
             hours += line.quantity

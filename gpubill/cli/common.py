@@ -12,6 +12,7 @@ or `table.add_row(terminal_text(site), ...)`. Files are written by `emit` (or
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -28,9 +29,20 @@ from reports.render.format import terminal_text, visible_text
 if TYPE_CHECKING:  # the client is imported by the commands that open the database, not by --help
     from warehouse.connection import Database
 
-# emoji off: a tenant named ":fire:" is printed as ":fire:"
-out = Console(emoji=False)
-err = Console(stderr=True, emoji=False)
+# emoji off: a tenant named ":fire:" is printed as ":fire:". Piped (not a terminal, no COLUMNS),
+# rich would assume 80 columns and cut a table's figures to "-12.…": a pipe has no width, so the
+# output is as wide as its tables need (PIPE_WIDTH) and never truncated.
+PIPE_WIDTH = 1000
+
+
+def _console(*, stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    piped = not stream.isatty() and "COLUMNS" not in os.environ
+    return Console(stderr=stderr, emoji=False, width=PIPE_WIDTH if piped else None)
+
+
+out = _console()
+err = _console(stderr=True)
 
 __all__ = ["check_format", "check_period", "connect", "emit", "err", "out", "print_figures", "read_rules",
            "terminal_text"]

@@ -259,7 +259,7 @@ def test_the_commands_top_up_show_and_budget(cli_env, monkeypatch, capsys):
     # no usage now (the clock's month): top-ups 120.50, nothing invoiced or estimated
     assert {k: shown[k] for k in ("tenant", "top_ups", "invoiced", "estimated", "balance", "budget", "budget_used",
                                   "burn_per_hour", "runway_hours", "currency")} == {
-        "tenant": "beta", "top_ups": "120.50", "invoiced": "0", "estimated": "0.00", "balance": "120.50",
+        "tenant": "beta", "top_ups": "120.50", "invoiced": "0.00", "estimated": "0.00", "balance": "120.50",
         "budget": "100.00", "budget_used": "0.0000", "burn_per_hour": "0.00", "runway_hours": None, "currency": "CNY"}
     code, out, error = _gpubill(monkeypatch, capsys, "balance", "show")
     assert code == 0 and "beta" in out and "120.50" in out and "1 tenants" in error

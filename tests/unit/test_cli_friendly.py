@@ -74,3 +74,24 @@ def test_a_period_ends_at_midnight_in_the_billing_zone():
     check_ended(RULES, "2026-03", now=datetime(2026, 3, 31, 16, 0, tzinfo=timezone.utc))
     with pytest.raises(GpubillError, match="ends at 2026-04-01 00:00"):
         check_ended(RULES, "2026-03", now=datetime(2026, 3, 31, 15, 59, 59, tzinfo=timezone.utc))
+
+
+def test_a_piped_table_is_never_cut(db_path, tmp_path):  # noqa: F811
+    # before: piped, rich assumed 80 columns and cut figures to "-12.…" (balance show, key audit, tenant list)
+    import os
+    import subprocess
+    import sys
+
+    from tests.unit.test_current_usage import RULES_DIR
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env.update({"GPUBILL_CLICKHOUSE": f"chdb://{db_path}", "GPUBILL_RULES": str(RULES_DIR), "NO_COLOR": "1"})
+    for tenant in ("acme", "beta"):
+        subprocess.run([sys.executable, "-m", "gpubill.cli", "tenant", "add", tenant, "--name", f"{tenant} " * 12,
+                        "--legal-name", "A very long legal name of a company that is registered, Ltd."], env=env,
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    for args in (("tenant", "list"), ("balance", "show")):
+        done = subprocess.run([sys.executable, "-m", "gpubill.cli", *args], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120)  # stdout is a pipe here
+        assert done.returncode == 0, done.stderr
+        assert "…" not in done.stdout and max(len(line) for line in done.stdout.splitlines()) > 80, done.stdout
