@@ -235,18 +235,38 @@ def open_database(dsn: str, *, migrate: bool = True) -> Database:
     return database
 
 
+LOCK_WAIT_S = 5.0  # how long a command waits for the embedded database (GPUBILL_DB_LOCK_WAIT_S)
+_LOCK_POLL_S = 0.1
+
+
+def lock_wait_s() -> float:
+    """GPUBILL_DB_LOCK_WAIT_S (seconds ≥ 0), else LOCK_WAIT_S: a command that finds the embedded
+    database held waits this long for it (another short command finishing) before it says so."""
+    try:
+        return max(0.0, float(os.environ.get("GPUBILL_DB_LOCK_WAIT_S", LOCK_WAIT_S)))
+    except ValueError:
+        return LOCK_WAIT_S
+
+
 def _lock_embedded(path: Path) -> int:
     lock_path = path.with_name(path.name + ".lock")
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
-        os.close(fd)
-        raise DatabaseBusy(
-            f"the embedded database {path} is in use by {holder}; stop that process "
-            "(or run this command inside `gpubill up`), or point GPUBILL_CLICKHOUSE at a ClickHouse server"
-        ) from None
+    wait_s = lock_wait_s()
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
+                os.close(fd)
+                raise DatabaseBusy(
+                    f"the embedded database {path} is in use by {holder} (waited {wait_s:g} s); stop that process, "
+                    "or let processes share it: run `gpubill clickhouse serve` and point GPUBILL_CLICKHOUSE at "
+                    "the URL it prints, or use a ClickHouse server (http://user:pass@host:8123/db)"
+                ) from None
+            time.sleep(_LOCK_POLL_S)
     os.ftruncate(fd, 0)
     command = " ".join(Path(sys.argv[0]).name if i == 0 else a for i, a in enumerate(sys.argv))
     os.pwrite(fd, f"pid {os.getpid()} ({command})".encode(), 0)

@@ -38,6 +38,9 @@ def dlq_list(
     if fmt == "json":
         sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
+    if not rows:  # not an empty frame
+        out.print("no dead-lettered input")
+        return
     table = Table("dead at", "source", "reason", "original")
     for row in rows:
         where = f"{row['source_topic']}[{row['source_partition']}]@{row['source_offset']}"

@@ -95,3 +95,21 @@ def test_a_piped_table_is_never_cut(db_path, tmp_path):  # noqa: F811
                               text=True, timeout=120)  # stdout is a pipe here
         assert done.returncode == 0, done.stderr
         assert "…" not in done.stdout and max(len(line) for line in done.stdout.splitlines()) > 80, done.stdout
+
+
+def test_an_empty_dead_letter_list_is_one_line(tmp_path):
+    # before: an empty table frame
+    from tests.chdb_template import migrated_dsn
+
+    dsn = migrated_dsn(tmp_path / "db")
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "GPUBILL_CLICKHOUSE": dsn, "NO_COLOR": "1"}
+    done = subprocess.run([sys.executable, "-m", "gpubill.cli", "dlq", "list"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "no dead-lettered input\n"), done.stderr
+    as_json = subprocess.run([sys.executable, "-m", "gpubill.cli", "dlq", "list", "--format", "json"], env=env,
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert as_json.stdout.strip() == "[]"

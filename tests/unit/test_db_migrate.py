@@ -87,3 +87,33 @@ def test_a_copy_of_the_tests_template_is_a_fresh_migration_of_its_own(tmp_path):
                         ["tenant", "display_name", "status", "created_at", "updated_at", "note"])
     with open_database(migrated_dsn(tmp_path / "another")) as other:
         assert other.query("SELECT count() FROM tenants") == [(0,)]  # copies share nothing
+
+
+def test_the_lock_message_names_the_real_ways_out(tmp_path, monkeypatch):
+    # before: it said "run this command inside `gpubill up`" (impossible) and never named clickhouse serve
+    monkeypatch.setenv("GPUBILL_DB_LOCK_WAIT_S", "0.2")
+    with open(tmp_path / "ch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.write("pid 4242 (gpubill up)")
+        lock.flush()
+        done = migrate(f"chdb://{tmp_path}/ch", tmp_path)
+    line = done.stderr.strip()
+    assert "gpubill clickhouse serve" in line and "GPUBILL_CLICKHOUSE" in line and "waited 0.2 s" in line
+    assert "inside `gpubill up`" not in line
+
+
+def test_a_command_waits_a_moment_for_a_database_another_command_is_about_to_release(tmp_path):
+    # before: a second command failed at once while another short one still held the database
+    import threading
+
+    lock = open(tmp_path / "ch.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    lock.write("pid 4242 (gpubill invoice show)")
+    lock.flush()
+    release = threading.Timer(1.0, lock.close)  # closing the file releases the lock
+    release.start()
+    try:
+        done = migrate(f"chdb://{tmp_path}/ch", tmp_path)  # the default wait is 5 s
+    finally:
+        release.join()
+    assert done.returncode == 0, done.stderr
