@@ -78,5 +78,23 @@ def kafka_up(
 def kafka_down() -> None:
     """Stop the local broker started by `gpubill kafka up`."""
     settings = load_settings()
-    stopped = _local_broker(settings).down()
-    out.print("Kafka broker stopped" if stopped else "no local Kafka broker was running")
+    broker = _local_broker(settings)
+    pid = broker.running_pid()
+    stopped = broker.down()
+    # "stopped" only once it has: its process gone and nothing answering on its port any more
+    if stopped and (broker.running_pid() is not None or _still_answers(broker)):
+        raise ConfigError(f"the broker (pid {pid}) still answers at {settings.kafka} after `kafka down`; "
+                          f"stop it by hand (its log: {broker.log_file})")
+    out.print(f"Kafka broker stopped (pid {pid} has exited)" if stopped else "no local Kafka broker was running")
+
+
+def _still_answers(broker, wait_s: float = 10.0) -> bool:
+    """True while something answers at the broker's address `wait_s` after it was stopped."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while broker.is_up(timeout_s=1.0):
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.2)
+    return False

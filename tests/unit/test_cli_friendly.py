@@ -113,3 +113,33 @@ def test_an_empty_dead_letter_list_is_one_line(tmp_path):
     as_json = subprocess.run([sys.executable, "-m", "gpubill.cli", "dlq", "list", "--format", "json"], env=env,
                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert as_json.stdout.strip() == "[]"
+
+
+def test_kafka_down_says_stopped_only_once_nothing_answers(monkeypatch, capsys):
+    # before: "Kafka broker stopped" while the broker still answered
+    from gpubill.cli import kafka
+    from tests.unit.cli_run import run_cli
+
+    class Broker:
+        log_file = "var/kafka/broker.log"
+
+        def __init__(self, answers: bool):
+            self.answers, self.pid = answers, 4242
+
+        def running_pid(self):
+            return self.pid
+
+        def down(self):
+            self.pid = None
+            return True
+
+        def is_up(self, timeout_s=1.0):
+            return self.answers
+
+    monkeypatch.setattr(kafka, "_still_answers", lambda broker, wait_s=10.0: broker.is_up())
+    monkeypatch.setattr(kafka, "_local_broker", lambda settings: Broker(answers=True))
+    code, stdout, stderr = run_cli(monkeypatch, capsys, "kafka", "down")
+    assert code == 1 and "still answers" in stderr and "stopped" not in stdout
+    monkeypatch.setattr(kafka, "_local_broker", lambda settings: Broker(answers=False))
+    code, stdout, _ = run_cli(monkeypatch, capsys, "kafka", "down")
+    assert code == 0 and "Kafka broker stopped (pid 4242 has exited)" in stdout
