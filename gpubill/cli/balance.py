@@ -113,6 +113,11 @@ def _estimated(b) -> str:
     return str(b.estimated) + (f" (incl. closed {', '.join(closed)})" if closed else "")
 
 
+def _runway_words(hours) -> str:
+    """"runway 12.50 h", or why there is none ("no runway: nothing is being used" when nothing burns)."""
+    return "no runway figure: nothing was used in the last hour" if hours is None else f"runway {hours} h"
+
+
 def _or_dash(value) -> str:
     return "—" if value is None else str(value)
 
@@ -200,17 +205,18 @@ def spend(
                                        "month_invoiced": month.invoiced, "stream": live_json},
                                       option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    newest = month.newest_data_at.isoformat(timespec="seconds") if month.newest_data_at else "no data yet"
+    newest = (f"data up to {month.newest_data_at.isoformat(timespec='seconds')}" if month.newest_data_at
+              else "no usage yet this period")
     state = f"invoiced ({terminal_text(month.invoice_number or '')})" if month.invoiced else "an estimate"
-    out.print(f"{terminal_text(one)}, {month.period} to date ({state}; data to {newest}):", highlight=False)
+    out.print(f"{terminal_text(one)}, {month.period} to date ({state}; {newest}):", highlight=False)
     out.print(f"  {month.gpu_hours} GPU-hours, {month.kwh} kWh; rent {month.rent}, electricity {month.electricity}, "
               f"credits −{month.credits}, VAT {month.vat} → {month.estimated_total} CNY", highlight=False)
     budget = "no budget" if figures.budget is None else f"budget {figures.budget} CNY, {_percent(figures.budget_used)} used"
     out.print(f"  balance {figures.balance} CNY ({budget}); burn {figures.burn_per_hour} CNY/h over the last hour, "
-              f"runway {_or_dash(figures.runway_hours)} h", highlight=False)
+              f"{_runway_words(figures.runway_hours)}", highlight=False)
     if live is not None:
-        out.print(f"  the stream: {live.month_to_date} CNY to date, balance {_or_dash(live.balance)} CNY, runway "
-                  f"{_or_dash(live.runway_hours)} h, as of {live.as_of.isoformat(timespec='seconds')}", highlight=False)
+        out.print(f"  the stream: {live.month_to_date} CNY to date, balance {_or_dash(live.balance)} CNY, "
+                  f"{_runway_words(live.runway_hours)}, as of {live.as_of.isoformat(timespec='seconds')}", highlight=False)
     else:
         out.print("  the stream: no live figure in the last minute (is a worker running with GPUBILL_SPEND?)",
                   highlight=False)

@@ -143,3 +143,21 @@ def test_kafka_down_says_stopped_only_once_nothing_answers(monkeypatch, capsys):
     monkeypatch.setattr(kafka, "_local_broker", lambda settings: Broker(answers=False))
     code, stdout, _ = run_cli(monkeypatch, capsys, "kafka", "down")
     assert code == 0 and "Kafka broker stopped (pid 4242 has exited)" in stdout
+
+
+def test_spend_reads_well_without_usage_or_runway(tmp_path):
+    # before: "data to no data yet" and "runway — h"
+    import os
+    import subprocess
+    import sys
+
+    from tests.chdb_template import migrated_dsn
+
+    env = {**os.environ, "GPUBILL_CLICKHOUSE": migrated_dsn(tmp_path / "db"), "NO_COLOR": "1", "COLUMNS": "300"}
+    run = lambda *args: subprocess.run([sys.executable, "-m", "gpubill.cli", *args], env=env, cwd=tmp_path,  # noqa: E731
+                                       capture_output=True, text=True, timeout=120)
+    assert run("tenant", "add", "quiet", "--name", "Quiet Ltd").returncode == 0
+    done = run("spend", "--tenant", "quiet")
+    assert done.returncode == 0, done.stderr
+    assert "no usage yet this period" in done.stdout and "no runway figure: nothing was used in the last hour" in done.stdout
+    assert "data to no data" not in done.stdout and "— h" not in done.stdout
