@@ -96,7 +96,8 @@ def _yielding(db: Any, job: Callable[[], Any]) -> Any:
 
 def add_billing_job(scheduler: Any, job: Callable[[], Any], rules: Any, executor: str = "default") -> None:
     """Hourly (and once at start-up): invoice whatever is due. Missed runs coalesce into one."""
-    _add_catching_up(scheduler, job, CronTrigger(minute=5, timezone=rules.billing_tz), executor,
+    # UTC like every other log line ("next run at … UTC"); hourly, so the zone changes nothing else
+    _add_catching_up(scheduler, job, CronTrigger(minute=5, timezone=timezone.utc), executor,
                      "monthly-billing", "invoice closed periods")
 
 

@@ -7,6 +7,7 @@ short commands print through rich instead and only call `quiet_libraries`.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from datetime import datetime, timezone
 
@@ -14,9 +15,14 @@ from datetime import datetime, timezone
 _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colour and cursor escapes some libraries put in messages
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, msg, the call's `extra` fields (and exc
-    when there is one)."""
+    """One JSON object per line: ts (UTC), level, logger, msg (terminal escapes removed), the
+    call's `extra` fields (and exc when there is one)."""
+
+    gpubill_json = True  # streams/worker.py keeps a handler with this formatter instead of mode's own
 
     def format(self, record: logging.LogRecord) -> str:
         import orjson
@@ -25,7 +31,7 @@ class JsonFormatter(logging.Formatter):
             "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": _ANSI.sub("", record.getMessage()),
         }
         entry.update((k, v) for k, v in vars(record).items() if k not in _RECORD_FIELDS and k not in entry)
         if record.exc_info:

@@ -257,6 +257,13 @@ async def _send_deadletters(topic: Any, result: BatchResult) -> None:
 
 
 class _Worker(faust.Worker):
+    def _setup_logging(self) -> None:
+        """The command's own log format when it set one up (gpubill/logs.py: one JSON object per
+        line for every logger); mode's coloured lines only when it did not."""
+        if any(getattr(h.formatter, "gpubill_json", False) for h in logging.root.handlers):
+            return
+        super()._setup_logging()
+
     async def _sentinel_task(self) -> None:
         """mode sleeps a whole second here before closing the loop of a stopped worker; by
         then our batches are written and committed, so a stop (every drain) need not wait."""

@@ -8,8 +8,10 @@ tenant API and web page (tenant_api/) from a thread of that process on the same 
 
 from __future__ import annotations
 
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timezone
 from pathlib import Path
 from typing import Optional
 
@@ -183,8 +185,10 @@ def up(
     jobs, scheduler_task = _scheduler(settings, database, pipeline)
 
     webhooks, webhook_records = _webhook_task(settings, target, database)
-    err.print(f"gpubill up: worker + scheduler{' + tenant API' if api else ''}{' + webhooks' if webhooks else ''}; "
-              f"metrics on :{settings.metrics_port}; Ctrl-C to stop")
+    # a log line like every other line of `up` (one format: gpubill/logs.py)
+    logging.getLogger("gpubill.up").info(
+        "gpubill up: worker + scheduler%s%s; metrics on :%s; Ctrl-C to stop",
+        " + tenant API" if api else "", " + webhooks" if webhooks else "", settings.metrics_port)
     try:
         code = run_worker(settings, pipeline, loglevel="INFO", rules_dir=Path(settings.rules),
                           extra_tasks=[scheduler_task] + ([api_task] if api is not None else [])
@@ -209,7 +213,7 @@ class _Jobs:
 
         from billing.scheduler import add_jobs
 
-        self.scheduler = AsyncIOScheduler(timezone=pipeline.rules.billing_tz)
+        self.scheduler = AsyncIOScheduler(timezone=timezone.utc)  # its log lines in UTC, like all others
         self.database = _side_client(settings, database)
         self.executor = add_jobs(self.scheduler, self.database, lambda: pipeline.rules)
         self._shared = self.database is database
@@ -321,7 +325,7 @@ def scheduler() -> None:
     setup_logging("INFO")
     rules = read_rules(settings)
     database = connect(settings)
-    blocking = BlockingScheduler(timezone=rules.billing_tz)
+    blocking = BlockingScheduler(timezone=timezone.utc)  # its log lines in UTC, like all others
     add_jobs(blocking, database, RuleFiles(Path(settings.rules), rules))
     try:
         blocking.start()

@@ -7,11 +7,13 @@ process holds that database.
 
 from __future__ import annotations
 
+import logging
+
 from typing import Optional
 
 import typer
 
-from gpubill.cli.common import connect, err, read_rules, terminal_text
+from gpubill.cli.common import connect, read_rules
 from gpubill.config import Settings, load_settings
 from gpubill.logs import setup_logging
 
@@ -43,11 +45,12 @@ def open_reads(settings: Settings, database=None):
 
 
 def announce(url: str, host: str) -> None:
-    err.print(f"the tenant API and web page on {terminal_text(url)}/ (OpenAPI at {terminal_text(url)}/openapi.json, "
-              "keys from `gpubill key create`)", highlight=False)
+    """Where the API listens, as a log line (serve and up log in one format: gpubill/logs.py)."""
+    log = logging.getLogger("gpubill.serve")
+    log.info("the tenant API and web page on %s/ (OpenAPI at %s/openapi.json, keys from `gpubill key create`)", url, url)
     if host not in ("127.0.0.1", "::1", "localhost"):
-        err.print("warning: reachable from the network without TLS: API keys travel in clear; put a TLS proxy in "
-                  "front (client addresses are then the proxy's, see docs/api.md)", highlight=False)
+        log.warning("reachable from the network without TLS: API keys travel in clear; put a TLS proxy in front "
+                    "(client addresses are then the proxy's, see docs/api.md)")
 
 
 def serve(
