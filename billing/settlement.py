@@ -65,7 +65,8 @@ SELECT
 
 
 def settlement_of(db: Any, rules: Any, invoice: IssuedInvoice) -> Settlement:
-    """The settlement of `invoice` (see the module docstring); reads the ledger and the tenant's invoices."""
+    """The settlement of `invoice` (see the module docstring); reads the ledger and the tenant's invoices.
+    Only its tenant, number, total and issued_at are read."""
     issued = issue_date(rules, invoice.issued_at)
     count, topped, invoiced = db.query(_PREPAID_SQL, {"t": invoice.tenant, "n": invoice.number})[0]
     total = Decimal(invoice.total)

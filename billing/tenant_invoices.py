@@ -5,13 +5,18 @@ number reads as no invoice."""
 from __future__ import annotations
 
 from datetime import UTC
+from types import SimpleNamespace
 from typing import Any
+
+from billing.settlement import settlement_of
 
 __all__ = ["invoice_period", "tenant_invoices"]
 
 
-def tenant_invoices(db: Any, tenant: str) -> list[dict]:
-    """The invoices of `tenant`, newest period first; money as strings with two decimals."""
+def tenant_invoices(db: Any, tenant: str, rules: Any = None) -> list[dict]:
+    """The invoices of `tenant`, newest period first; money as strings with two decimals. With
+    `rules`, each also says how it is paid (billing/settlement.py): `issue_date` (billing time
+    zone), `prepaid`, `amount_due`, `due_date` (null when nothing is due), `settled`."""
     rows = db.query_dicts(
         "SELECT number, period, status, issued_at, currency, subtotal, credit_used, net, tax, total "
         "FROM invoices FINAL WHERE tenant = {t:String} ORDER BY period DESC, number DESC", {"t": tenant})
@@ -25,6 +30,13 @@ def tenant_invoices(db: Any, tenant: str) -> list[dict]:
             "currency": row["currency"],
             **{name: f"{row[name]:.2f}" for name in ("subtotal", "credit_used", "net", "tax", "total")},
         })
+        if rules is not None:
+            settlement = settlement_of(db, rules, SimpleNamespace(tenant=tenant, number=row["number"], total=row["total"],
+                                                                  issued_at=out[-1]["issued_at"]))
+            out[-1].update(issue_date=str(settlement.issue_date), prepaid=settlement.prepaid,
+                           amount_due=f"{settlement.amount_due:.2f}",
+                           due_date=None if settlement.due_date is None else str(settlement.due_date),
+                           settled=settlement.settled)
     return out
 
 

@@ -128,8 +128,8 @@ class Service:
                      f"in {wait_s} s", headers={"Retry-After": str(wait_s)}, reason="auth-throttled")
         if not token:
             raise self._failed(client, key_id, _unauthorized(
-                "no API key: send the header `Authorization: Bearer gpb_...` (create a key with `gpubill key create "
-                "--tenant T`)", "missing"))
+                "no API key: send the header `Authorization: Bearer gpb_...` with the key your operator gave you "
+                "(ask them for one if you have none)", "missing"))
         digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
         key = self.keys.get(digest)
         if key is None:
@@ -233,8 +233,23 @@ class Service:
         currency, subtotal, credit_used, net, tax, total (money as strings with two decimals)."""
         from billing.tenant_invoices import tenant_invoices
 
-        return self.cache.get_or_build(("invoices", tenant), lambda: self.reads.run(
-            lambda db: tenant_invoices(db, tenant)))
+        return self.cache.get_or_build(("invoices", tenant), lambda: self._read_rules(
+            lambda db, rules: tenant_invoices(db, tenant, rules)))
+
+    def credits(self, key: "ApiKey", tenant: str) -> list:
+        """What is left of the tenant's credit grants now (billing.settlement.credits_left), with
+        each reason in Chinese where the rules give one (`reason_zh`)."""
+        from billing.settlement import credits_left
+
+        def read(db: Any, rules: Any) -> list:
+            return [(c, rules.name_zh("credit", c.id)) for c in credits_left(db, rules, tenant, now=self.now())]
+
+        return self.cache.get_or_build(("credits", tenant), lambda: self._read_rules(read))
+
+    def brand(self, lang: str) -> str:
+        """The seller's brand from the rules (billing.toml [seller]) in `lang`; "gpubill" without one."""
+        seller = self.rules_provider().seller
+        return (seller.text("brand", lang) if seller else None) or "gpubill"
 
     def usage_download(self, key: "ApiKey", tenant: str, period: str | None, fmt: str | None,
                        granularity: str | None = "day", lang: str | None = "en") -> Download:

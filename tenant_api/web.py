@@ -47,6 +47,7 @@ from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from billing.errors import NotFound
 from tenant_api.i18n import LANG_NAMES, LANGS, Words, moment, money, number, pick_lang
 from tenant_api.problems import Problem
 from tenant_api.web_chart import build_chart
@@ -250,15 +251,18 @@ class Page:
         if tenant is not None:
             current = self.service.current(key, tenant)
             wanted = request.query_params.get("period", "")
-            periods = _recent_periods(current.period, PERIODS_SHOWN)
             invoices = self.service.invoices(key, tenant)
-            periods = sorted(set(periods) | {i["period"] for i in invoices if PERIOD.fullmatch(str(i.get("period")))},
-                             reverse=True)
-            chart_period = wanted if wanted in periods else current.period
+            # the months with data: invoiced ones, and the current one when it has usage (not a whole year)
+            periods = {i["period"] for i in invoices if PERIOD.fullmatch(str(i.get("period")))}
+            if current.newest_data_at is not None or not periods:
+                periods.add(current.period)
+            periods = sorted(periods, reverse=True)
+            chart_period = wanted if wanted in periods else periods[0]  # the latest month with data
             daily = self.service.daily(key, tenant, chart_period)
             context.update(summary=_summary(t, current), periods=periods, chart_period=chart_period,
                            chart=build_chart(chart_period, daily, hours_word=t("chart_hours")),
-                           invoices=[_invoice_row(t, i) for i in invoices], usage_formats=USAGE_FORMATS)
+                           invoices=[_invoice_row(t, i) for i in invoices], usage_formats=USAGE_FORMATS,
+                           money_left=self._money_left(t, lang, key, tenant))
         return self._render(request, "dashboard.html", lang, context)
 
     def _sign_in_page(self, request: Request, lang: str, *, notice: str | None = None, kind: str = "error",
@@ -308,9 +312,22 @@ class Page:
         response.delete_cookie(SESSION_COOKIE, path="/", secure=_https(request), httponly=True, samesite="strict")
         return self._headers(response, request)
 
+    def _money_left(self, t: Words, lang: str, key: Any, tenant: str) -> dict[str, Any]:
+        """The balance, the runway at the last hour's spend and the credits left, for the page."""
+        try:
+            figures = self.service.balance(key, tenant)
+        except NotFound:  # an operator looking at a tenant that is not registered: it has no balance
+            return {"balance": None, "runway": "", "credits": []}
+        credits = [(reason_zh if lang != "en" and reason_zh else (c.reason if lang == "en" else t("credit_word")),
+                    money(c.remaining)) for c, reason_zh in self.service.credits(key, tenant)]
+        runway = (t("runway_hours", hours=number(figures.runway_hours, 2)) if figures.runway_hours is not None
+                  else t("no_runway"))
+        return {"balance": money(figures.balance), "runway": runway, "credits": credits}
+
     def _render(self, request: Request, template: str, lang: str, context: dict[str, Any], *,
                 status: int = 200) -> Response:
         page = self.env.get_template(template).render(t=Words(lang), lang=lang, switch=_switch(request, lang),
+                                                       brand=self.service.brand(lang),
                                                        **context)
         response = HTMLResponse(page, status_code=status)
         if request.query_params.get("lang") in LANGS:
@@ -406,7 +423,15 @@ def _summary(t: Words, current: Any) -> dict[str, Any]:
 def _invoice_row(t: Words, invoice: Mapping[str, Any]) -> dict[str, Any]:
     number_ = str(invoice.get("number", ""))
     issued = invoice.get("issued_at") or ""
-    issued = moment(issued) if isinstance(issued, datetime) else str(issued)[:10]
+    issued = invoice.get("issue_date") or (moment(issued) if isinstance(issued, datetime) else str(issued)[:10])
+    if invoice.get("prepaid") and invoice.get("settled"):
+        due = t("settled_prepaid")
+    elif invoice.get("settled"):
+        due = t("nothing_due")
+    elif invoice.get("due_date"):
+        due = t("due_by", amount=_amount(invoice.get("amount_due")), date=invoice["due_date"])
+    else:
+        due = ""
     return {"number": number_, "period": str(invoice.get("period", "")), "issued": issued,
-            "total": _amount(invoice.get("total")),
+            "total": _amount(invoice.get("total")), "due": due, "settled": bool(invoice.get("settled")),
             "links": [(fmt, f"/files/invoices/{quote(number_, safe='')}?format={fmt}") for fmt in INVOICE_LINKS]}

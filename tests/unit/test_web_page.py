@@ -73,9 +73,14 @@ OPERATOR = Key("k_op", "", role="operator", label="support desk")
 TOKENS = {"gpb_k_acme_secret": ACME, "gpb_k_beta_secret": BETA, "gpb_k_op_secret": OPERATOR}
 NAMES = {"acme": "Acme 算力 <Ltd>", "beta": "<script>alert(1)</script>\u202eevil"}
 INVOICES = {"acme": [{"number": "GB-2026-000001", "period": "2026-02", "status": "issued",
-                      "issued_at": "2026-03-04T08:00:00Z", "currency": "CNY", "total": "1000.10"}],
+                      "issued_at": "2026-03-04T08:00:00Z", "currency": "CNY", "total": "1000.10",
+                      "issue_date": "2026-03-04", "prepaid": False, "amount_due": "1000.10", "due_date": "2026-03-19",
+                      "settled": False}],
             "beta": [{"number": "GB-2026-000002", "period": "2026-02", "status": "issued",
-                      "issued_at": "2026-03-04T08:00:00Z", "currency": "CNY", "total": "7.00"}]}
+                      "issued_at": "2026-03-04T08:00:00Z", "currency": "CNY", "total": "7.00",
+                      "issue_date": "2026-03-04", "prepaid": True, "amount_due": "0.00", "due_date": None,
+                      "settled": True}]}
+BALANCES = {"acme": (Decimal("-1000.10"), None), "beta": (Decimal("193.00"), Decimal("12.50"))}
 
 
 @dataclass
@@ -114,6 +119,21 @@ class FakeService:
         return Current(tenant, "2026-03", Decimal("1234.5"), Decimal("98.765"), Decimal("1234.50"),
                        Decimal("100.00"), Decimal("150.00"), Decimal("71.07"), Decimal("1255.57"),
                        datetime(2026, 3, 10, 8, 30, 5, tzinfo=UTC), False, None)
+
+    def brand(self, lang: str) -> str:
+        return "黔云算力" if lang == "zh-CN" else "Qiancloud GPU"
+
+    def balance(self, key: Key, tenant: str):
+        from types import SimpleNamespace
+
+        left, runway = BALANCES.get(tenant, (Decimal("0.00"), None))
+        return SimpleNamespace(balance=left, runway_hours=runway)
+
+    def credits(self, key: Key, tenant: str) -> list:
+        from types import SimpleNamespace
+
+        trial = SimpleNamespace(id="trial", reason="New-user trial credit", remaining=Decimal("2.30"))
+        return [(trial, "新用户试用额度")] if tenant == "acme" else []
 
     def daily(self, key: Key, tenant: str, period: str) -> list[Daily]:
         self.calls.append(("daily", tenant, period))
@@ -383,11 +403,57 @@ def test_names_from_outside_are_escaped_and_isolated(portal):
 
 def test_the_chart_month_can_be_chosen_and_a_bad_one_is_ignored(portal):
     portal.sign_in()
-    page = portal.client.get("/?period=2026-01").text
-    assert ("daily", "acme", "2026-01") in portal.service.calls and 'value="2026-01" selected' in page
+    page = portal.client.get("/?period=2026-02").text
+    assert ("daily", "acme", "2026-02") in portal.service.calls and 'value="2026-02" selected' in page
     portal.client.get("/?period=2026-13")
     portal.client.get("/?period=1999-01")  # not one of the months offered
     assert [c[2] for c in portal.service.calls if c[0] == "daily"][-2:] == ["2026-03", "2026-03"]
+
+
+def test_the_month_pickers_hold_the_months_with_data_only(portal):
+    # before: every month of 2026 whatever the data; now the invoiced month and the current one with usage
+    portal.sign_in()
+    page = portal.client.get("/").text
+    assert re.findall(r'<option value="(\d{4}-\d{2})"', page) == ["2026-03", "2026-02"] * 2  # chart and downloads
+    assert 'value="2026-01"' not in page
+
+
+def test_the_chart_opens_on_the_latest_month_with_data(portal, monkeypatch):
+    # before: on the current month even when it had no data (an empty chart)
+    quiet = FakeService.current
+
+    def no_usage_yet(self, key, tenant):
+        figures = quiet(self, key, tenant)
+        return type(figures)(**{**figures.__dict__, "period": "2026-04", "newest_data_at": None})
+
+    monkeypatch.setattr(FakeService, "current", no_usage_yet)
+    portal.sign_in()
+    page = portal.client.get("/").text
+    assert [c[2] for c in portal.service.calls if c[0] == "daily"] == ["2026-02"]
+    assert 'value="2026-04"' not in page and 'value="2026-02" selected' in page
+
+
+def test_the_page_shows_what_is_owed_and_what_is_left(portal):
+    # before: no balance, no amount due, no remaining credit on the page; the brand "GPU Billing"
+    portal.sign_in()
+    page = portal.client.get("/?lang=en").text
+    assert "Qiancloud GPU" in page and "GPU Billing" not in page
+    assert 'id="balance">−¥1,000.10<' in page and "no spend in the last hour" in page
+    assert "New-user trial credit ¥2.30" in page
+    assert "¥1,000.10 by 2026-03-19" in page  # amount due and due date of the postpaid invoice
+    zh = portal.client.get("/?lang=zh-CN").text
+    assert "黔云算力" in zh and "新用户试用额度 ¥2.30" in zh and "¥1,000.10，2026-03-19 前" in zh
+    assert "账单" in zh and "发票" not in zh
+
+
+def test_a_prepaid_invoice_says_it_was_settled_from_the_balance():
+    from tenant_api.i18n import Words
+    from tenant_api.web import _invoice_row
+
+    row = _invoice_row(Words("en"), INVOICES["beta"][0])
+    assert (row["due"], row["settled"]) == ("Settled from prepaid balance", True)
+    assert _invoice_row(Words("zh-CN"), INVOICES["beta"][0])["due"] == "已从预付余额扣款"
+    assert row["issued"] == "2026-03-04"  # the issue date in the billing zone
 
 
 # -- languages ------------------------------------------------------------------------------
