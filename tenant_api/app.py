@@ -27,6 +27,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from tenant_api.answers import ANSWERS, figures_dict, money_text
 from tenant_api.connections import ConnectionLimits
 from tenant_api.metrics import ApiMetrics
 from tenant_api.problems import MEDIA_TYPE, Problem, bad_param, reason_of
@@ -141,7 +142,11 @@ def _api_routes(app: FastAPI, service: Service) -> None:
         (400, "a parameter is wrong (`param` names it)"), (401, "no key, or one not valid"),
         (404, "no such thing (another tenant's too)"), (429, "over a limit; see Retry-After"))}
 
-    @app.get("/v1/me", dependencies=[Depends(_params())], responses=problem_responses, tags=["tenant"])
+    def answer(path: str) -> dict:
+        """The problem answers, and the 200 body of `path` as tenant_api/answers.py declares it."""
+        return problem_responses | {200: {"model": ANSWERS[path], "description": "the answer"}}
+
+    @app.get("/v1/me", dependencies=[Depends(_params())], responses=answer("/v1/me"), tags=["tenant"])
     def me(key=Depends(key_of)) -> JSONResponse:
         """The tenant of the key, its display name, the key's id, role, label and expiry."""
         return _json(service.me(key))
@@ -157,7 +162,7 @@ def _api_routes(app: FastAPI, service: Service) -> None:
         granularity: day or hour (default day); lang: en or zh-CN."""
         return _file(service.usage_download(key, service.tenant_for(key, tenant), period, format, granularity, lang))
 
-    @app.get("/v1/usage/current", dependencies=[Depends(_params("tenant"))], responses=problem_responses,
+    @app.get("/v1/usage/current", dependencies=[Depends(_params("tenant"))], responses=answer("/v1/usage/current"),
              tags=["tenant"])
     def usage_current(tenant: str | None = None, key=Depends(key_of)) -> JSONResponse:
         """Month to date: GPU-hours, kWh, rent, electricity, credits and the estimated total with
@@ -165,7 +170,7 @@ def _api_routes(app: FastAPI, service: Service) -> None:
         one = service.tenant_for(key, tenant)
         return _json({**_current_dict(service.current(key, one)), "stream": _live_dict(service.live(key, one))})
 
-    @app.get("/v1/balance", dependencies=[Depends(_params("tenant"))], responses=problem_responses, tags=["tenant"])
+    @app.get("/v1/balance", dependencies=[Depends(_params("tenant"))], responses=answer("/v1/balance"), tags=["tenant"])
     def balance(tenant: str | None = None, key=Depends(key_of)) -> JSONResponse:
         """The prepaid balance: top-ups less finalized invoices less the estimates of every period
         not invoiced yet (with credits and VAT), the monthly budget's used share, the last hour's
@@ -173,7 +178,7 @@ def _api_routes(app: FastAPI, service: Service) -> None:
         one = service.tenant_for(key, tenant)
         return _json({**_balance_dict(service.balance(key, one)), "stream": _live_dict(service.live(key, one))})
 
-    @app.get("/v1/invoices", dependencies=[Depends(_params("tenant"))], responses=problem_responses, tags=["tenant"])
+    @app.get("/v1/invoices", dependencies=[Depends(_params("tenant"))], responses=answer("/v1/invoices"), tags=["tenant"])
     def invoices(tenant: str | None = None, key=Depends(key_of)) -> JSONResponse:
         """The tenant's invoices, newest first (money as strings, two decimals, CNY)."""
         return _json({"invoices": service.invoices(key, service.tenant_for(key, tenant))})
@@ -191,22 +196,16 @@ def _live_dict(live: Any) -> dict | None:
     worker priced the tenant in the last minute."""
     if live is None:
         return None
-    money = {name: None if getattr(live, name) is None else f"{getattr(live, name):f}"
-             for name in ("month_to_date", "before_credits", "budget", "balance", "runway_hours")}
+    names = ("month_to_date", "before_credits", "budget", "balance", "runway_hours")
+    money = {name: None if getattr(live, name) is None else figures_dict({name: getattr(live, name)})[name]
+             for name in names}
     return {"period": live.period, **money, "as_of": live.as_of.isoformat(timespec="milliseconds").replace("+00:00", "Z")}
 
 
 def _current_dict(figures: Any, *, estimate: bool | None = True) -> dict:
     """A frozen dataclass of figures as JSON: Decimals as strings, times as UTC RFC 3339;
     with `estimate`, whether the figures are an estimate (not invoiced)."""
-    out = {}
-    for name, value in vars(figures).items():
-        if isinstance(value, Decimal):
-            out[name] = f"{value:f}"
-        elif hasattr(value, "isoformat"):
-            out[name] = value.isoformat(timespec="seconds").replace("+00:00", "Z")
-        elif isinstance(value, (str, int, bool, type(None))):
-            out[name] = value
+    out = figures_dict(figures)  # one number format: tenant_api/answers.py
     if estimate:
         out["estimate"] = not figures.invoiced
     out["currency"] = "CNY"
@@ -215,7 +214,7 @@ def _current_dict(figures: Any, *, estimate: bool | None = True) -> dict:
 
 def _balance_dict(figures: Any) -> dict:
     out = _current_dict(figures, estimate=None)
-    out["estimates"] = [{"period": e.period, "total": f"{e.total:f}", "closed": e.closed} for e in figures.estimates]
+    out["estimates"] = [{"period": e.period, "total": money_text(e.total), "closed": e.closed} for e in figures.estimates]
     return out
 
 

@@ -1,0 +1,162 @@
+"""The JSON answers of the tenant API, declared (so /openapi.json describes every body) and
+written in one number format:
+
+- money (CNY): a string with two decimals, ``"0.00"``, ``"-7621.40"`` — never ``"0"``;
+- quantities (GPU-hours, kWh): a string with six decimals, ``"0.000000"``;
+- shares and hours: ``budget_used`` four decimals (0.8125 = 81.25 %), ``runway_hours`` two;
+- times: RFC 3339 in UTC (``2026-03-10T08:30:05Z``), dates ``2026-04-17``.
+
+`figures_dict` writes a dataclass of figures by these rules, by field name, so an amount that
+reaches it with another exponent (``Decimal(0)``) is still written ``"0.00"``.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ANSWERS", "BalanceAnswer", "CurrentAnswer", "InvoicesAnswer", "MeAnswer", "figures_dict", "money_text"]
+
+MONEY_FIELDS = frozenset({
+    "rent", "electricity", "credits", "vat", "estimated_total", "top_ups", "invoiced", "estimated", "balance",
+    "month_to_date", "budget", "burn_per_hour", "before_credits", "subtotal", "credit_used", "net", "tax", "total",
+    "amount_due"})
+QUANTITY_FIELDS = frozenset({"gpu_hours", "kwh"})
+_PLACES = {"budget_used": 4, "runway_hours": 2}
+
+Money = Annotated[str, Field(pattern=r"^-?[0-9]+\.[0-9]{2}$", examples=["1234.50"])]
+Quantity = Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]{6}$", examples=["24.000000"])]
+Time = Annotated[str, Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z$", examples=["2026-03-10T08:30:05Z"])]
+Day = Annotated[str, Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", examples=["2026-04-17"])]
+Period = Annotated[str, Field(pattern=r"^[0-9]{4}-[0-9]{2}$", examples=["2026-03"])]
+
+
+def money_text(value: Decimal) -> str:
+    """Two decimals, half up (the invoice rule): ``Decimal(0)`` → ``"0.00"``."""
+    return f"{Decimal(value).quantize(Decimal('0.01'), rounding=ROUND_HALF_UP):f}"
+
+
+def _text(name: str, value: Decimal) -> str:
+    if name in MONEY_FIELDS:
+        return money_text(value)
+    if name in QUANTITY_FIELDS:
+        return f"{Decimal(value).quantize(Decimal('0.000001'), rounding=ROUND_HALF_UP):f}"
+    if name in _PLACES:  # runway rounds down (it errs on the short side), the share half up
+        rounding = ROUND_DOWN if name == "runway_hours" else ROUND_HALF_UP
+        return f"{Decimal(value).quantize(Decimal(1).scaleb(-_PLACES[name]), rounding=rounding):f}"
+    return f"{value:f}"
+
+
+def figures_dict(figures: Any, names: Any = None) -> dict:
+    """A dataclass (or mapping) of figures as JSON by the rules above: Decimals as strings in
+    their field's format, times as UTC RFC 3339, other plain values as they are."""
+    items = figures.items() if isinstance(figures, dict) else vars(figures).items()
+    out = {}
+    for name, value in items:
+        if names is not None and name not in names:
+            continue
+        if isinstance(value, Decimal):
+            out[name] = _text(name, value)
+        elif hasattr(value, "isoformat"):
+            out[name] = value.isoformat(timespec="seconds").replace("+00:00", "Z")
+        elif isinstance(value, (str, int, bool, type(None))):
+            out[name] = value
+    return out
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MeAnswer(_Answer):
+    tenant: str | None
+    display_name: str
+    key_id: str
+    role: Literal["tenant", "operator"]
+    label: str | None
+    expires_at: Time | None
+    created_at: Time | None = None
+
+
+class StreamFigures(_Answer):
+    """What the stream's spend table holds for the tenant (null: no worker priced it in the last minute)."""
+
+    period: Period
+    month_to_date: Money | None
+    before_credits: Money | None
+    budget: Money | None
+    balance: Money | None
+    runway_hours: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]{2}$")] | None
+    as_of: Time
+
+
+class CurrentAnswer(_Answer):
+    tenant: str
+    period: Period
+    gpu_hours: Quantity
+    kwh: Quantity
+    rent: Money
+    electricity: Money
+    credits: Money
+    vat: Money
+    estimated_total: Money
+    newest_data_at: Time | None
+    invoiced: bool
+    invoice_number: str | None
+    estimate: bool
+    currency: Literal["CNY"]
+    stream: StreamFigures | None
+
+
+class PeriodEstimate(_Answer):
+    period: Period
+    total: Money
+    closed: bool
+
+
+class BalanceAnswer(_Answer):
+    tenant: str
+    at: Time
+    period: Period
+    top_ups: Money
+    invoiced: Money
+    invoices: int
+    estimated: Money
+    balance: Money
+    month_to_date: Money
+    budget: Money | None
+    budget_used: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]{4}$")] | None
+    burn_per_hour: Money
+    runway_hours: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]{2}$")] | None
+    currency: Literal["CNY"]
+    estimates: list[PeriodEstimate]
+    stream: StreamFigures | None
+
+
+class InvoiceSummary(_Answer):
+    number: str
+    period: Period
+    status: str
+    issued_at: Time
+    currency: Literal["CNY"]
+    subtotal: Money
+    credit_used: Money
+    net: Money
+    tax: Money
+    total: Money
+    issue_date: Day
+    prepaid: bool
+    amount_due: Money
+    due_date: Day | None
+    settled: bool
+
+
+class InvoicesAnswer(_Answer):
+    invoices: list[InvoiceSummary]
+
+
+# path → the model of its 200 JSON answer (tests/unit/test_api_answers.py holds every answer to it)
+ANSWERS: dict[str, type[_Answer]] = {"/v1/me": MeAnswer, "/v1/usage/current": CurrentAnswer,
+                                    "/v1/balance": BalanceAnswer, "/v1/invoices": InvoicesAnswer}
