@@ -45,7 +45,7 @@ WORDS = {  # what the page must say, written here and not read from tenant_api/i
     "en": {"title": "Sign in with your API key", "refused": "This key was not accepted", "summary": "This month so far",
            "estimate": "Estimate — not yet invoiced", "signed_out": "You have signed out."},
     "zh-CN": {"title": "使用 API 密钥登录", "refused": "此密钥未被接受", "summary": "本月至今",
-              "estimate": "预估 — 尚未开票", "signed_out": "您已退出登录。"},
+              "estimate": "预估 — 尚未出账单", "signed_out": "您已退出登录。"},
 }
 
 
@@ -76,6 +76,7 @@ def portal(tmp_path_factory):
     from tenant_api.access_log import record_access
     from tenant_api.keys import create_key
     from billing.invoicing import load_invoice, run_period
+    from reports.invoice_document import invoice_document
     from reports.render import render_invoice, render_usage
     from reports.render.fonts import warm_up
     from billing.tenants import add_tenant
@@ -105,7 +106,8 @@ def portal(tmp_path_factory):
     # from the warmed "common" face, a process that never warmed up from the full font — the same
     # text, other bytes (reports/render/fonts.py); warmed here first, both are rendered alike
     warm_up()
-    expected = {lang: {"pdf": render_invoice(invoice, "pdf", lang=lang), "csv": render_usage(report, "csv", lang=lang)}
+    document = invoice_document(database, rules, "acme", "2026-02")  # what the page serves: the whole document
+    expected = {lang: {"pdf": render_invoice(document, "pdf", lang=lang), "csv": render_usage(report, "csv", lang=lang)}
                 for lang in ("en", "zh-CN")}
     number = database.query("SELECT number FROM invoices FINAL WHERE tenant = 'acme' AND period = '2026-02'")[0][0]
 
@@ -237,6 +239,17 @@ def test_sign_in_read_download_and_sign_out_in_a_real_browser(portal, browser, l
     assert len(bars) == 31 and all(h > 0 for h in heights[:19]) and not any(heights[19:])
     # day 4 ran 5 × 120 s and day 5 1 × 120 s: bars in that proportion (to the pixel's rounding)
     assert heights[3] == pytest.approx(5 * heights[4], abs=0.05)
+    # what is owed and what is left (issue 23): the balance, the runway, the credits, each invoice's due
+    money_words = {"en": ("Prepaid balance", "Credits left", "Nothing due", "by 2026-03-20"),
+                   "zh-CN": ("预付余额", "剩余抵扣额度", "无需付款", "2026-03-20 前")}[lang]
+    money = text(browser, "money")
+    assert money_words[0] in money and money_words[1] in money
+    assert text(browser, "balance").lstrip("−").startswith("¥") and text(browser, "runway")
+    due = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["number"]}"] td.due').text
+    assert due == money_words[2] or due.endswith(money_words[3]), due
+    assert "发票" not in browser.page_source
+    periods = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "chart-period")).options]
+    assert periods == ["2026-03", "2026-02"]  # the months with data, not the whole year
     shot(browser, f"03-dashboard-{tag}")
     browser.set_window_size(390, 844)
     shot(browser, f"04-dashboard-phone-{tag}")

@@ -462,7 +462,7 @@ def test_the_language_comes_from_the_switcher_then_the_cookie_then_the_browser(p
     portal.sign_in()
     assert '<html lang="en">' in portal.client.get("/").text
     chinese = portal.client.get("/", headers={"Accept-Language": "zh-CN,zh;q=0.9,en;q=0.5"}).text
-    assert '<html lang="zh-CN">' in chinese and "本月至今" in chinese and "预估 — 尚未开票" in chinese
+    assert '<html lang="zh-CN">' in chinese and "本月至今" in chinese and "预估 — 尚未出账单" in chinese
     assert "¥1,255.57" in chinese  # amounts are written the same way in both
     switched = portal.client.get("/?lang=zh-CN&period=2026-02")
     assert "gpubill_lang=zh-CN" in cookie_header(switched, "gpubill_lang")
