@@ -6,7 +6,7 @@
 
 The balance of a tenant, in CNY with VAT:
 
-    balance = top-ups − totals of its finalized invoices − estimates of its periods not yet invoiced
+    balance = top-ups − totals of its issued invoices + its credit notes − estimates of its periods not yet invoiced
 
 An invoice's total already has its credits, discounts and VAT applied. The estimate of a
 period is the invoice the monthly run would build for it now (billing.invoicing.draft_invoice,
@@ -45,6 +45,7 @@ from typing import Any
 
 from billing.current_usage import current_usage
 from billing.errors import BillingError, NotFound
+from billing.invoice_store import charged
 from billing.invoicing import draft_invoice
 from billing.tenants import shown_value, utc_ms, check_note, check_tenant_id, find_tenant, list_tenants
 from billing_rules import energy_amount, rent_amount, round_fen
@@ -112,8 +113,8 @@ class Balance:
     at: datetime  # UTC
     period: str  # the billing period containing `at`
     top_ups: Decimal  # sum of the ledger
-    invoiced: Decimal  # sum of the totals of its finalized invoices
-    invoices: int  # how many
+    invoiced: Decimal  # sum of the totals of its issued (and voided) invoices less their credit notes
+    invoices: int  # how many periods have an issued invoice
     estimates: tuple[PeriodEstimate, ...]  # periods not invoiced yet, oldest first
     estimated: Decimal  # sum of their totals
     balance: Decimal  # top_ups − invoiced − estimated
@@ -234,7 +235,6 @@ def _top_up(row: Any) -> TopUp:
 # ------------------------------------------------------------------------- the balance
 
 _TOTALS_SQL = "SELECT sum(amount), count() FROM balance_ledger FINAL WHERE tenant = {t:String}"
-_INVOICED_SQL = "SELECT period, total FROM invoices FINAL WHERE tenant = {t:String}"
 # Periods with rated usage of the tenant: rollups and the per-second rows (retention may have
 # dropped either). Uninvoiced ones among them are estimated.
 _USAGE_PERIODS_SQL = (
@@ -257,7 +257,7 @@ def balance(db: Any, rules: Any, tenant: str, *, now: datetime | None = None) ->
     period = rules.period_of(now_s)
     (paid, _), = db.query(_TOTALS_SQL, {"t": tenant})
     top_ups = Decimal(paid or 0).quantize(_CENT)  # "0.00" when there are none, like every amount
-    invoiced_by_period = {p: Decimal(total) for p, total in db.query(_INVOICED_SQL, {"t": tenant})}
+    invoiced_by_period = charged(db, tenant).get(tenant, {})  # with VAT, less credit notes
     invoiced = sum(invoiced_by_period.values(), Decimal("0.00"))
 
     current = current_usage(db, rules, tenant, now=at)

@@ -92,7 +92,8 @@ def _figures(tenant: str, period: str, inv: InvoiceDraft) -> dict[str, Any]:
                 credits=credits, vat=inv.tax, estimated_total=inv.total)
 
 
-_INVOICED_SQL = "SELECT number FROM invoices FINAL WHERE tenant = {t:String} AND period = {p:String}"
+_INVOICED_SQL = ("SELECT number FROM invoices FINAL WHERE tenant = {t:String} AND period = {p:String} "
+                 "AND status = 'issued'")
 _NEWEST_HOUR_SQL = "SELECT toUnixTimestamp(max(hour)), count() FROM {source}"
 _NEWEST_SECOND_SQL = (
     "SELECT toUnixTimestamp(max(second)), count() FROM rated_seconds "
@@ -124,7 +125,7 @@ def current_usage(db: Any, rules: Any, tenant: str, *, now: datetime | None = No
     source = rated_source(db, rules, period, tenant)  # read once: the figures and the newest second
     rows = db.query(_INVOICED_SQL, {"t": tenant, "p": period})
     if rows:
-        inv: InvoiceDraft = load_invoice(db, tenant, period)
+        inv: InvoiceDraft = load_invoice(db, tenant, period, drafts=False)
         number: str | None = str(rows[0][0])
     else:
         inv, number = draft_invoice(db, rules, tenant, period, source=source), None

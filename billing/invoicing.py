@@ -1,25 +1,29 @@
-"""The billing run: invoice every tenant with charges in a period, once, gap-free.
+"""The billing run: invoice every tenant with charges in a period, once, gap-free; drafts under review.
 
 Steps for `run_period(db, rules, period)`:
 
-1. Read the invoices that already exist for the period; a tenant that has one is done —
-   a finalized invoice is never changed, so re-running a period is a no-op for it.
+1. Read the invoices of the period; a tenant whose invoice is issued is done — an issued
+   invoice is never changed, so re-running a period is a no-op for it. A tenant whose only
+   invoices are voided gets a replacement that names the latest of them.
 2. For the other tenants, read rated usage (rent seconds, allocated energy) and any late
-   data for earlier, already-finalized periods (as adjustments with a reference to their
-   period), and the credit still available (the new-tenant trial credit only for a tenant
-   registered and active at the run: billing/tenants.py); `billing_rules.build_invoice`
-   does the money.
-3. Number the invoice (sequential per year, no gaps: the next number is read from the
-   stored invoices just before the write) and write its lines, then its header row. The
-   header is the commit point: lines without a header are leftovers of a crash.
+   data for earlier, issued periods (as adjustments with a reference to their period), and
+   the credit still available (the new-tenant trial credit only for a tenant registered and
+   active at the run: billing/tenants.py); `billing_rules.build_invoice` does the money.
+3. With `review = "auto"` (billing.toml, the default) the invoice is issued at once; with
+   `"manual"` it is written as a draft (an id, no number), or an existing draft is refreshed
+   when its figures changed (late data: a draft is a projection). `issue_period` issues the
+   drafts after review, re-building each first: what it issues is what a run would build now.
+4. Issuing numbers the invoice (sequential per year, no gaps: the next number is read from
+   the stored invoices just before the write) and writes its lines, then its header row. A
+   header is the commit point: lines no header names are leftovers of a crash.
 
-Steps 1-3 run under the invoicing lease (billing/invoice_lock.py): one invoice run at a
-time per database, whichever process starts it (`gpubill invoice run`, the scheduler).
-Holding it, a run first deletes every line whose invoice has no header (the leftovers of a
-run that crashed, of any period, so that they count neither as credit spent nor as billed),
-and checks that it still holds the lease (the fence) just before each header. So numbers
-are never issued twice, a tenant is invoiced once per period, and numbering has no gaps:
-a number is only taken by a header, and a crashed run's number is re-used by the next.
+Every step runs under the invoicing lease (billing/invoice_lock.py): one invoice run, issue,
+credit note or void at a time per database, whichever process starts it. Holding it, a run
+first deletes the lines no header names (of any period, so that they count neither as credit
+spent nor as billed), and checks that it still holds the lease (the fence) just before each
+header. So numbers are never issued twice, a tenant has one standing invoice per period, and
+numbering has no gaps: a number is only taken by a header, and a crashed run's is re-used.
+Every change of state is journaled (billing/journal.py).
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
-from fractions import Fraction
 from typing import Any, Callable
 
 from billing_rules import (
@@ -40,8 +43,11 @@ from billing_rules import (
     build_invoice,
     credit_balances,
 )
-from billing.errors import NotFound
+from billing import invoice_store as store
+from billing.errors import BillingError
 from billing.invoice_lock import invoicing_lease
+from billing.invoice_store import CURRENCY, delete_stray_lines  # noqa: F401  (re-exported for callers and tests)
+from billing.journal import actor_here, record
 from billing.tenants import registered_tenants, trial_tenants
 from usage.by_tenant import plain, usage_by_tenant
 from usage.failpoints import pause_at
@@ -49,27 +55,22 @@ from usage.queries import tenants_with_charges_sql
 from usage.rated import coverage, rated_source, source_of
 from usage.rollup import roll_up
 
-CURRENCY = "CNY"
 CHARGE_KINDS = ("rent", "discount", "electricity")
-# A stored line is a billing_rules.InvoiceLine: these fields (exact_amount as "n/d" text),
-# after the invoice it belongs to and its position.
-LINE_FIELDS = (
-    "kind", "gpu_model", "plan", "site", "band", "pue", "ref_period", "credit_id", "description", "quantity", "unit",
-    "unit_price", "amount", "exact_amount",
-)
-LINE_COLUMNS = ("number", "tenant", "period", "line_no", *LINE_FIELDS)
-HEADER_COLUMNS = (
-    "number", "year", "seq", "tenant", "period", "status", "issued_at", "currency", "subtotal", "credit_used",
-    "net", "tax", "total", "vat_rate",
-)
+
+
+class NothingToIssue(BillingError):
+    """`invoice issue` found no draft to issue for the period (and tenant)."""
 
 
 @dataclass
 class RunReport:
     period: str
-    created: list[str] = field(default_factory=list)   # invoice numbers written by this run
-    existing: list[str] = field(default_factory=list)  # invoices that were already final
+    created: list[str] = field(default_factory=list)   # invoice numbers issued by this run
+    existing: list[str] = field(default_factory=list)  # invoices that were already issued
     unregistered: list[str] = field(default_factory=list)  # tenants invoiced (without trial credit) but not registered
+    drafted: list[str] = field(default_factory=list)  # draft ids made by this run (review = "manual")
+    refreshed: list[str] = field(default_factory=list)  # drafts whose figures this run changed
+    unchanged: list[str] = field(default_factory=list)  # drafts that stayed as they were
 
 
 def _line_key(line: InvoiceLine) -> tuple:
@@ -80,7 +81,7 @@ def _line_key(line: InvoiceLine) -> tuple:
 
 _LATE_SQL = """
 SELECT DISTINCT i.tenant, i.period
-FROM (SELECT tenant, period, issued_at FROM invoices FINAL WHERE period < {p:String}) AS i
+FROM (SELECT tenant, period, issued_at FROM invoices FINAL WHERE period < {p:String} AND status = 'issued') AS i
 INNER JOIN (SELECT period, max(written_at) AS written_at FROM rated_writes WHERE period < {p:String} GROUP BY period) AS w
     ON i.period = w.period
 WHERE w.written_at > i.issued_at - INTERVAL 1 HOUR  -- margin for clock skew between hosts: a
@@ -89,7 +90,7 @@ WHERE w.written_at > i.issued_at - INTERVAL 1 HOUR  -- margin for clock skew bet
 
 
 def late_periods(db: Any, period: str) -> dict[str, list[str]]:
-    """Tenant → their finalized periods before `period` that received rated data after the invoice.
+    """Tenant → their issued periods before `period` that received rated data after the invoice.
 
     Only these can need adjustments: rated rows are only ever added or re-written (a late
     usage reading re-writes an energy row with the tenant), and every write stamps its hour
@@ -103,24 +104,23 @@ def late_periods(db: Any, period: str) -> dict[str, list[str]]:
 
 
 def pending_adjustments(db: Any, rules: Any, tenant: str, period: str, refs: list[str] | None = None) -> list[Adjustment]:
-    """Late data for the tenant's finalized periods `refs` (default: all before `period`),
+    """Late data for the tenant's issued periods `refs` (default: all before `period`),
     as signed fen amounts.
 
     For each such period: recompute its rent, discount and electricity lines from the
     rated data as it is now, and compare each line's rounded amount and quantity with what
-    was already invoiced for it (the original line plus adjustments on later invoices that
-    reference the period, which carry the same grouping fields and unit price).
+    was already invoiced for it (the issued invoice's line plus adjustments on other issued
+    invoices that reference the period, which carry the same grouping fields and unit price).
     """
-    earlier = refs if refs is not None else [row[0] for row in db.query(
-        "SELECT period FROM invoices FINAL WHERE tenant = {t:String} AND period < {p:String} ORDER BY period",
-        {"t": tenant, "p": period},
-    )]
+    earlier = refs if refs is not None else sorted({h.period for h in store.headers(db, tenant=tenant, status="issued")
+                                                     if h.period < period})
     adjustments: list[Adjustment] = []
     for ref in earlier:
         rent, energy = usage_by_tenant(db, rated_source(db, rules, ref, tenant))
         now = build_invoice(tenant, ref, rent[tenant], energy[tenant], (), Decimal(0), Decimal(0))
         billed: dict[tuple, list] = defaultdict(lambda: [Decimal(0), Decimal(0), None])  # amount, quantity, line
-        for line in [*_stored_lines(db, tenant, ref, kinds=CHARGE_KINDS), *_stored_lines_referencing(db, tenant, ref)]:
+        charged = [line for line in _issued_lines(db, tenant, period=ref) if line.kind in CHARGE_KINDS]
+        for line in [*charged, *_issued_lines(db, tenant, ref_period=ref)]:
             entry = billed[_line_key(line)]
             entry[0] += line.amount
             entry[1] += line.quantity
@@ -135,6 +135,21 @@ def pending_adjustments(db: Any, rules: Any, tenant: str, period: str, refs: lis
     return adjustments
 
 
+def billed_elsewhere(db: Any, tenant: str, period: str) -> list[Adjustment]:
+    """For a replacement of `tenant`'s voided invoice for `period`: the late usage of `period`
+    that other issued invoices already charged as adjustments, taken off again (the replacement
+    is built from the period's usage as it is now, which includes that usage)."""
+    out = []
+    for number, of_period, line in _issued_lines(db, tenant, ref_period=period, numbered=True):
+        if of_period == period:  # an invoice of the period itself (none stands while it is replaced)
+            continue
+        out.append(Adjustment(
+            ref_period=period, description=f"already charged on {number}: {line.description}"[:300],
+            amount=-line.amount, gpu_model=line.gpu_model, plan=line.plan, site=line.site, band=line.band,
+            pue=line.pue, quantity=-line.quantity, unit=line.unit, unit_price=line.unit_price))
+    return out
+
+
 def _adjustment(line: InvoiceLine, ref: str, amount: Decimal, quantity: Decimal) -> Adjustment:
     if line.kind == "electricity" or line.site:
         what = f"electricity {line.site} {line.band}"
@@ -147,48 +162,146 @@ def _adjustment(line: InvoiceLine, ref: str, amount: Decimal, quantity: Decimal)
     )
 
 
+@dataclass(frozen=True)
+class _Standing:
+    """What a tenant has for a period: its issued invoice, its draft, the voided one to replace."""
+
+    issued: IssuedInvoice | None = None
+    draft: IssuedInvoice | None = None
+    voided: IssuedInvoice | None = None
+
+
+def _standing(db: Any, period: str) -> dict[str, _Standing]:
+    by_tenant: dict[str, dict[str, IssuedInvoice]] = defaultdict(dict)
+    for header in store.headers(db, period=period):  # in issue order: the latest of a status wins
+        by_tenant[header.tenant][header.status] = header
+    return {t: _Standing(s.get("issued"), s.get("draft"), s.get("voided")) for t, s in by_tenant.items()}
+
+
 def run_period(db: Any, rules: Any, period: str, *, now: datetime | None = None,
                progress: Callable[[str], None] | None = None,
-               on_wait: Callable[[str], None] | None = None) -> RunReport:
-    """Invoice every tenant with charges (or pending adjustments) in `period`. Idempotent,
-    and safe beside another run: it waits for the invoicing lease (saying so to `on_wait`)."""
+               on_wait: Callable[[str], None] | None = None, actor: str | None = None) -> RunReport:
+    """Invoice (or, under manual review, draft) every tenant with charges or pending
+    adjustments in `period`. Idempotent, and safe beside another run: it waits for the
+    invoicing lease (saying so to `on_wait`)."""
     rules.period_bounds(period)  # validates the period string
     now = now or datetime.now(timezone.utc)
     roll_up(db, rules, period=period)  # not needed for exactness (reads are exact), only for speed
     with invoicing_lease(db, on_wait=on_wait) as fence:
         delete_stray_lines(db)
-        return _invoice_period(db, rules, period, now, fence, progress)
+        return _invoice_period(db, rules, period, now, fence, progress, actor or actor_here())
 
 
 def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Callable[[], None],
-                    progress: Callable[[str], None] | None) -> RunReport:
+                    progress: Callable[[str], None] | None, actor: str) -> RunReport:
     """run_period's work, holding the lease; `fence` is called before each header."""
     report = RunReport(period=period)
-    existing = {row[0]: row[1] for row in db.query(
-        "SELECT tenant, number FROM invoices FINAL WHERE period = {p:String}", {"p": period})}
+    standing = _standing(db, period)
     source = source_of(coverage(db, rules, period), rules)
     tenants = {row[0] for row in db.query(tenants_with_charges_sql(source[0]), source[1])}
     late = late_periods(db, period)
     trial, registered = trial_tenants(db), registered_tenants(db)  # as the registry is at this run
-    tenants |= set(late)
+    tenants |= set(late) | {t for t, s in standing.items() if s.draft is not None}
     rent, energy = usage_by_tenant(db, source)
+    manual = rules.review == "manual"
     for tenant in sorted(tenants):
-        if tenant in existing:
-            report.existing.append(existing[tenant])
+        has = standing.get(tenant, _Standing())
+        if has.issued is not None:
+            report.existing.append(has.issued.number)
             continue
         adjustments = pending_adjustments(db, rules, tenant, period, late.get(tenant, []))
-        if not rent.get(tenant) and not energy.get(tenant) and not adjustments:
+        if has.voided is not None:
+            adjustments += billed_elsewhere(db, tenant, period)
+        if not rent.get(tenant) and not energy.get(tenant) and not adjustments and has.draft is None:
             continue
         draft = _draft(db, rules, tenant, period, rent.get(tenant, ()), energy.get(tenant, ()), adjustments,
                        new_tenant=tenant in trial)
-        number = _write_invoice(db, draft, now, fence)
+        replaces = has.draft.replaces if has.draft is not None else (has.voided.number if has.voided else "")
+        if manual:
+            _keep_draft(db, draft, has.draft, replaces, now, fence, actor, report)
+            continue
+        number = _issue(db, draft, has.draft, replaces, now, fence, actor)
         report.created.append(number)
         if tenant not in registered:
             report.unregistered.append(tenant)
         if progress:
             progress(number)
-    db.insert("billing_runs", [[period, now, len(report.created) + len(report.existing)]], ["period", "completed_at", "invoices"])
+    db.insert("billing_runs", [[period, now, len(report.created) + len(report.existing) + len(report.drafted)
+                                + len(report.refreshed) + len(report.unchanged)]],
+              ["period", "completed_at", "invoices"])
     return report
+
+
+def _keep_draft(db: Any, draft: InvoiceDraft, stored: IssuedInvoice | None, replaces: str, now: datetime,
+                fence: Callable[[], None], actor: str, report: RunReport) -> None:
+    """Write `draft` as a new draft, or as the next revision of `stored` when its figures changed."""
+    if stored is not None and store.same_figures(draft, store.load(db, stored)):
+        report.unchanged.append(stored.id)
+        return
+    doc_id = stored.id if stored is not None else store.new_draft_id()
+    revision = stored.revision + 1 if stored is not None else 1
+    store.write_lines(db, doc_id, revision, draft)
+    _pause_before_header()
+    fence()
+    store.write_header(db, draft, doc_id=doc_id, status="draft", revision=revision, issued_at=now, replaces=replaces)
+    (report.refreshed if stored is not None else report.drafted).append(doc_id)
+    record(db, "draft_refreshed" if stored is not None else "draft_made", invoice=doc_id, tenant=draft.tenant,
+           period=draft.period, actor=actor, document=replaces,
+           detail=f"revision {revision}: total {draft.total} {CURRENCY}")
+
+
+def _issue(db: Any, draft: InvoiceDraft, stored: IssuedInvoice | None, replaces: str, now: datetime,
+           fence: Callable[[], None], actor: str) -> str:
+    """Issue `draft`: number it and write its header (and its lines, unless they are `stored`'s
+    current revision unchanged). Returns the number. Needs the lease and no stray lines."""
+    year = int(draft.period[:4])
+    number, seq = store.next_number(db, year)
+    if stored is not None and store.same_figures(draft, store.load(db, stored)):
+        doc_id, revision, refreshed = stored.id, stored.revision, False
+    else:
+        doc_id = stored.id if stored is not None else number
+        revision = stored.revision + 1 if stored is not None else 1
+        refreshed = stored is not None
+        store.write_lines(db, doc_id, revision, draft, number="" if refreshed else number)
+    _pause_before_header()
+    fence()
+    store.write_header(db, draft, doc_id=doc_id, status="issued", revision=revision, issued_at=now, number=number,
+                       seq=seq, replaces=replaces)
+    if refreshed:
+        record(db, "draft_refreshed", invoice=doc_id, tenant=draft.tenant, period=draft.period, actor=actor,
+               detail=f"revision {revision} at issue: total {draft.total} {CURRENCY}")
+    record(db, "issued", invoice=number, document=doc_id if doc_id != number else "", tenant=draft.tenant,
+           period=draft.period, actor=actor, detail=f"total {draft.total} {CURRENCY}")
+    if replaces:
+        record(db, "replaced", invoice=replaces, document=number, tenant=draft.tenant, period=draft.period,
+               actor=actor, detail=f"replaced by {number}")
+    return number
+
+
+def issue_period(db: Any, rules: Any, period: str, *, tenant: str | None = None, now: datetime | None = None,
+                 on_wait: Callable[[str], None] | None = None, actor: str | None = None) -> list[tuple[str, str]]:
+    """Issue the drafts of `period` (of `tenant` only, when given), a replacement too: each is
+    re-built first from the data as it is now (late data, credits another invoice has spent
+    since), so what is issued is what a run would issue. Returns (draft id, number) of each;
+    NothingToIssue when there is no draft."""
+    rules.period_bounds(period)
+    now = now or datetime.now(timezone.utc)
+    actor = actor or actor_here()
+    with invoicing_lease(db, on_wait=on_wait) as fence:
+        delete_stray_lines(db)
+        standing = _standing(db, period)
+        drafts = sorted((t, s) for t, s in standing.items()
+                        if s.draft is not None and s.issued is None and (tenant is None or t == tenant))
+        if not drafts:
+            whose = f" of tenant {tenant}" if tenant is not None else ""
+            raise NothingToIssue(f"no drafts{whose} to issue for {period}; `gpubill invoice drafts --period {period}` "
+                                 "lists them, `gpubill invoice run` makes them")
+        trial = trial_tenants(db)
+        issued = []
+        for who, has in drafts:
+            draft = draft_invoice(db, rules, who, period, new_tenant=who in trial, replacing=has.voided is not None)
+            issued.append((has.draft.id, _issue(db, draft, has.draft, has.draft.replaces, now, fence, actor)))
+        return issued
 
 
 def _draft(db: Any, rules: Any, tenant: str, period: str, rent: Any, energy: Any, adjustments: list[Adjustment],
@@ -201,65 +314,40 @@ def _draft(db: Any, rules: Any, tenant: str, period: str, rent: Any, energy: Any
 
 def invoice_credits(db: Any, rules: Any, tenant: str, period: str, *, new_tenant: bool) -> list[CreditBalance]:
     """What is left of the tenant's credit grants for `period` (the trial credit when
-    `new_tenant`): the credits its invoice would spend, soonest-expiring first."""
+    `new_tenant`): the credits its invoice would spend, soonest-expiring first. Credit spent
+    by the tenant's issued invoices of every other period counts (not by drafts or voided ones)."""
     grants = rules.credit_grants(tenant, new_tenant=new_tenant)
-    return credit_balances(grants, credit_spent(db, tenant, period), period)
+    return credit_balances(grants, credit_spent(db, tenant, period, other_periods=True), period)
 
 
-def draft_invoice(db: Any, rules: Any, tenant: str, period: str, *, source: tuple[str, dict] | None = None) -> InvoiceDraft:
+def draft_invoice(db: Any, rules: Any, tenant: str, period: str, *, source: tuple[str, dict] | None = None,
+                  new_tenant: bool | None = None, replacing: bool | None = None) -> InvoiceDraft:
     """The invoice `run_period` would build for `tenant` and `period` if it ran now — same
     usage source, late-data adjustments, credits, discounts and VAT — writing nothing (no
     rollup, no lease, no number). For month-to-date estimates (billing/current_usage.py);
     `source` is the tenant's `rated_source` when the caller already has it."""
     rent, energy = usage_by_tenant(db, source or rated_source(db, rules, period, tenant))
     adjustments = pending_adjustments(db, rules, tenant, period, late_periods(db, period).get(tenant, []))
+    if replacing is None:
+        replacing = bool(store.headers(db, tenant=tenant, period=period, status="voided"))
+    if replacing:
+        adjustments += billed_elsewhere(db, tenant, period)
     return _draft(db, rules, tenant, period, rent.get(tenant, ()), energy.get(tenant, ()), adjustments,
-                  new_tenant=tenant in trial_tenants(db))
+                  new_tenant=tenant in trial_tenants(db) if new_tenant is None else new_tenant)
 
 
-def credit_spent(db: Any, tenant: str, period: str) -> dict[str, Decimal]:
-    """Grant id → credit the tenant's invoices before `period` spent of it."""
+def credit_spent(db: Any, tenant: str, period: str, *, other_periods: bool = False) -> dict[str, Decimal]:
+    """Grant id → credit the tenant's issued invoices before `period` spent of it (with
+    `other_periods`: of every period but `period`, for an invoice issued out of order)."""
     rows = db.query(
-        "SELECT credit_id, -sum(amount) FROM invoice_lines FINAL "
-        "WHERE tenant = {t:String} AND period < {p:String} AND kind = 'credit' GROUP BY credit_id",
+        "SELECT l.credit_id, -sum(l.amount) FROM invoice_lines AS l FINAL "
+        "INNER JOIN (SELECT id, revision FROM invoices FINAL WHERE tenant = {t:String} AND status = 'issued' AND "
+        + ("period != {p:String}" if other_periods else "period < {p:String}") + ") AS h "
+        "ON l.id = h.id AND l.revision = h.revision "
+        "WHERE l.tenant = {t:String} AND l.kind = 'credit' GROUP BY l.credit_id",
         {"t": tenant, "p": period},
     )
     return {credit_id or "": Decimal(spent) for credit_id, spent in rows}
-
-
-_STRAY_SQL = (
-    "SELECT DISTINCT number, tenant, period FROM invoice_lines "
-    "WHERE (number, tenant, period) NOT IN (SELECT number, tenant, period FROM invoices FINAL)"
-)
-
-
-def delete_stray_lines(db: Any) -> list[tuple[str, str, str]]:
-    """Delete the lines whose invoice has no header — what a run that crashed between an
-    invoice's lines and its header left — and return their (number, tenant, period).
-    Call it holding the invoicing lease: then no run is about to write their header."""
-    stray = [tuple(row) for row in db.query(_STRAY_SQL)]
-    if stray:  # a DELETE is a mutation of the table: only when there is something to delete
-        db.command("DELETE FROM invoice_lines WHERE (number, tenant, period) NOT IN "
-                   "(SELECT number, tenant, period FROM invoices FINAL)")
-    return stray
-
-
-def _write_invoice(db: Any, draft: InvoiceDraft, now: datetime, fence: Callable[[], None]) -> str:
-    """Number the draft, write its lines, then (if `fence` passes) its header: the commit
-    point. Needs the invoicing lease and no stray lines of the tenant (run_period sees to both)."""
-    year = int(draft.period[:4])
-    seq = int(db.query("SELECT max(seq) FROM invoices FINAL WHERE year = {y:UInt16}", {"y": year})[0][0] or 0) + 1
-    number = f"GB-{year}-{seq:06d}"
-    rows = [(number, draft.tenant, draft.period, line_no, *_stored_fields(line))
-            for line_no, line in enumerate(draft.lines, start=1)]
-    db.insert("invoice_lines", rows, LINE_COLUMNS)
-    _pause_before_header()
-    fence()
-    db.insert("invoices", [(
-        number, year, seq, draft.tenant, draft.period, "finalized", now, CURRENCY, draft.subtotal, draft.credit_used,
-        draft.net, draft.tax, draft.total, draft.vat_rate,
-    )], HEADER_COLUMNS)
-    return number
 
 
 def _pause_before_header() -> None:
@@ -267,58 +355,29 @@ def _pause_before_header() -> None:
     pause_at("invoice-header")
 
 
-def _stored_fields(line: InvoiceLine) -> tuple:
-    """`line` as the values of LINE_FIELDS; the exact amount as text, "n" or "n/d"."""
-    exact = Fraction(line.exact_amount)
-    text = str(exact.numerator) if exact.denominator == 1 else f"{exact.numerator}/{exact.denominator}"
-    return (*(getattr(line, name) for name in LINE_FIELDS[:-1]), text)
-
-
-def _line_of_row(row: tuple) -> InvoiceLine:
-    """The InvoiceLine stored as `row` (the values of LINE_FIELDS)."""
-    fields = dict(zip(LINE_FIELDS, row, strict=True))
-    text = fields["exact_amount"]
-    fields["exact_amount"] = Fraction(text) if text else Fraction(fields["amount"])
-    return InvoiceLine(**fields)
-
-
-def _stored_lines(db: Any, tenant: str, period: str, kinds: tuple[str, ...] | None = None) -> list[InvoiceLine]:
+def _issued_lines(db: Any, tenant: str, *, period: str | None = None, ref_period: str | None = None,
+                  numbered: bool = False) -> list:
+    """Lines of `tenant`'s issued invoices: of the invoice for `period`, or the adjustments
+    about `ref_period` on any of them (with `numbered`: as (number, invoice's period, line))."""
+    where = "l.period = {p:String}" if period is not None else "l.kind = 'adjustment' AND l.ref_period = {r:String}"
     sql = (
-        f"SELECT {', '.join(LINE_FIELDS)} FROM invoice_lines FINAL "
-        "WHERE tenant = {t:String} AND period = {p:String} ORDER BY line_no"
+        f"SELECT h.number, l.period, {', '.join('l.' + f for f in store.LINE_FIELDS)} FROM invoice_lines AS l FINAL "
+        "INNER JOIN (SELECT id, revision, number FROM invoices FINAL WHERE tenant = {t:String} AND status = 'issued') AS h "
+        f"ON l.id = h.id AND l.revision = h.revision WHERE l.tenant = {{t:String}} AND {where} "
+        "ORDER BY h.number, l.line_no"
     )
-    lines = [_line_of_row(row) for row in db.query(sql, {"t": tenant, "p": period})]
-    return [line for line in lines if kinds is None or line.kind in kinds]
+    rows = db.query(sql, {"t": tenant, "p": period or "", "r": ref_period or ""})
+    if not numbered:
+        return [store.line_of_row(row[2:]) for row in rows]
+    return [(number, of_period, store.line_of_row(tuple(fields))) for number, of_period, *fields in rows]
 
 
-def _stored_lines_referencing(db: Any, tenant: str, ref: str) -> list[InvoiceLine]:
-    sql = (
-        f"SELECT {', '.join(LINE_FIELDS)} FROM invoice_lines FINAL "
-        "WHERE tenant = {t:String} AND kind = 'adjustment' AND ref_period = {r:String}"
-    )
-    return [_line_of_row(row) for row in db.query(sql, {"t": tenant, "r": ref})]
-
-
-def load_invoice(db: Any, tenant: str, period: str) -> IssuedInvoice:
-    """The stored invoice of `tenant` for `period`; NotFound when there is none."""
-    rows = db.query(
-        "SELECT number, status, issued_at, currency, subtotal, credit_used, net, tax, total, vat_rate "
-        "FROM invoices FINAL WHERE tenant = {t:String} AND period = {p:String}",
-        {"t": tenant, "p": period},
-    )
-    if not rows:
-        raise NotFound(f"no invoice for tenant {tenant!r} in {period}")
-    number, status, issued_at, currency, subtotal, credit_used, net, tax, total, vat_rate = rows[0]
-    issued = issued_at.replace(tzinfo=timezone.utc) if issued_at.tzinfo is None else issued_at
-    return IssuedInvoice(
-        tenant=tenant, period=period, number=number, status=status,
-        issued_at=issued.isoformat(timespec="seconds").replace("+00:00", "Z"), currency=currency,
-        subtotal=subtotal, credit_used=credit_used, net=net, tax=tax, total=total, vat_rate=vat_rate,
-        lines=tuple(_stored_lines(db, tenant, period)),
-    )
+def load_invoice(db: Any, tenant: str, period: str, *, drafts: bool = True) -> IssuedInvoice:
+    """`tenant`'s invoice for `period` that stands — the issued one, else (with `drafts`) its
+    draft, never a voided one; NotFound when there is none."""
+    return store.current(db, tenant, period, drafts=drafts)
 
 
 def list_invoices(db: Any, period: str) -> list[tuple[str, str, Decimal]]:
-    """(number, tenant, total) of every invoice of a period."""
-    return [tuple(r) for r in db.query(
-        "SELECT number, tenant, total FROM invoices FINAL WHERE period = {p:String} ORDER BY number", {"p": period})]
+    """(number — or draft id — , tenant, total) of every invoice of a period that is not voided."""
+    return [(h.number or h.id, h.tenant, h.total) for h in store.headers(db, period=period, status=("issued", "draft"))]

@@ -23,6 +23,7 @@ from fractions import Fraction
 from typing import Any
 
 from billing.balances import burn_per_hour_by_tenant
+from billing.invoice_store import charged
 from billing.invoicing import draft_invoice, invoice_credits, late_periods, pending_adjustments
 from billing.tenants import list_tenants, trial_tenants, utc_ms
 from billing_rules.spend import SpendContext, TenantPosition
@@ -32,7 +33,6 @@ __all__ = ["ESTIMATE_TTL_S", "LivePosition", "SpendContexts", "live_position", "
 ESTIMATE_TTL_S = 300.0
 BURN_TTL_S = 60.0  # the last hour's burn moves slowly; its scan of the hour's rows is the costly read
 _TOP_UPS_SQL = "SELECT tenant, sum(amount) FROM balance_ledger FINAL GROUP BY tenant"
-_INVOICED_SQL = "SELECT tenant, period, total FROM invoices FINAL"
 _BUDGETS_SQL = "SELECT tenant, amount FROM budgets FINAL"
 # Other periods with usage: from the rollups only (small; a closed period is rolled up within
 # minutes of its end). The per-second rows of a month are billions at the operator's size,
@@ -56,9 +56,7 @@ class SpendContexts:
         period = rules.period_of(int(at.timestamp()))
         vat = rules.vat_rate(period)
         top_ups = {tenant: Decimal(total) for tenant, total in db.query(_TOP_UPS_SQL)}
-        invoiced: dict[str, dict[str, Decimal]] = {}
-        for tenant, invoiced_period, total in db.query(_INVOICED_SQL):
-            invoiced.setdefault(tenant, {})[invoiced_period] = Decimal(total)
+        invoiced = charged(db)  # tenant → period → with VAT, less credit notes
         budgets = {tenant: None if amount is None else Decimal(amount) for tenant, amount in db.query(_BUDGETS_SQL)}
         open_periods: dict[str, set[str]] = {}
         for tenant, used_period in db.query(_USAGE_PERIODS_SQL, {"p": period}):

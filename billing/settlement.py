@@ -7,6 +7,7 @@ A tenant with top-ups in its ledger (billing/balances.py) is *prepaid*: its invo
 settled from the balance. The balance after an invoice is
 
     Σ top-ups recorded up to its issue time − Σ totals of the tenant's invoices issued up to it
+                                            + Σ totals of its credit notes issued up to it
 
 and the invoice is settled when that is ≥ 0; otherwise the part of its total the balance
 did not cover is due. Every other tenant is *postpaid*: the whole total is due. Whatever
@@ -56,11 +57,13 @@ def issue_date(rules: Any, issued_at: str) -> date:
 
 # The invoice's own stored issue time (milliseconds: the RFC 3339 text of an IssuedInvoice is cut to seconds).
 _PREPAID_SQL = """
-WITH (SELECT max(issued_at) FROM invoices FINAL WHERE number = {n:String} AND tenant = {t:String}) AS at
+WITH (SELECT max(issued_at) FROM invoices FINAL WHERE number = {n:String} AND tenant = {t:String}
+      AND status != 'draft') AS at
 SELECT
     (SELECT count() FROM balance_ledger FINAL WHERE tenant = {t:String}) AS top_ups,
     (SELECT sum(amount) FROM balance_ledger FINAL WHERE tenant = {t:String} AND created_at <= at),
-    (SELECT sum(total) FROM invoices FINAL WHERE tenant = {t:String} AND issued_at <= at)
+    (SELECT sum(total) FROM invoices FINAL WHERE tenant = {t:String} AND status != 'draft' AND issued_at <= at),
+    (SELECT sum(total) FROM credit_notes FINAL WHERE tenant = {t:String} AND issued_at <= at)
 """
 
 
@@ -68,10 +71,10 @@ def settlement_of(db: Any, rules: Any, invoice: IssuedInvoice) -> Settlement:
     """The settlement of `invoice` (see the module docstring); reads the ledger and the tenant's invoices.
     Only its tenant, number, total and issued_at are read."""
     issued = issue_date(rules, invoice.issued_at)
-    count, topped, invoiced = db.query(_PREPAID_SQL, {"t": invoice.tenant, "n": invoice.number})[0]
+    count, topped, invoiced, credited = db.query(_PREPAID_SQL, {"t": invoice.tenant, "n": invoice.number})[0]
     total = Decimal(invoice.total)
     if int(count):
-        after = Decimal(topped or 0) - Decimal(invoiced or 0)
+        after = Decimal(topped or 0) - Decimal(invoiced or 0) + Decimal(credited or 0)
         due = min(total, max(-after, Decimal(0))).quantize(Decimal("0.01"))
         return Settlement(issued, True, after.quantize(Decimal("0.01")), due,
                           issued + timedelta(days=rules.payment_terms_days) if due else None)

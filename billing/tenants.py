@@ -295,11 +295,12 @@ def find_tenant(db: Any, tenant: str) -> Tenant | None:
     return _tenant(rows[0]) if rows else None
 
 
-_INVOICED_PERIODS_SQL = "SELECT period FROM invoices FINAL WHERE tenant = {t:String} ORDER BY period"
+_INVOICED_PERIODS_SQL = ("SELECT DISTINCT period FROM invoices FINAL WHERE tenant = {t:String} AND status != 'draft' "
+                         "ORDER BY period")
 
 
 def invoiced_periods(db: Any, tenant: str) -> list[str]:
-    """The periods `tenant` has an invoice for, oldest first."""
+    """The periods `tenant` has an issued (or voided) invoice for, oldest first."""
     return [row[0] for row in db.query(_INVOICED_PERIODS_SQL, {"t": tenant})]
 
 

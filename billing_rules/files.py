@@ -94,6 +94,9 @@ class BillingFile(_Entry):
     vat: Annotated[list[VatVersion], Field(min_length=1)]
     new_tenant_credit: list[CreditEntry] = []
     payment_terms_days: Annotated[int, Field(strict=True, ge=0, le=365)] = 15  # due date = issue date + this
+    # "auto": `invoice run` issues at once (the scheduler after grace_period); "manual": it makes
+    # drafts that `gpubill invoice issue` issues after review (billing/invoicing.py)
+    review: Literal["auto", "manual"] = "auto"
     seller: SellerEntry | None = None  # without one, documents say the seller is not configured
 
 

@@ -139,15 +139,19 @@ class InvoiceDraft:
 
 @dataclass(frozen=True)
 class IssuedInvoice(InvoiceDraft):
-    """A draft once issued: what storing it adds (its number, status, issue time and currency).
+    """A draft once stored: what storing it adds (its id, number, status, issue time and currency).
 
-    The line order is the stored `line_no` order; nothing else about a line changes.
+    The line order is the stored `line_no` order; nothing else about a line changes. A stored
+    draft (status "draft") has an id and no number; an issued or voided invoice has both.
     """
 
-    number: str  # "GB-2026-000001": sequential and gap-free per year
-    status: str  # "finalized"
-    issued_at: str  # RFC 3339, UTC ("2026-04-03T02:00:00Z")
+    number: str  # "GB-2026-000001": sequential and gap-free per year; "" while a draft
+    status: str  # "draft" | "issued" | "voided"
+    issued_at: str  # RFC 3339, UTC ("2026-04-03T02:00:00Z"); a draft: when it was made or refreshed
     currency: str  # "CNY"
+    id: str = ""  # the document's id: "DRAFT-…" for one made as a draft, else its number
+    revision: int = 1  # the stored lines' revision (a draft refreshed by late data has a later one)
+    replaces: str = ""  # the voided invoice this one replaces
 
 
 def build_invoice(

@@ -62,7 +62,7 @@ class RuleSet:
     __slots__ = (
         "source", "digest", "_billing_tz", "_grace", "_vat_periods", "_vat_rates", "_sites", "_prices",
         "_contracts", "_new_tenant_credits", "_tenant_credits", "_rent_cache", "_energy_cache", "_rates",
-        "_seller", "_payment_terms_days", "_names_zh",
+        "_seller", "_payment_terms_days", "_names_zh", "_review",
     )  # fmt: skip
 
     def __init__(
@@ -103,6 +103,7 @@ class RuleSet:
             "_seller": Seller.of(billing.seller) if billing.seller is not None else None,
             "_payment_terms_days": billing.payment_terms_days,
             "_names_zh": _names_zh(billing, sites, contracts),
+            "_review": billing.review,
         }
         for name, value in fields.items():
             object.__setattr__(self, name, value)
@@ -124,6 +125,11 @@ class RuleSet:
     def payment_terms_days(self) -> int:
         """Days from an invoice's issue date (billing time zone) to its due date."""
         return self._payment_terms_days
+
+    @property
+    def review(self) -> str:
+        """billing.toml's `review`: "auto" (an invoice run issues) or "manual" (it makes drafts)."""
+        return self._review
 
     def name_zh(self, kind: str, key: str) -> str | None:
         """The zh-CN name the rule files give a `kind` ("site", "band" or "credit") named `key`

@@ -1,7 +1,8 @@
 """Build an invoice's document (reports.invoice_model): the stored invoice with its seller, buyer,
 dates, settlement and the credit left — what every rendering of it prints.
 
-    invoice_document(db, rules, tenant, period) -> InvoiceDocument     NotFound without an invoice
+    invoice_document(db, rules, tenant, period) -> InvoiceDocument     the one that stands (issued, else the draft)
+    invoice_document(db, rules, tenant, number=N) -> InvoiceDocument   that one, in whatever state (NotFound: none)
     document_of(db, rules, invoice) -> InvoiceDocument
 """
 
@@ -11,6 +12,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from billing import invoice_store
+from billing.credit_notes import credit_notes
 from billing.invoicing import load_invoice
 from billing.settlement import credits_left, issue_date, settlement_of
 from billing.tenants import find_tenant
@@ -21,8 +24,13 @@ from schemas.ids import is_id
 __all__ = ["document_of", "invoice_document"]
 
 
-def invoice_document(db: Any, rules: Any, tenant: str, period: str) -> InvoiceDocument:
-    """The document of `tenant`'s invoice for `period`; billing.errors.NotFound when there is none."""
+def invoice_document(db: Any, rules: Any, tenant: str | None, period: str | None = None, *,
+                     number: str | None = None) -> InvoiceDocument:
+    """The document of `tenant`'s invoice for `period` that stands (issued, else its draft), or of
+    invoice `number` (a number or draft id; of `tenant` unless it is None) in whatever state;
+    billing.errors.NotFound when there is none."""
+    if number is not None:
+        return document_of(db, rules, invoice_store.find(db, number, tenant=tenant))
     return document_of(db, rules, load_invoice(db, tenant, period))
 
 
@@ -54,8 +62,18 @@ def document_of(db: Any, rules: Any, invoice: IssuedInvoice) -> InvoiceDocument:
         issue_date=issue_date(rules, invoice.issued_at),
         service_start=datetime.fromtimestamp(lo, tz).date(),
         service_end=(datetime.fromtimestamp(hi, tz) - timedelta(days=1)).date(),
-        settlement=settlement_of(db, rules, invoice),
+        settlement=settlement_of(db, rules, invoice) if invoice.status == "issued" else None,
+        replaced_by=_replaced_by(db, invoice),
+        credit_notes=tuple(n.number for n in credit_notes(db, invoice=invoice.number)) if invoice.number else (),
         credits_left=left,
         period_hours=Decimal(hi - lo) / 3600,
         names=names,
     )
+
+
+def _replaced_by(db: Any, invoice: IssuedInvoice) -> str:
+    """The number of the invoice that replaces voided `invoice`, '' while there is none."""
+    if invoice.status != "voided":
+        return ""
+    return next((h.number for h in invoice_store.headers(db, tenant=invoice.tenant, period=invoice.period)
+                 if h.replaces == invoice.number and h.number), "")

@@ -6,7 +6,8 @@ everything a finance team reads around it. Plain data; `reports.invoice_document
     buyer         the tenant registry's row: display name, legal name, tax id, address, e-mail
     issue_date    the issue time's date in the billing time zone
     service_*     the first and last day of the billing period, billing time zone
-    settlement    due date and amount due, or the prepaid balance that settled it (billing/settlement.py)
+    settlement    due date and amount due, or the prepaid balance that settled it (billing/settlement.py);
+                  None for a draft (nothing is asked yet) and a voided invoice
     credits_left  each credit grant's remainder once this invoice spent its share
     period_hours  hours of the billing period: a monthly plan's per-hour unit price × these is
                   its monthly price, which the documents print as the price was written
@@ -51,6 +52,8 @@ class InvoiceDocument:
     credits_left: tuple[CreditBalance, ...] = ()
     period_hours: Decimal | None = None
     names: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
+    replaced_by: str = ""  # a voided invoice: the number of its replacement, once issued
+    credit_notes: tuple[str, ...] = ()  # the numbers of the credit notes on it
 
     def name(self, lang: str, kind: str, key: str | None) -> str | None:
         """The rules' name of a site, band ("site/band") or credit grant in `lang`; None without one."""

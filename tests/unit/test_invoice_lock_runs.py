@@ -129,14 +129,16 @@ def test_leftovers_of_any_period_are_deleted_and_finalized_invoices_kept(db):
     before = invoices_as_stored(db)
     # an April run that crashed: a credit line under an unused number (it would count as credit
     # spent), and a line under t01's March number but for April (same number, not its invoice)
-    columns = ["number", "tenant", "period", "line_no", "kind", "description", "quantity", "unit", "unit_price",
-               "amount", "exact_amount"]
+    columns = ["id", "revision", "number", "tenant", "period", "line_no", "kind", "description", "quantity", "unit",
+               "unit_price", "amount", "exact_amount"]
     db.insert("invoice_lines", [
-        ["GB-2026-000006", "t01", "2026-04", 1, "credit", "trial", Decimal(-1), "", Decimal(0), Decimal("-5.00"), "-5"],
-        ["GB-2026-000001", "t01", "2026-04", 2, "rent", "x", Decimal(1), "h", Decimal(1), Decimal("1.00"), "1"],
+        ["GB-2026-000006", 1, "GB-2026-000006", "t01", "2026-04", 1, "credit", "trial", Decimal(-1), "", Decimal(0),
+         Decimal("-5.00"), "-5"],
+        ["GB-2026-000001", 1, "GB-2026-000001", "t01", "2026-04", 2, "rent", "x", Decimal(1), "h", Decimal(1),
+         Decimal("1.00"), "1"],
     ], columns)
-    assert sorted(delete_stray_lines(db)) == [("GB-2026-000001", "t01", "2026-04"),
-                                              ("GB-2026-000006", "t01", "2026-04")]
+    assert sorted(delete_stray_lines(db)) == [("GB-2026-000001", 1, "t01", "2026-04"),
+                                              ("GB-2026-000006", 1, "t01", "2026-04")]
     assert db.query("SELECT count() FROM invoice_lines WHERE period = '2026-04'")[0][0] == 0
     assert invoices_as_stored(db) == before
     rerun = run_period(db, RULES, PERIOD, now=NOW)  # and a re-run changes nothing
