@@ -67,7 +67,7 @@ def headers(db: Any, *, tenant: str | None = None, period: str | None = None, st
         where.append("(id = {key:String} OR (number = {key:String} AND number != ''))")
         params["key"] = key
     sql = (f"SELECT {', '.join(_READ_COLUMNS)} FROM invoices FINAL"
-           + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY period, number = '', number, issued_at, id")
+           + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY period, number = '', number, tenant, issued_at, id")
     return [_header_of(row) for row in db.query(sql, params)]
 
 

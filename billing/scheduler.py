@@ -71,18 +71,38 @@ def run_due(db: Any, rules: Any, now: datetime | None = None) -> list[RunReport]
         except LeaseError as exc:
             log.warning("billing run %s postponed to the next hour: %s", period, exc)
             break
-        log.info("billing run %s: %d invoices created, %d already final", period, len(report.created), len(report.existing))
+        if report.drafted or report.refreshed or report.unchanged:
+            log.info("billing run %s (review = manual): %d drafts made, %d refreshed, %d unchanged, %d already issued",
+                     period, len(report.drafted), len(report.refreshed), len(report.unchanged), len(report.existing))
+        else:
+            log.info("billing run %s: %d invoices created, %d already final", period, len(report.created),
+                     len(report.existing))
         reports.append(report)
     return reports
 
 
-def add_jobs(scheduler: Any, db: Any, rules: Callable[[], Any]) -> ThreadPoolExecutor:
+def drafts_waiting(db: Any) -> int:
+    """How many drafts wait for review (`gpubill invoice drafts`): the gauge gpubill_invoice_drafts_waiting."""
+    return int(db.query("SELECT count() FROM invoices FINAL WHERE status = 'draft'")[0][0])
+
+
+def _billing_job(db: Any, rules: Any, on_drafts: Callable[[int], None] | None) -> list[RunReport]:
+    reports = run_due(db, rules)
+    if on_drafts is not None:
+        on_drafts(drafts_waiting(db))
+    return reports
+
+
+def add_jobs(scheduler: Any, db: Any, rules: Callable[[], Any],
+             on_drafts: Callable[[int], None] | None = None) -> ThreadPoolExecutor:
     """The billing and rollup jobs on `scheduler` (APScheduler), in their own thread, each run
-    with the rules `rules()` returns then (see the module docstring). Returns their executor:
+    with the rules `rules()` returns then (see the module docstring); after each billing run
+    `on_drafts` gets the number of drafts waiting for review. Returns their executor:
     `shutdown(wait=True)` waits for a job in flight (before the database is closed)."""
     executor = ThreadPoolExecutor(1, pool_kwargs={"thread_name_prefix": "billing-jobs"})
     scheduler.add_executor(executor, alias=JOBS_EXECUTOR)
-    add_billing_job(scheduler, lambda: _yielding(db, lambda: run_due(db, rules())), rules(), executor=JOBS_EXECUTOR)
+    add_billing_job(scheduler, lambda: _yielding(db, lambda: _billing_job(db, rules(), on_drafts)), rules(),
+                    executor=JOBS_EXECUTOR)
     add_rollup_job(scheduler, lambda: _yielding(db, lambda: run_rollup(db, rules())), executor=JOBS_EXECUTOR)
     return executor
 

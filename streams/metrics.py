@@ -45,6 +45,11 @@ class Metrics:
             "gpubill_unregistered_rented_seconds", "GPU-seconds rented in the billing period by those tenant ids",
             ["period"], registry=registry,
         )
+        self.invoice_drafts = Gauge(
+            "gpubill_invoice_drafts_waiting",
+            "Invoice drafts waiting for review (billing.toml review = \"manual\"; gpubill invoice drafts)",
+            registry=registry,
+        )
         self.state_bytes = Gauge(
             "gpubill_dedupe_state_bytes", "Memory the readings held in the dedupe horizon take (native core)",
             registry=registry,

@@ -35,8 +35,8 @@ import sys
 import typer
 
 from gpubill.cli import (
-    archive, balance, bench, db, demo, dlq, events, invoice, kafka, key, processes, producers, report, rollup, rules,
-    serve, tenant,
+    archive, balance, bench, credit_note, db, demo, dlq, events, invoice, kafka, key, processes, producers, report,
+    rollup, rules, serve, tenant,
 )
 from gpubill.cli.common import err, terminal_text
 from gpubill.errors import USER_ERRORS
@@ -65,6 +65,7 @@ app.command()(rollup.rollup)
 app.command()(demo.demo)
 app.add_typer(kafka.app, name="kafka")
 app.add_typer(invoice.app, name="invoice")
+app.add_typer(credit_note.app, name="credit-note")
 app.add_typer(tenant.app, name="tenant")
 app.add_typer(key.app, name="key")
 app.command()(balance.spend)

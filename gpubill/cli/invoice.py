@@ -1,7 +1,9 @@
-"""`gpubill invoice run|show`: the monthly invoices (billing/invoicing.py does the work)."""
+"""`gpubill invoice run|drafts|issue|list|show|void|history`: the monthly invoices and their
+lifecycle (billing/invoicing.py, billing/credit_notes.py and billing/journal.py do the work)."""
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
@@ -36,7 +38,12 @@ def invoice_run(
         report = run_period(database, rules, check_period(period),
                             progress=lambda n: err.print(f"[dim]{terminal_text(n)}[/dim]"),
                             on_wait=lambda message: err.print(terminal_text(message), highlight=False))
-        out.print(f"{period}: {len(report.created)} invoices created, {len(report.existing)} already final")
+        if rules.review == "manual":
+            out.print(f"{period}: {len(report.drafted)} drafts made, {len(report.refreshed)} refreshed, "
+                      f"{len(report.unchanged)} unchanged, {len(report.existing)} already issued (review = manual: "
+                      f"`gpubill invoice drafts --period {period}`, then `gpubill invoice issue --period {period}`)")
+        else:
+            out.print(f"{period}: {len(report.created)} invoices created, {len(report.existing)} already final")
         if report.unregistered:
             err.print(f"{len(report.unregistered)} of them for tenants that are not registered (no trial credit); "
                       f"see `gpubill tenant unknown --period {period}`", highlight=False)
@@ -54,30 +61,176 @@ def invoice_run(
 
 @app.command("show")
 def invoice_show(
-    period: str = typer.Option(..., help="Billing period YYYY-MM."),
-    tenant: str = typer.Option(..., help="Tenant id."),
+    period: Optional[str] = typer.Option(None, help="Billing period YYYY-MM (with --tenant: the invoice that stands, "
+                                         "issued or else its draft)."),
+    tenant: Optional[str] = typer.Option(None, help="Tenant id (with --period)."),
+    number: Optional[str] = typer.Option(None, "--number", help="An invoice number or draft id, in whatever state "
+                                         "(instead of --period and --tenant)."),
     fmt: str = typer.Option("json", "--format", help="json, csv or pdf (pdf needs --out)."),
     out_file: Optional[Path] = typer.Option(None, "--out", help="Write to this file instead of stdout."),
     lang: str = typer.Option("en", "--lang", help="Language of the PDF: en or zh-CN (JSON and CSV are the same "
                              "in every language)."),
 ) -> None:
-    """Print one invoice."""
+    """Print one invoice: by --number, or the one of --period and --tenant that stands (a draft is marked DRAFT)."""
     from billing.errors import NotFound
     from reports.invoice_document import invoice_document
     from reports.render import render_invoice
 
     check_format(fmt, "json", "csv", "pdf")
     check_choice("--lang", lang, LANGS)
+    if number is None and (period is None or tenant is None):
+        raise GpubillError("say which invoice: --number N, or --period YYYY-MM and --tenant T")
+    if number is not None and (period is not None or tenant is not None):
+        raise GpubillError("give either --number or --period and --tenant, not both")
     settings = load_settings()
     rules = read_rules(settings)
-    one, period = tenant, check_period(period)  # any id: documents of ids outside the syntax are shown too
     with connect(settings) as database:
-        try:
-            document = invoice_document(database, rules, one, period)
-        except NotFound:
-            raise _no_invoice(database, one, period) from None
+        if number is not None:
+            try:
+                document = invoice_document(database, rules, None, number=number)
+            except NotFound:
+                raise GpubillError(f"no invoice or draft {number!r}; `gpubill invoice list` shows them") from None
+        else:
+            one, period = tenant, check_period(period)  # any id: documents of ids outside the syntax are shown too
+            try:
+                document = invoice_document(database, rules, one, period)
+            except NotFound:
+                raise _no_invoice(database, one, period) from None
         data = render_invoice(document, fmt, lang=lang)
     emit(data, out_file, binary=fmt == "pdf")
+
+
+@app.command("list")
+def invoice_list(
+    period: Optional[str] = typer.Option(None, help="Only this billing period YYYY-MM."),
+    tenant: Optional[str] = typer.Option(None, help="Only this tenant."),
+    status: Optional[str] = typer.Option(None, help="Only draft, issued or voided invoices."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON array."),
+) -> None:
+    """Invoices and drafts with their state, what they replace and their credit notes."""
+    from billing import invoice_store
+
+    if status is not None:
+        check_choice("--status", status, invoice_store.STATUSES)
+    settings = load_settings()
+    with connect(settings) as database:
+        rows = _listed(database, invoice_store.headers(database, period=check_period(period) if period else None,
+                                                       tenant=tenant, status=status))
+    _print_invoices(rows, as_json)
+
+
+@app.command("drafts")
+def invoice_drafts(
+    period: Optional[str] = typer.Option(None, help="Only this billing period YYYY-MM."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON array."),
+) -> None:
+    """The drafts waiting for review (billing.toml review = "manual"); `invoice issue` issues them."""
+    from billing import invoice_store
+
+    settings = load_settings()
+    with connect(settings) as database:
+        rows = _listed(database, invoice_store.headers(database, period=check_period(period) if period else None,
+                                                       status="draft"))
+    if not rows and not as_json:
+        out.print("no drafts waiting for review" + (f" in {period}" if period else ""))
+        return
+    _print_invoices(rows, as_json)
+
+
+@app.command("issue")
+def invoice_issue(
+    period: str = typer.Option(..., help="Billing period YYYY-MM whose drafts to issue."),
+    tenant: Optional[str] = typer.Option(None, help="Only this tenant's draft."),
+) -> None:
+    """Issue the period's drafts (a replacement too): each is re-built from the data as it is now, then numbered."""
+    from billing.invoicing import issue_period
+
+    settings = load_settings()
+    rules = read_rules(settings)
+    with connect(settings) as database:
+        issued = issue_period(database, rules, check_period(period), tenant=tenant,
+                              on_wait=lambda message: err.print(terminal_text(message), highlight=False))
+    out.print(f"{period}: {len(issued)} invoices issued")
+    for draft_id, number in issued:
+        out.print(f"  {terminal_text(draft_id)} → {terminal_text(number)}", highlight=False)
+
+
+@app.command("void")
+def invoice_void(
+    number: str = typer.Argument(..., help="The issued invoice's number (GB-YYYY-NNNNNN)."),
+    reason: str = typer.Option(..., "--reason", help="Why it is voided (kept on the credit note and in the journal)."),
+) -> None:
+    """Void an issued invoice: a credit note for all still creditable, then the next `invoice run` issues its replacement."""
+    from billing.credit_notes import void_invoice
+
+    settings = load_settings()
+    rules = read_rules(settings)
+    with connect(settings) as database:
+        invoice, note = void_invoice(database, rules, number, reason,
+                                     on_wait=lambda message: err.print(terminal_text(message), highlight=False))
+    credited = f"credit note {note.number}: {note.total:.2f} CNY with VAT back to the tenant" if note else \
+        "nothing was left to credit"
+    out.print(f"{terminal_text(invoice.number)} voided ({credited}); `gpubill invoice run --period {invoice.period}` "
+              "issues its replacement", highlight=False)
+
+
+@app.command("history")
+def invoice_history(
+    number: str = typer.Argument(..., help="An invoice number or draft id."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON array of journal entries."),
+) -> None:
+    """Every change of the invoice's state: made, refreshed, issued, credited, voided, replaced — when, by whom, why."""
+    from billing import invoice_store
+    from billing.errors import NotFound
+    from billing.journal import history
+
+    settings = load_settings()
+    with connect(settings) as database:
+        try:
+            found = invoice_store.find(database, number)
+        except NotFound:
+            raise GpubillError(f"no invoice or draft {number!r}; `gpubill invoice list` shows them") from None
+        entries = history(database, [found.id, found.number])
+    if as_json:
+        import orjson
+
+        sys.stdout.write(orjson.dumps([{**e.__dict__, "at": e.at.isoformat(timespec="microseconds")}
+                                       for e in entries]).decode() + "\n")
+        return
+    for e in entries:
+        other = f" {e.document}" if e.document else ""
+        why = f" — {e.reason}" if e.reason else ""
+        out.print(f"{e.at:%Y-%m-%d %H:%M:%S}Z  {terminal_text(e.action):<16} {terminal_text(e.invoice)}"
+                  f"{terminal_text(other)}  by {terminal_text(e.actor)}{terminal_text(why)}  {terminal_text(e.detail)}",
+                  highlight=False)
+
+
+def _listed(db, headers) -> list[dict]:
+    """Rows of `invoice list`/`drafts`: each header with its credit notes and replacement."""
+    from billing.credit_notes import credit_notes
+
+    notes: dict[str, list[str]] = {}
+    for note in credit_notes(db):
+        notes.setdefault(note.invoice, []).append(note.number)
+    replaced_by = {h.replaces: h.number or h.id for h in headers if h.replaces}
+    return [{"id": h.id, "number": h.number, "tenant": h.tenant, "period": h.period, "status": h.status,
+             "revision": h.revision, "issued_at": h.issued_at, "total": f"{h.total:.2f}", "currency": h.currency,
+             "replaces": h.replaces, "replaced_by": replaced_by.get(h.number, "") if h.number else "",
+             "credit_notes": notes.get(h.number, []) if h.number else []} for h in headers]
+
+
+def _print_invoices(rows: list[dict], as_json: bool) -> None:
+    if as_json:
+        import orjson
+
+        sys.stdout.write(orjson.dumps(rows).decode() + "\n")
+        return
+    for row in rows:
+        extra = "".join([f"  replaces {row['replaces']}" if row["replaces"] else "",
+                         f"  replaced by {row['replaced_by']}" if row["replaced_by"] else "",
+                         f"  credit notes {', '.join(row['credit_notes'])}" if row["credit_notes"] else ""])
+        out.print(f"  {terminal_text(row['number'] or row['id']):<20} {row['period']}  {terminal_text(row['tenant']):<24}"
+                  f" {row['status']:<7} {row['total']:>14} {row['currency']}{terminal_text(extra)}", highlight=False)
 
 
 def check_ended(rules, period: str, now: datetime | None = None) -> None:

@@ -215,7 +215,8 @@ class _Jobs:
 
         self.scheduler = AsyncIOScheduler(timezone=timezone.utc)  # its log lines in UTC, like all others
         self.database = _side_client(settings, database)
-        self.executor = add_jobs(self.scheduler, self.database, lambda: pipeline.rules)
+        gauge = pipeline.metrics.invoice_drafts.set if pipeline.metrics is not None else None
+        self.executor = add_jobs(self.scheduler, self.database, lambda: pipeline.rules, on_drafts=gauge)
         self._shared = self.database is database
 
     def stop(self) -> None:

@@ -25,7 +25,8 @@ def one_line_error(done, *fragments: str) -> str:
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (("invoice", "show", "--tenant", "acme"), "gpubill invoice show: Missing option '--period'"),
+    (("invoice", "issue", "--tenant", "acme"), "gpubill invoice issue: Missing option '--period'"),
+    (("invoice", "show", "--tenant", "acme"), "say which invoice: --number N, or --period YYYY-MM and --tenant T"),
     (("invoice", "show", "--period", PERIOD, "--tenant", "acme", "--bogus"), "No such option: --bogus"),
     (("report", "usage", "--tenant", "acme", "--period", PERIOD), "Missing option '--out'"),
     (("nosuch",), "No such command 'nosuch'"),
