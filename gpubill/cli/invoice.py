@@ -79,9 +79,10 @@ def invoice_show(
     check_format(fmt, "json", "csv", "pdf")
     check_choice("--lang", lang, LANGS)
     if number is None and (period is None or tenant is None):
-        raise GpubillError("say which invoice: --number N, or --period YYYY-MM and --tenant T")
+        raise GpubillError("say which invoice: --number N, or --period YYYY-MM and --tenant T "
+                           "(see gpubill invoice show --help)")
     if number is not None and (period is not None or tenant is not None):
-        raise GpubillError("give either --number or --period and --tenant, not both")
+        raise GpubillError("give either --number or --period and --tenant, not both (see gpubill invoice show --help)")
     settings = load_settings()
     rules = read_rules(settings)
     with connect(settings) as database:
