@@ -6,7 +6,7 @@
 
 What a language changes, and what it does not:
 
-- **PDF** (usage report, invoice): every heading, label, note and the chart's caption; the
+- **PDF** (usage report, invoice, credit note): every heading, label, note and the chart's caption; the
   dates and figures keep one notation in both (``2026-03-05``, ``1,234.56``), amounts keep
   two decimals and say their currency (``CNY`` in headings, ``¥`` before a Chinese total).
 - **CSV, JSON, Parquet**: nothing. Their column names and keys (``gpu_hours``, ``rent``,
@@ -19,7 +19,8 @@ What a language changes, and what it does not:
 Chinese labels are written for the reference operator's customers (Simplified Chinese, the
 mainland's usual billing vocabulary: 账单, 租金, 电费, 增值税). The invoice is titled 账单
 (a bill), not 发票: on the mainland 发票 means the official VAT fapiao issued through the
-tax system, which this document is not.
+tax system, which this document is not. A credit note is likewise 贷项通知单, not 红字发票
+(the fapiao system's red-letter invoice).
 """
 
 from __future__ import annotations
@@ -118,7 +119,49 @@ _LABELS: dict[str, dict[str, str]] = {
         "kind.adjustment": "Adjustment",
         "detail.pue": "PUE {value}",
         "detail.ref_period": "for period {value}",
-        "status.finalized": "finalized",
+        "status.draft": "draft",
+        "status.issued": "issued",
+        "status.voided": "voided",
+        # the invoice's lifecycle (issue 24): a draft under review, a voided invoice, a replacement
+        "inv.heading_draft": "DRAFT INVOICE",
+        "inv.heading_voided": "VOID INVOICE",
+        "inv.draft_title": "{id} (draft)",
+        "inv.draft_number": "{id} (no number yet)",
+        "inv.drafted": "Drafted",
+        "inv.draft_banner": "DRAFT - for review, not issued",
+        "inv.draft_terms": ("It has no invoice number yet and nothing is due; its figures may still change "
+                            "before it is issued."),
+        "inv.void_banner": "VOID - this invoice was voided: it is not to be paid.",
+        "inv.replaced_by": "Replaced by invoice {number}.",
+        "inv.not_replaced": "No replacement has been issued yet.",
+        "inv.replaces": "Replaces invoice {number}, which was voided.",
+        "inv.credit_notes": "Credit notes on this invoice: {numbers}.",
+        "list.sep": ", ",
+        # credit notes
+        "cn.doc_title": "Credit note {number}",
+        "cn.footer": "{seller} - credit note {number} - invoice {invoice} - {tenant}",
+        "cn.heading": "CREDIT NOTE",
+        "cn.tagline": "Correction of an issued invoice",
+        "cn.customer": "CUSTOMER",
+        "cn.number": "Credit note no.",
+        "cn.issue_date": "Issue date",
+        "cn.invoice": "Credits invoice",
+        "cn.reason": "Reason",
+        "cn.note": "Note: {note}",
+        "cn.line": "Invoice line",
+        "cn.subtotal": "Credited before VAT",
+        "cn.vat": "VAT {rate}% reversed",
+        "cn.total": "Total credited ({currency})",
+        "cn.returns": "The amount returns to the tenant's prepaid balance: {amount} is added to the balance of {tenant}.",
+        "cn.notes": ("Amounts in {currency}. Line amounts are before VAT; a negative line gives back a credit or "
+                     "discount of the invoice. VAT is reversed at the invoice's rate, {rate}%; credit notes never "
+                     "credit more than the invoice."),
+        "reason.price_error": "Price error",
+        "reason.usage_error": "Usage error",
+        "reason.duplicate": "Duplicate invoice",
+        "reason.goodwill": "Goodwill",
+        "reason.void": "Invoice voided",
+        "reason.rerate": "Re-rating",
     },
     "zh-CN": {
         "usage.title": "GPU 用量报告 - {tenant} - {period}",
@@ -188,7 +231,45 @@ _LABELS: dict[str, dict[str, str]] = {
         "kind.adjustment": "调整",
         "detail.pue": "PUE {value}",
         "detail.ref_period": "所属账期 {value}",
-        "status.finalized": "已开具",
+        "status.draft": "草稿",
+        "status.issued": "已开具",
+        "status.voided": "已作废",
+        "inv.heading_draft": "账单（草稿）",
+        "inv.heading_voided": "账单（已作废）",
+        "inv.draft_title": "{id}（草稿）",
+        "inv.draft_number": "{id}（尚未编号）",
+        "inv.drafted": "草稿生成日期",
+        "inv.draft_banner": "草稿 — 待审核，尚未开具",
+        "inv.draft_terms": "尚无账单编号，无需付款；开具前金额仍可能变动。",
+        "inv.void_banner": "已作废 — 本账单已作废，无需付款。",
+        "inv.replaced_by": "已由账单 {number} 替代。",
+        "inv.not_replaced": "替代账单尚未开具。",
+        "inv.replaces": "替代账单 {number}（已作废）。",
+        "inv.credit_notes": "本账单的贷项通知单：{numbers}。",
+        "list.sep": "、",
+        "cn.doc_title": "贷项通知单 {number}",
+        "cn.footer": "{seller} - 贷项通知单 {number} - 账单 {invoice} - {tenant}",
+        "cn.heading": "贷项通知单",
+        "cn.tagline": "已开具账单的更正",
+        "cn.customer": "客户",
+        "cn.number": "通知单编号",
+        "cn.issue_date": "开具日期",
+        "cn.invoice": "原账单编号",
+        "cn.reason": "原因",
+        "cn.note": "说明：{note}",
+        "cn.line": "原账单行",
+        "cn.subtotal": "冲减金额（不含税）",
+        "cn.vat": "冲减增值税 {rate}%",
+        "cn.total": "冲减价税合计 ({currency})",
+        "cn.returns": "金额退回预付余额：客户 {tenant} 的预付余额增加 {amount}。",
+        "cn.notes": ("金额单位：{currency}（人民币）。各行金额不含税；负数行为退回原账单的抵扣额度或折扣。"
+                     "增值税按原账单税率 {rate}% 冲减；贷项通知单冲减的金额不超过原账单。"),
+        "reason.price_error": "价格错误",
+        "reason.usage_error": "用量错误",
+        "reason.duplicate": "重复开具",
+        "reason.goodwill": "商誉补偿",
+        "reason.void": "作废",
+        "reason.rerate": "重新计价",
         "party.tax_id": "纳税人识别号：{value}",
         "party.no_tax_id": "纳税人识别号：未登记",
         "party.bank": "开户行：{bank}，账号 {account}",

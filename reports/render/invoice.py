@@ -19,6 +19,14 @@ terms); the buyer; the charges (rent, electricity, adjustments) with unit prices
 price is written; then subtotal → each discount and credit by name → net → VAT → total
 (on zh-CN documents also in capital numerals); what is due or how it was settled; the
 credit left after this invoice.
+
+Its lifecycle is marked where a reader looks first: a draft is headed DRAFT INVOICE / 账单（草稿）
+with a banner (no number yet, nothing due), its number field shows the draft id; a voided
+invoice is headed VOID INVOICE / 账单（已作废） and names its replacement once there is one; a
+replacement says which invoice it replaces; the credit notes on an invoice are listed by number.
+
+The PDF's pieces (masthead, party blocks, facts, totals) are shared with the credit note
+(`reports.render.credit_note`), so both documents look alike.
 """
 
 from __future__ import annotations
@@ -45,9 +53,12 @@ from reports.render.format import (
 )
 from reports.render.i18n import band_name, check_lang, plan_name, unit_name
 from reports.render.i18n import label as translate
-from reports.render.pdf import ACCENT, MUTED, RULE, ReportPDF, draw_table, fit_text
+from reports.render.pdf import ACCENT, INK, MUTED, RULE, ReportPDF, draw_table, fit_text
 
 __all__ = ["GROUPING_FIELDS", "INVOICE_CSV_COLUMNS", "invoice_to_dict", "line_to_dict", "render_invoice"]
+
+# The pieces `reports.render.credit_note` draws with (not exported from the package):
+#   buyer_lines, seller_lines, draw_block, draw_facts, draw_masthead, draw_totals, line_text, vat_percent, yuan
 
 GROUPING_FIELDS = ("gpu_model", "plan", "site", "band", "pue", "ref_period", "credit_id")
 INVOICE_CSV_COLUMNS = ("kind", *GROUPING_FIELDS, "description", "quantity", "unit", "unit_price", "amount")
@@ -126,6 +137,12 @@ def invoice_to_dict(value: InvoiceDocument | IssuedInvoice) -> dict[str, Any]:
         "balance_after": _opt(settlement.balance_after if settlement else None, money_str),
         "credit_left": [{"id": c.id, "reason": c.reason, "remaining": money_str(c.remaining),
                          "expires_period": c.expires_period} for c in doc.credits_left],
+        # the lifecycle (issue 24): the document's id (a draft's DRAFT-…, else its number), what it
+        # replaces, what replaced it (a voided invoice) and the numbers of its credit notes
+        "id": getattr(inv, "id", "") or inv.number,
+        "replaces": getattr(inv, "replaces", ""),
+        "replaced_by": doc.replaced_by,
+        "credit_notes": list(doc.credit_notes),
     }
 
 
@@ -155,30 +172,30 @@ def invoice_csv(value: InvoiceDocument | IssuedInvoice) -> bytes:
         writer.writerow({k: ("" if v is None else csv_cell(v)) for k, v in line.items()})
     for key, kind, description in _CSV_TOTALS:
         if d[key] is not None:
-            writer.writerow({"kind": kind, "description": description or _vat_label(doc.invoice.vat_rate),
+            writer.writerow({"kind": kind, "description": description or vat_label(doc.invoice.vat_rate),
                              "amount": csv_cell(d[key])})
     return buf.getvalue().encode("utf-8")
 
 
-def _vat_label(rate: Any) -> str:
-    """``Decimal("0.06") -> "VAT 6%"``, ``Decimal("0.065") -> "VAT 6.5%"``."""
-    return f"VAT {_vat_percent(rate)}%"
+def vat_label(rate: Any) -> str:
+    """``Decimal("0.06") -> "VAT 6%"``, ``Decimal("0.065") -> "VAT 6.5%"``: the CSV's words (every language)."""
+    return f"VAT {vat_percent(rate)}%"
 
 
-def _vat_percent(rate: Any) -> str:
+def vat_percent(rate: Any) -> str:
     """``Decimal("0.06") -> "6"``, ``Decimal("0.065") -> "6.5"``."""
     return f"{(as_decimal(rate) * 100).normalize():f}"
 
 
-def _grouped_money(text: str) -> str:
+def grouped_money(text: str) -> str:
     sign, digits = ("-", text[1:]) if text.startswith("-") else ("", text)
     whole, _, frac = digits.partition(".")
     return f"{sign}{int(whole):,}.{frac}"
 
 
-def _yuan(pdf: ReportPDF, text: str) -> str:
+def yuan(pdf: ReportPDF, text: str) -> str:
     """An amount for people: ``¥1,234.50`` (``-¥10.00``); latin-1 documents write ``CNY 1,234.50`` (``CNY -10.00``)."""
-    grouped = _grouped_money(text)
+    grouped = grouped_money(text)
     sign, digits = ("-", grouped[1:]) if grouped.startswith("-") else ("", grouped)
     return f"{sign}¥{digits}" if pdf.cjk else f"CNY {sign}{digits}"
 
@@ -189,7 +206,7 @@ def _yuan(pdf: ReportPDF, text: str) -> str:
 _DISCOUNT_PCT = re.compile(r"discount ([0-9]+(?:\.[0-9]+)?) %")
 
 
-def _what(pdf: ReportPDF, doc: InvoiceDocument, line: dict[str, Any]) -> str:
+def _what(pdf: ReportPDF, doc: InvoiceDocument | Any, line: dict[str, Any]) -> str:
     """A rent or electricity charge in words: "A800-80G GPU rent, monthly plan" / "电费：贵州贵安，单一电价"."""
     lang = pdf.doc_lang
     if "site" in line:
@@ -199,8 +216,9 @@ def _what(pdf: ReportPDF, doc: InvoiceDocument, line: dict[str, Any]) -> str:
     return pdf.label("line.rent", model=line.get("gpu_model", ""), plan=plan_name(lang, str(line.get("plan", ""))))
 
 
-def _line_text(pdf: ReportPDF, doc: InvoiceDocument, line: dict[str, Any]) -> str:
-    """What a line is, in the document's language, from its fields and the rules' names."""
+def line_text(pdf: ReportPDF, doc: InvoiceDocument | Any, line: dict[str, Any]) -> str:
+    """What a line (as :func:`line_to_dict` writes it) is, in the document's language, from its
+    fields and the rules' names (`doc.name(lang, kind, key)`: an invoice's or a credit note's document)."""
     kind = line["kind"]
     if kind in ("rent", "electricity"):
         return _what(pdf, doc, line)
@@ -239,7 +257,7 @@ def _price_cell(pdf: ReportPDF, line: dict[str, Any]) -> str:
         price, per = rate_str(line["unit_price"]), line["unit"]
     else:
         return ""
-    return f"{_yuan(pdf, price)}/{unit_name(pdf.doc_lang, per)}"
+    return f"{yuan(pdf, price)}/{unit_name(pdf.doc_lang, per)}"
 
 
 def _quantity_cell(pdf: ReportPDF, line: dict[str, Any]) -> tuple[str, str]:
@@ -254,7 +272,9 @@ def _quantity_cell(pdf: ReportPDF, line: dict[str, Any]) -> tuple[str, str]:
 
 def _outside_texts(d: dict[str, Any]) -> list[str]:
     """Every text of the invoice that comes from outside (they decide whether the PDF needs the CJK font)."""
-    texts = [str(d[k] or "") for k in ("tenant", "period", "number", "status", "issued_at", "currency")]
+    texts = [str(d[k] or "") for k in ("tenant", "period", "number", "status", "issued_at", "currency", "id",
+                                       "replaces", "replaced_by")]
+    texts.extend(d["credit_notes"])
     for block in ("seller", "buyer"):
         texts.extend(str(v) for v in (d[block] or {}).values() if v)
     for line in d["lines"]:
@@ -263,12 +283,23 @@ def _outside_texts(d: dict[str, Any]) -> list[str]:
     return texts
 
 
+# a status as the document says it; "finalized" is what invoices were called before drafts existed
+_STATUS_LABELS = {"draft": "status.draft", "issued": "status.issued", "finalized": "status.issued",
+                  "voided": "status.voided"}
+
+
 def _facts(pdf: ReportPDF, doc: InvoiceDocument, d: dict[str, Any]) -> list[tuple[str, str]]:
     settlement = doc.settlement
-    facts = [
-        (pdf.label("inv.number"), d["number"] or pdf.label("inv.not_numbered")),
-        (pdf.label("inv.issue_date"), d["issue_date"] or d["issued_at"] or pdf.label("inv.not_issued")),
-    ]
+    status = str(d["status"] or "")
+    if status == "draft":  # no number and no issue date yet: the draft id, and when it was drafted
+        facts = [(pdf.label("inv.number"), pdf.label("inv.draft_number", id=d["id"]) if d["id"]
+                  else pdf.label("inv.not_numbered")),
+                 (pdf.label("inv.issue_date"), pdf.label("inv.not_issued"))]
+        if d["issue_date"]:
+            facts.append((pdf.label("inv.drafted"), d["issue_date"]))
+    else:
+        facts = [(pdf.label("inv.number"), d["number"] or pdf.label("inv.not_numbered")),
+                 (pdf.label("inv.issue_date"), d["issue_date"] or d["issued_at"] or pdf.label("inv.not_issued"))]
     if d["service_period"]:
         facts.append((pdf.label("inv.service_period"),
                       f"{d['service_period']['start']} - {d['service_period']['end']}"))
@@ -280,13 +311,10 @@ def _facts(pdf: ReportPDF, doc: InvoiceDocument, d: dict[str, Any]) -> list[tupl
             facts.append((pdf.label("inv.terms"), pdf.label("inv.terms_days", days=_terms_days(doc))))
         if settlement.due_date is not None:
             facts.append((pdf.label("inv.due_date"), str(settlement.due_date)))
-    status = str(d["status"] or "")
-    facts.append((pdf.label("inv.status"), pdf.label(f"status.{status}") if status in _STATUSES else status or "-"))
+    facts.append((pdf.label("inv.status"), pdf.label(_STATUS_LABELS[status]) if status in _STATUS_LABELS
+                  else status or "-"))
     facts.append((pdf.label("inv.currency"), d["currency"]))
     return facts
-
-
-_STATUSES = ("finalized",)
 
 
 def _terms_days(doc: InvoiceDocument) -> int:
@@ -296,21 +324,22 @@ def _terms_days(doc: InvoiceDocument) -> int:
     return (settlement.due_date - doc.issue_date).days
 
 
-def _party_lines(pdf: ReportPDF, doc: InvoiceDocument, which: str) -> list[str]:
+def seller_lines(pdf: ReportPDF, seller: Any) -> list[str]:
+    """The seller block's lines (billing.toml [seller]) in the document's language; None: it is not configured."""
+    if seller is None:
+        return [pdf.label("inv.no_seller")]
     lang = pdf.doc_lang
-    if which == "seller":
-        seller = doc.seller
-        if seller is None:
-            return [pdf.label("inv.no_seller")]
-        lines = [seller.text("legal_name", lang), seller.text("address", lang),
-                 pdf.label("party.tax_id", value=seller.tax_id)]
-        if seller.bank:
-            lines.append(pdf.label("party.bank", bank=seller.text("bank", lang), account=seller.bank_account or ""))
-        lines.append(pdf.label("party.contact", value=seller.contact))
-        return [str(x) for x in lines if x]
-    buyer = doc.buyer
+    lines = [seller.text("legal_name", lang), seller.text("address", lang), pdf.label("party.tax_id", value=seller.tax_id)]
+    if seller.bank:
+        lines.append(pdf.label("party.bank", bank=seller.text("bank", lang), account=seller.bank_account or ""))
+    lines.append(pdf.label("party.contact", value=seller.contact))
+    return [str(x) for x in lines if x]
+
+
+def buyer_lines(pdf: ReportPDF, buyer: Any, tenant: str) -> list[str]:
+    """The buyer block's lines (the tenant registry's row); None: the tenant id only."""
     if buyer is None:
-        return [pdf.label("party.tenant", value=doc.invoice.tenant)]
+        return [pdf.label("party.tenant", value=tenant)]
     lines = [buyer.legal_name or buyer.display_name or buyer.tenant]
     if buyer.display_name and buyer.legal_name:
         lines.append(buyer.display_name)
@@ -323,13 +352,13 @@ def _party_lines(pdf: ReportPDF, doc: InvoiceDocument, which: str) -> list[str]:
     return lines
 
 
-def _block(pdf: ReportPDF, x: float, y: float, width: float, title: str, lines: list[str]) -> float:
+def draw_block(pdf: ReportPDF, x: float, y: float, width: float, title: str, lines: list[str]) -> float:
     """A titled block of text lines at (x, y); returns the y below it."""
     pdf.set_xy(x, y)
     pdf.set_font("Helvetica", "", 7.5)
     pdf.set_text_color(*MUTED)
     pdf.cell(width, 4, pdf.txt(title), new_x="LEFT", new_y="NEXT")
-    pdf.set_text_color(33, 37, 41)
+    pdf.set_text_color(*INK)
     for i, text in enumerate(lines):
         pdf.set_x(x)
         pdf.set_font("Helvetica", "B" if i == 0 else "", 10 if i == 0 else 8)
@@ -338,12 +367,85 @@ def _block(pdf: ReportPDF, x: float, y: float, width: float, title: str, lines: 
     return pdf.get_y()
 
 
+def draw_masthead(pdf: ReportPDF, brand: str, heading: str, tagline: str) -> None:
+    """The brand (left) and the document's name (right) over the tagline, then the accent rule."""
+    width = pdf.usable_width
+    top = pdf.get_y()
+    pdf.set_font("Helvetica", "B", 15)
+    pdf.set_text_color(*ACCENT)
+    pdf.cell(width / 2, 8, pdf.txt(brand))
+    pdf.set_font("Helvetica", "B", 22)
+    pdf.set_text_color(*INK)
+    pdf.cell(width / 2, 8, pdf.txt(heading), align="R", new_x="LMARGIN", new_y="NEXT")
+    pdf.set_font("Helvetica", "", 8)
+    pdf.set_text_color(*MUTED)
+    pdf.cell(width / 2, 4.5, pdf.txt(tagline))
+    pdf.set_text_color(*INK)
+    pdf.set_y(top + 15)
+    pdf.set_draw_color(*ACCENT)
+    pdf.set_line_width(0.6)
+    pdf.line(pdf.l_margin, pdf.get_y(), pdf.l_margin + width, pdf.get_y())
+
+
+def draw_facts(pdf: ReportPDF, y: float, facts: list[tuple[str, str]]) -> float:
+    """The document's facts (label, value), one a row, in the right-hand column from `y`; returns the y below."""
+    width = pdf.usable_width
+    pdf.set_y(y)
+    for label, value in facts:
+        pdf.set_x(pdf.l_margin + width * 0.54)
+        pdf.set_font("Helvetica", "", 8)
+        pdf.set_text_color(*MUTED)
+        pdf.cell(width * 0.15, 5, fit_text(pdf, label, width * 0.15 - 0.5))
+        pdf.set_font("Helvetica", "B", 8)
+        pdf.set_text_color(*INK)
+        pdf.cell(width * 0.31, 5, fit_text(pdf, value, width * 0.31 - 1), align="R", new_x="LMARGIN", new_y="NEXT")
+    return pdf.get_y()
+
+
+def _notice(pdf: ReportPDF, lines: list[str], fill: tuple[int, int, int], ink: tuple[int, int, int]) -> None:
+    """A full-width band of text (the first line bold) on `fill`: a draft's or a voided invoice's mark."""
+    pdf.set_fill_color(*fill)
+    pdf.set_text_color(*ink)
+    for i, text in enumerate(lines):
+        pdf.set_font("Helvetica", "B" if i == 0 else "", 10 if i == 0 else 8.5)
+        pdf.multi_cell(0, 6 if i == 0 else 5, pdf.txt(text), fill=True, new_x="LMARGIN", new_y="NEXT",
+                       wrapmode=pdf.wrapping(), padding=(0.5, 2) if i == 0 else (0, 2, 0.5, 2))
+    pdf.set_text_color(*INK)
+
+
+def _lifecycle(pdf: ReportPDF, d: dict[str, Any]) -> None:
+    """Below the masthead: DRAFT or VOID (with its replacement) in a band, and what this invoice replaces."""
+    status = d["status"]
+    y = pdf.get_y()
+    pdf.set_y(y + 3)
+    if status == "draft":
+        _notice(pdf, [pdf.label("inv.draft_banner"), pdf.label("inv.draft_terms")], DRAFT_FILL, DRAFT_INK)
+    elif status == "voided":
+        after = pdf.label("inv.replaced_by", number=d["replaced_by"]) if d["replaced_by"] else pdf.label("inv.not_replaced")
+        _notice(pdf, [pdf.label("inv.void_banner"), after], VOID_FILL, VOID_INK)
+    if d["replaces"]:
+        pdf.set_font("Helvetica", "B", 9)
+        pdf.multi_cell(0, 5, pdf.txt(pdf.label("inv.replaces", number=d["replaces"])), new_x="LMARGIN", new_y="NEXT",
+                       wrapmode=pdf.wrapping())
+    if pdf.get_y() == y + 3:
+        pdf.set_y(y)
+
+
+DRAFT_FILL, DRAFT_INK = (255, 243, 205), (133, 100, 4)  # amber: not final yet
+VOID_FILL, VOID_INK = (248, 215, 218), (132, 32, 41)  # red: not to be paid
+
+
+def _heading(status: str) -> str:
+    return {"draft": "inv.heading_draft", "voided": "inv.heading_voided"}.get(status, "inv.heading")
+
+
 def invoice_pdf(value: InvoiceDocument | IssuedInvoice, *, lang: str = "en") -> bytes:
     """An A4 invoice labelled in `lang`; see the module docstring for what it shows, in order."""
     doc = as_document(value)
     d = invoice_to_dict(doc)
     brand = doc.seller.text("brand", lang) if doc.seller else UNCONFIGURED_BRAND
-    number_text = d["number"] or translate(lang, "inv.draft")
+    number_text = d["number"] or (translate(lang, "inv.draft_title", id=d["id"]) if d["id"]
+                                  else translate(lang, "inv.draft"))
     pdf = ReportPDF(
         title=translate(lang, "inv.doc_title", number=number_text),
         footer_note=translate(lang, "inv.footer", seller=brand, number=number_text, tenant=d["tenant"],
@@ -355,38 +457,16 @@ def invoice_pdf(value: InvoiceDocument | IssuedInvoice, *, lang: str = "en") -> 
     )
     pdf.add_page()
     width = pdf.usable_width
-    top = pdf.get_y()
-
-    # brand (left) and the document's name (right)
-    pdf.set_font("Helvetica", "B", 15)
-    pdf.set_text_color(*ACCENT)
-    pdf.cell(width / 2, 8, pdf.txt(brand))
-    pdf.set_font("Helvetica", "B", 22)
-    pdf.set_text_color(33, 37, 41)
-    pdf.cell(width / 2, 8, pdf.txt(pdf.label("inv.heading")), align="R", new_x="LMARGIN", new_y="NEXT")
-    pdf.set_font("Helvetica", "", 8)
-    pdf.set_text_color(*MUTED)
-    pdf.cell(width / 2, 4.5, pdf.txt(pdf.label("inv.tagline")))
-    pdf.set_text_color(33, 37, 41)
-    pdf.set_y(top + 15)
-    pdf.set_draw_color(*ACCENT)
-    pdf.set_line_width(0.6)
-    pdf.line(pdf.l_margin, pdf.get_y(), pdf.l_margin + width, pdf.get_y())
+    draw_masthead(pdf, brand, pdf.label(_heading(str(d["status"] or ""))), pdf.label("inv.tagline"))
+    _lifecycle(pdf, d)
 
     # seller (left), the document's facts (right), then the buyer
     y = pdf.get_y() + 4
-    below_seller = _block(pdf, pdf.l_margin, y, width * 0.52, pdf.label("inv.seller"), _party_lines(pdf, doc, "seller"))
-    pdf.set_y(y)
-    for label, value in _facts(pdf, doc, d):
-        pdf.set_x(pdf.l_margin + width * 0.56)
-        pdf.set_font("Helvetica", "", 8)
-        pdf.set_text_color(*MUTED)
-        pdf.cell(width * 0.17, 5, pdf.txt(label))
-        pdf.set_font("Helvetica", "B", 8)
-        pdf.set_text_color(33, 37, 41)
-        pdf.cell(width * 0.27, 5, fit_text(pdf, value, width * 0.27 - 1), align="R", new_x="LMARGIN", new_y="NEXT")
-    y = max(below_seller, pdf.get_y()) + 4
-    below_buyer = _block(pdf, pdf.l_margin, y, width * 0.6, pdf.label("inv.bill_to"), _party_lines(pdf, doc, "buyer"))
+    below_seller = draw_block(pdf, pdf.l_margin, y, width * 0.52, pdf.label("inv.seller"), seller_lines(pdf, doc.seller))
+    below_facts = draw_facts(pdf, y, _facts(pdf, doc, d))
+    y = max(below_seller, below_facts) + 4
+    below_buyer = draw_block(pdf, pdf.l_margin, y, width * 0.6, pdf.label("inv.bill_to"),
+                             buyer_lines(pdf, doc.buyer, doc.invoice.tenant))
     pdf.set_y(below_buyer + 5)
 
     # the charges
@@ -394,10 +474,10 @@ def invoice_pdf(value: InvoiceDocument | IssuedInvoice, *, lang: str = "en") -> 
     for line in d["lines"]:
         if line["kind"] not in _CHARGES:
             continue
-        main, detail = _line_text(pdf, doc, line), _line_detail(pdf, line)
+        main, detail = line_text(pdf, doc, line), _line_detail(pdf, line)
         quantity, unit = _quantity_cell(pdf, line)
         rows.append((f"{main}\n{detail}" if detail else main, quantity, unit, _price_cell(pdf, line),
-                     _grouped_money(line["amount"])))
+                     grouped_money(line["amount"])))
     draw_table(
         pdf,
         headings=tuple(pdf.label(k) for k in ("inv.description", "inv.quantity", "inv.unit", "inv.unit_price",
@@ -414,27 +494,33 @@ def invoice_pdf(value: InvoiceDocument | IssuedInvoice, *, lang: str = "en") -> 
 
     pdf.set_font("Helvetica", "", 7.5)
     pdf.set_text_color(*MUTED)
-    notes = pdf.label("inv.notes", currency=d["currency"], vat=pdf.label("inv.vat", rate=_vat_percent(doc.invoice.vat_rate)))
+    notes = pdf.label("inv.notes", currency=d["currency"], vat=pdf.label("inv.vat", rate=vat_percent(doc.invoice.vat_rate)))
     pdf.multi_cell(0, 4, pdf.txt(notes), new_x="LMARGIN", new_y="NEXT", wrapmode=pdf.wrapping())
     return bytes(pdf.output())
 
 
 def _totals(pdf: ReportPDF, doc: InvoiceDocument, d: dict[str, Any]) -> None:
     """subtotal → each discount and credit, named → net → VAT → total (and its capitals in Chinese)."""
-    rows: list[tuple[str, str, bool]] = [(pdf.label("inv.subtotal"), d["subtotal"], False)]
+    rows: list[tuple[str, str]] = [(pdf.label("inv.subtotal"), d["subtotal"])]
     for line in d["lines"]:
         if line["kind"] in ("discount", "credit"):
-            rows.append((_line_text(pdf, doc, line), line["amount"], False))
-    rows += [(pdf.label("inv.net"), d["net"], False),
-             (pdf.label("inv.vat", rate=_vat_percent(doc.invoice.vat_rate)), d["tax"], False)]
+            rows.append((line_text(pdf, doc, line), line["amount"]))
+    rows += [(pdf.label("inv.net"), d["net"]),
+             (pdf.label("inv.vat", rate=vat_percent(doc.invoice.vat_rate)), d["tax"])]
+    draw_totals(pdf, rows, (pdf.label("inv.total", currency=d["currency"]), d["total"]))
+
+
+def draw_totals(pdf: ReportPDF, rows: list[tuple[str, str]], total: tuple[str, str]) -> None:
+    """Right-aligned (label, amount) rows, a rule, then the total on a band; on a zh-CN document
+    the total also in capital numerals (大写). Amounts are two-decimal strings."""
     if pdf.get_y() > pdf.h - 75:
         pdf.add_page()
     x_label, w_label, w_value = pdf.l_margin + pdf.usable_width - 122, 92, 30
-    for label, value, _ in rows:
+    for label, value in rows:
         pdf.set_x(x_label)
         pdf.set_font("Helvetica", "", 9)
         pdf.cell(w_label, 6, fit_text(pdf, label, w_label - 1))
-        pdf.cell(w_value, 6, pdf.txt(_yuan(pdf, value)), align="R", new_x="LMARGIN", new_y="NEXT")
+        pdf.cell(w_value, 6, pdf.txt(yuan(pdf, value)), align="R", new_x="LMARGIN", new_y="NEXT")
     pdf.set_draw_color(*RULE)
     pdf.set_line_width(0.3)
     pdf.line(x_label, pdf.get_y() + 0.5, x_label + w_label + w_value, pdf.get_y() + 0.5)
@@ -442,42 +528,46 @@ def _totals(pdf: ReportPDF, doc: InvoiceDocument, d: dict[str, Any]) -> None:
     pdf.set_x(x_label)
     pdf.set_fill_color(226, 234, 244)
     pdf.set_font("Helvetica", "B", 11)
-    pdf.cell(w_label, 8, pdf.txt(pdf.label("inv.total", currency=d["currency"])), fill=True)
-    pdf.cell(w_value, 8, pdf.txt(_yuan(pdf, d["total"])), align="R", fill=True, new_x="LMARGIN", new_y="NEXT")
+    pdf.cell(w_label, 8, pdf.txt(total[0]), fill=True)
+    pdf.cell(w_value, 8, pdf.txt(yuan(pdf, total[1])), align="R", fill=True, new_x="LMARGIN", new_y="NEXT")
     if pdf.doc_lang == "zh-CN":
         pdf.set_x(x_label)
         pdf.set_font("Helvetica", "", 9)
-        pdf.cell(w_label + w_value, 6, pdf.txt(pdf.label("inv.total_words", words=rmb_capitals(as_decimal(d["total"])))),
+        pdf.cell(w_label + w_value, 6, pdf.txt(pdf.label("inv.total_words", words=rmb_capitals(as_decimal(total[1])))),
                  align="R", new_x="LMARGIN", new_y="NEXT")
     pdf.ln(5)
 
 
 def _settlement(pdf: ReportPDF, doc: InvoiceDocument, d: dict[str, Any]) -> None:
-    """What is due, or how the invoice was settled, and the credit left after it."""
+    """What is due, or how the invoice was settled, the credit left after it and its credit notes."""
     settlement = doc.settlement
     lines = []
     if settlement is not None:
         if settlement.prepaid:
-            lines.append(pdf.label("pay.prepaid", balance=_yuan(pdf, d["balance_after"])))
+            lines.append(pdf.label("pay.prepaid", balance=yuan(pdf, d["balance_after"])))
             if not settlement.settled:
-                lines.append(pdf.label("pay.shortfall", amount=_yuan(pdf, d["amount_due"]), date=d["due_date"]))
+                lines.append(pdf.label("pay.shortfall", amount=yuan(pdf, d["amount_due"]), date=d["due_date"]))
         elif settlement.settled:
             lines.append(pdf.label("pay.nothing_due"))
         else:
-            lines.append(pdf.label("pay.due", amount=_yuan(pdf, d["amount_due"]), date=d["due_date"]))
+            lines.append(pdf.label("pay.due", amount=yuan(pdf, d["amount_due"]), date=d["due_date"]))
             if doc.seller is not None and doc.seller.bank:
                 lines.append(pdf.label("pay.to", bank=doc.seller.text("bank", pdf.doc_lang),
                                        account=doc.seller.bank_account or "", number=d["number"]))
     used = d["credit"] != "0.00"
-    if doc.credits_left:
-        left = "; ".join(f"{_credit_reason(pdf, doc, c)} {_yuan(pdf, money_str(c.remaining))}" for c in doc.credits_left)
+    if d["status"] in ("draft", "voided"):
+        pass  # the credit left counts issued invoices only: "after this invoice" would not be true of these
+    elif doc.credits_left:
+        left = "; ".join(f"{_credit_reason(pdf, doc, c)} {yuan(pdf, money_str(c.remaining))}" for c in doc.credits_left)
         lines.append(pdf.label("pay.credit_left", credits=left))
     elif used:
         lines.append(pdf.label("pay.no_credit_left"))
+    if d["credit_notes"]:
+        lines.append(pdf.label("inv.credit_notes", numbers=pdf.label("list.sep").join(d["credit_notes"])))
     if not lines:
         return
     pdf.set_font("Helvetica", "B", 9)
-    pdf.set_text_color(33, 37, 41)
+    pdf.set_text_color(*INK)
     for text in lines:
         pdf.multi_cell(0, 5, pdf.txt(text), new_x="LMARGIN", new_y="NEXT", wrapmode=pdf.wrapping())
         pdf.set_font("Helvetica", "", 8.5)
