@@ -65,7 +65,7 @@ def test_readings_to_invoices_to_the_fen(gpubill):
     acme = gpubill.json("invoice", "show", "--period", "2026-03", "--tenant", "acme", "--format", "json")
     beta = gpubill.json("invoice", "show", "--period", "2026-03", "--tenant", "beta", "--format", "json")
     assert (acme["number"], beta["number"]) == ("GB-2026-000001", "GB-2026-000002")
-    assert acme["status"] == beta["status"] == "finalized"
+    assert acme["status"] == beta["status"] == "issued"  # review = "auto": issued at once
 
     # acme March: 120 s × ¥1 = ¥120.00 rent; 120 s × 1000 W = 1.2e8 mJ → 0.037333 billed kWh
     #   × ¥330 = ¥12.32; subtotal 132.32; the onboarding credit expires first, so it is spent

@@ -117,3 +117,44 @@ def test_a_command_waits_a_moment_for_a_database_another_command_is_about_to_rel
     finally:
         release.join()
     assert done.returncode == 0, done.stderr
+
+
+def test_0020_turns_the_invoices_of_0002_into_issued_invoices_and_drops_the_stray_lines(tmp_path):
+    """A database invoiced before the lifecycle (issue 24): its invoices become issued ones whose
+    id is their number, their lines revision 1, a line without a header (a crash) is not copied."""
+    from decimal import Decimal
+
+    from billing import invoice_store
+    from warehouse import migrations
+    from warehouse.connection import open_database
+
+    with open_database(f"chdb://{tmp_path / 'ch'}", migrate=False) as db:
+        db.command("CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, "
+                   "applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = ReplacingMergeTree ORDER BY version")
+        for version, name, sql in migrations.migrations():
+            if version < 20:
+                for statement in migrations.split_statements(sql):
+                    db.command(statement)
+                db.command("INSERT INTO schema_migrations (version, name) SELECT {v:UInt32}, {n:String}",
+                           {"v": version, "n": name})
+        issued = datetime(2026, 4, 3, 2, 0)
+        db.insert("invoices", [("GB-2026-000001", 2026, 1, "acme", "2026-03", "finalized", issued, "CNY", Decimal("12"),
+                                Decimal("2"), Decimal("10"), Decimal("0.60"), Decimal("10.60"), Decimal("0.06"))],
+                  ["number", "year", "seq", "tenant", "period", "status", "issued_at", "currency", "subtotal",
+                   "credit_used", "net", "tax", "total", "vat_rate"])
+        columns = ["number", "tenant", "period", "line_no", "kind", "description", "quantity", "unit", "unit_price",
+                   "amount", "exact_amount"]
+        db.insert("invoice_lines", [
+            ("GB-2026-000001", "acme", "2026-03", 1, "rent", "A800", Decimal(1), "GPU-hour", Decimal(12), Decimal(12), "12"),
+            ("GB-2026-000001", "acme", "2026-03", 2, "credit", "trial", Decimal(1), "", Decimal(-2), Decimal(-2), "-2"),
+            ("GB-2026-000002", "beta", "2026-03", 1, "rent", "crashed", Decimal(1), "", Decimal(5), Decimal(5), "5"),
+        ], columns)
+        assert migrations.apply(db) == ["0020_invoice_lifecycle.sql"]
+        invoice = invoice_store.find(db, "GB-2026-000001")
+        assert (invoice.id, invoice.status, invoice.revision, invoice.total) == (
+            "GB-2026-000001", "issued", 1, Decimal("10.60"))
+        assert [(line.kind, line.amount) for line in invoice.lines] == [("rent", Decimal(12)), ("credit", Decimal(-2))]
+        assert db.query("SELECT count() FROM invoice_lines WHERE tenant = 'beta'")[0][0] == 0
+        assert invoice_store.next_number(db, 2026) == ("GB-2026-000002", 2)
+        assert {row[0] for row in db.query("SHOW TABLES")} >= {"credit_notes", "credit_note_lines", "invoice_journal"}
+        assert not {row[0] for row in db.query("SHOW TABLES")} & {"invoices_0002", "invoice_lines_0002"}
