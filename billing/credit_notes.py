@@ -9,9 +9,9 @@
 What a credit note may credit, per invoice (amounts before tax, in CNY):
     a charge line (rent, electricity, a positive adjustment): its amount − what credit notes credited of it
     the invoice: its net − what credit notes credited of it
-A credit or discount line is never credited by itself; a void (or `--all`) gives it back: the
-note credits every charge line's remainder and takes back each credit and discount line in
-full (negative lines), which adds up to the net still creditable. The credit a voided invoice
+A credit, discount or negative adjustment line is never credited by itself; a void (or
+`--all`) gives it back: the note credits every charge line's remainder and takes back each
+negative line in full, which adds up to the net still creditable. The credit a voided invoice
 spent is then free again (billing/invoicing.py counts issued invoices only).
 
 VAT is reversed at the invoice's rate, rounded once on the running total: the tax of a
@@ -233,7 +233,7 @@ def _lines_for(invoice: IssuedInvoice, left: Creditable,
         out = [(no, line.kind, line.description, left.lines[no]) for no, line in enumerate(invoice.lines, start=1)
                if no in left.lines and left.lines[no] > 0]
         out += [(no, line.kind, line.description, line.amount) for no, line in enumerate(invoice.lines, start=1)
-                if line.kind in ("credit", "discount") and line.amount < 0]
+                if line.amount < 0]  # credits, discounts, adjustments that lowered it: given back in full
         if sum(a for *_, a in out) != left.net:  # charges − credits − discounts is the net, less what was credited
             raise CreditNoteRefused(f"{invoice.number}: its lines less what was credited ({sum(a for *_, a in out):.2f}) "
                                     f"do not make the net still creditable ({left.net:.2f}); see `gpubill invoice "
@@ -248,8 +248,9 @@ def _lines_for(invoice: IssuedInvoice, left: Creditable,
             raise CreditNoteRefused(f"{invoice.number} has no line {no}; its lines are 1 to {len(invoice.lines)}")
         line = invoice.lines[no - 1]
         if no not in left.lines:
-            raise CreditNoteRefused(f"line {no} of {invoice.number} is a {line.kind} line: only charges (rent, "
-                                    "electricity, adjustments) are credited; a void gives credits and discounts back")
+            what = f"a {line.kind} line" if line.amount > 0 or line.kind != "adjustment" else "a negative adjustment"
+            raise CreditNoteRefused(f"line {no} of {invoice.number} is {what}: only charges (rent, electricity, "
+                                    "adjustments that add) are credited; a void gives credits and discounts back")
         if not isinstance(amount, Decimal) or not amount.is_finite() or amount <= 0 or amount != amount.quantize(Decimal("0.01")):
             raise CreditNoteRefused(f"line {no}: amount {amount} must be more than zero, in whole fen")
         if amount > left.lines[no]:

@@ -179,6 +179,13 @@ def test_a_replacement_does_not_charge_again_what_a_later_invoice_adjusted(db):
     assert (replacement.subtotal, replacement.total) == (Decimal("7.00"), Decimal("7.42"))
     # and a later period finds nothing more to adjust for March: 12.00 billed (12.00 + 5.00 − 5.00)
     assert pending_adjustments(db, RULES, "t01", "2026-05", ["2026-03"]) == []
+    # its negative adjustment is not creditable alone; a void gives it back with the rest:
+    #   12.00 − 5.00 = 7.00, VAT 0.42
+    with pytest.raises(CreditNoteRefused, match="line 2 of GB-2026-000003 is a negative adjustment"):
+        create_credit_note(db, RULES, "GB-2026-000003", "goodwill", {2: Decimal("1.00")}, actor=ACTOR)
+    _, note = void_invoice(db, RULES, "GB-2026-000003", "still wrong", actor=ACTOR)
+    assert [(ln.invoice_line_no, ln.amount) for ln in note.lines] == [(1, Decimal("12.00")), (2, Decimal("-5.00"))]
+    assert (note.subtotal, note.tax, note.total) == (Decimal("7.00"), Decimal("0.42"), Decimal("7.42"))
 
 
 def test_two_credit_notes_at_once_never_credit_more_than_the_invoice(db):
