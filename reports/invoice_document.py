@@ -4,6 +4,10 @@ dates, settlement and the credit left — what every rendering of it prints.
     invoice_document(db, rules, tenant, period) -> InvoiceDocument     the one that stands (issued, else the draft)
     invoice_document(db, rules, tenant, number=N) -> InvoiceDocument   that one, in whatever state (NotFound: none)
     document_of(db, rules, invoice) -> InvoiceDocument
+    buyer_of(db, tenant) -> Buyer                 the registry's row as a document prints it
+    names_of(rules, invoice) -> {(lang, kind, key): name}   the rules' names of its sites, bands and credits
+
+`buyer_of` and `names_of` serve the credit note's document too (reports/credit_note_document.py).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from billing_rules import IssuedInvoice
 from reports.invoice_model import Buyer, InvoiceDocument
 from schemas.ids import is_id
 
-__all__ = ["document_of", "invoice_document"]
+__all__ = ["buyer_of", "document_of", "invoice_document", "names_of"]
 
 
 def invoice_document(db: Any, rules: Any, tenant: str | None, period: str | None = None, *,
@@ -36,13 +40,34 @@ def invoice_document(db: Any, rules: Any, tenant: str | None, period: str | None
 
 def document_of(db: Any, rules: Any, invoice: IssuedInvoice) -> InvoiceDocument:
     """Everything around `invoice` that its documents print, read now (the registry as it is today)."""
-    registered = find_tenant(db, invoice.tenant) if is_id(invoice.tenant) else None  # a hostile id is never registered
-    buyer = Buyer(invoice.tenant) if registered is None else Buyer(
-        tenant=invoice.tenant, display_name=registered.display_name, legal_name=registered.legal_name,
-        tax_id=registered.tax_id, address=registered.address, email=registered.email)
     lo, hi = rules.period_bounds(invoice.period)
     tz = rules.billing_tz
-    left = tuple(credits_left(db, rules, invoice.tenant, invoice.period))
+    return InvoiceDocument(
+        invoice=invoice,
+        seller=rules.seller,
+        buyer=buyer_of(db, invoice.tenant),
+        issue_date=issue_date(rules, invoice.issued_at),
+        service_start=datetime.fromtimestamp(lo, tz).date(),
+        service_end=(datetime.fromtimestamp(hi, tz) - timedelta(days=1)).date(),
+        settlement=settlement_of(db, rules, invoice) if invoice.status == "issued" else None,
+        replaced_by=_replaced_by(db, invoice),
+        credit_notes=tuple(n.number for n in credit_notes(db, invoice=invoice.number)) if invoice.number else (),
+        credits_left=tuple(credits_left(db, rules, invoice.tenant, invoice.period)),
+        period_hours=Decimal(hi - lo) / 3600,
+        names=names_of(rules, invoice),
+    )
+
+
+def buyer_of(db: Any, tenant: str) -> Buyer:
+    """`tenant` as the registry has it today; an unregistered tenant (or a hostile id) with its id only."""
+    registered = find_tenant(db, tenant) if is_id(tenant) else None  # a hostile id is never registered
+    return Buyer(tenant) if registered is None else Buyer(
+        tenant=tenant, display_name=registered.display_name, legal_name=registered.legal_name,
+        tax_id=registered.tax_id, address=registered.address, email=registered.email)
+
+
+def names_of(rules: Any, invoice: IssuedInvoice) -> dict[tuple[str, str, str], str]:
+    """What the rules call the sites, bands and credits on `invoice` (and its tenant's grants), per language."""
     names: dict[tuple[str, str, str], str] = {}
     for line in invoice.lines:
         if line.site and rules.has_site(line.site):
@@ -55,20 +80,7 @@ def document_of(db: Any, rules: Any, invoice: IssuedInvoice) -> InvoiceDocument:
         names["en", "credit", grant.id] = grant.reason
         if rules.name_zh("credit", grant.id):
             names["zh-CN", "credit", grant.id] = rules.name_zh("credit", grant.id)
-    return InvoiceDocument(
-        invoice=invoice,
-        seller=rules.seller,
-        buyer=buyer,
-        issue_date=issue_date(rules, invoice.issued_at),
-        service_start=datetime.fromtimestamp(lo, tz).date(),
-        service_end=(datetime.fromtimestamp(hi, tz) - timedelta(days=1)).date(),
-        settlement=settlement_of(db, rules, invoice) if invoice.status == "issued" else None,
-        replaced_by=_replaced_by(db, invoice),
-        credit_notes=tuple(n.number for n in credit_notes(db, invoice=invoice.number)) if invoice.number else (),
-        credits_left=left,
-        period_hours=Decimal(hi - lo) / 3600,
-        names=names,
-    )
+    return names
 
 
 def _replaced_by(db: Any, invoice: IssuedInvoice) -> str:

@@ -3,11 +3,14 @@
 The callers (CLI, download service) read the data and pass the models in; everything
 here is deterministic for the same input, PDFs included. Renderers import the models
 (`billing_rules.IssuedInvoice` and its `InvoiceLine`s, `reports.usage_model.UsageReport`,
-the cost-share row dicts), never the reverse; this package exports renderers only.
+`reports.credit_note_model.CreditNoteDocument`, the cost-share row dicts), never the reverse;
+this package exports renderers only.
 
     render_usage(report, fmt, lang=)     customer usage report: csv, json, parquet, pdf
     invoice_to_dict(inv)                 the JSON contract of ``gpubill invoice show``
     render_invoice(inv, fmt, lang=)      json, csv, pdf
+    credit_note_to_dict(doc)             the JSON contract of ``gpubill credit-note show``
+    render_credit_note(doc, fmt, lang=)  json, csv, pdf
     LANGS                                ("en", "zh-CN"): the PDFs' languages (``.i18n``)
     render_cost_share_table(rows, ...)   a rich Table for the terminal
     render_cost_share(rows, fmt, ...)    table (text), csv, json
@@ -15,8 +18,8 @@ the cost-share row dicts), never the reverse; this package exports renderers onl
 An unknown ``fmt`` raises ``ValueError("unknown format ...")``, an unknown ``lang``
 ``ValueError("unknown language ...")``; the language changes a PDF's labels only (CSV, JSON
 and Parquet are machine contracts, the same bytes in every language). The pieces live in
-``reports.render.usage``, ``.invoice`` and ``.cost_share``, with number and text
-formatting (terminal text, CSV cells) in ``.format``, PDF drawing in ``.pdf``, labels in
+``reports.render.usage``, ``.invoice``, ``.credit_note`` and ``.cost_share``, with number and
+text formatting (terminal text, CSV cells) in ``.format``, PDF drawing in ``.pdf``, labels in
 ``.i18n`` and the CJK font Chinese text needs in ``.fonts`` (a long-lived process calls
 ``reports.render.fonts.warm_up()`` once at start-up: see there).
 
@@ -31,9 +34,11 @@ from typing import Any
 
 _HOMES = {
     "LANGS": "reports.render.i18n",
+    "credit_note_to_dict": "reports.render.credit_note",
     "invoice_to_dict": "reports.render.invoice",
     "render_cost_share": "reports.render.cost_share",
     "render_cost_share_table": "reports.render.cost_share",
+    "render_credit_note": "reports.render.credit_note",
     "render_invoice": "reports.render.invoice",
     "render_usage": "reports.render.usage",
 }
@@ -47,9 +52,11 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "LANGS",
+    "credit_note_to_dict",
     "invoice_to_dict",
     "render_cost_share",
     "render_cost_share_table",
+    "render_credit_note",
     "render_invoice",
     "render_usage",
 ]

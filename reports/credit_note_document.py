@@ -1,0 +1,35 @@
+"""Build a credit note's document (reports.credit_note_model): the stored note with the invoice it
+credits, the seller, the buyer and the issue date — what every rendering of it prints.
+
+    credit_note_document(db, rules, number, tenant=None) -> CreditNoteDocument
+
+The buyer and the rules' names are read as for the invoice's document (reports.invoice_document),
+so both documents of a tenant name it alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from billing import invoice_store
+from billing.credit_notes import find_credit_note
+from billing.settlement import issue_date
+from reports.credit_note_model import CreditNoteDocument
+from reports.invoice_document import buyer_of, names_of
+
+__all__ = ["credit_note_document"]
+
+
+def credit_note_document(db: Any, rules: Any, number: str, tenant: str | None = None) -> CreditNoteDocument:
+    """The document of credit note `number` (of `tenant` unless it is None); billing.errors.NotFound
+    when there is none, so that another tenant's note is as unknown as one that does not exist."""
+    note = find_credit_note(db, number, tenant=tenant)
+    invoice = invoice_store.find(db, note.invoice, tenant=note.tenant)
+    return CreditNoteDocument(
+        credit_note=note,
+        invoice=invoice,
+        seller=rules.seller,
+        buyer=buyer_of(db, note.tenant),
+        issue_date=issue_date(rules, note.issued_at),
+        names=names_of(rules, invoice),
+    )
