@@ -65,6 +65,10 @@ def test_manual_review_drafts_refresh_issue_credit_void_and_replace(db, tmp_path
     # t02: 30 s × ¥1 = 30.00 − 10.00 trial = 20.00 net; VAT 1.20; total 21.20
     assert [(h.tenant, h.total) for h in drafts] == [("t01", Decimal("7.42")), ("t02", Decimal("21.20"))]
     assert balance(db, rules, "t02", now=NOW).invoiced == Decimal("0.00")  # a draft charges nothing
+    with pytest.raises(CreditNoteRefused, match="is a draft"):  # nor can it be credited or voided
+        create_credit_note(db, rules, drafts[1].id, "goodwill", {1: Decimal("1.00")}, actor=ACTOR)
+    with pytest.raises(CreditNoteRefused, match="is a draft"):
+        void_invoice(db, rules, drafts[1].id, "no", actor=ACTOR)
 
     # -- 2. late data for t01 (12 s instead of 7): its draft is refreshed, t02's is left as it was
     seed_tenants(db, {"t01": 12})
