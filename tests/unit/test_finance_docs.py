@@ -1,6 +1,6 @@
-"""docs/finance.md is true: every view is documented with every column, and its ten queries
-run as the `finance` user through the gateway over a real (embedded) ClickHouse and answer
-what finance would work out by hand.
+"""docs/finance.md is true: every view is documented with every column, and its thirteen
+queries run as the `finance` user through the gateway over a real (embedded) ClickHouse and
+answer what finance would work out by hand.
 
 The data is tests/unit/test_archive.py's March 2026 (rules: tests/e2e/rules), invoiced, then
 one late minute of acme's March arrives and April is invoiced with it as an adjustment:
@@ -12,18 +12,39 @@ one late minute of acme's March arrives and April is invoiced with it as an adju
           400.5 W: 120,150,000 mJ × 1.12 × 330 / 3.6e9 = ¥12.3354 → ¥12.34
     GA2   not rented, 300 W: 90,000,000 mJ = 0.025 kWh idle, × 1.12 × 330 → ¥9.24
     late: acme, 60 s of 2026-03-10 → rent ¥60.00 + 60,000,000 mJ × 1.12 × 330 / 3.6e9 = ¥6.16
+
+The invoices (VAT 6 %; acme is not registered, so no trial credit; its onboarding credit,
+¥150, is spendable on March only; beta has none):
+
+    GB-2026-000001 acme March  330.80 − 150.00 credit = 180.80 net, VAT 10.848 → 10.85, total 191.65
+    GB-2026-000002 beta March  312.34 − 30.00 discount = 282.34 net, VAT 16.9404 → 16.94, total 299.28
+    GB-2026-000003 acme April  60.00 + 6.16 + the late 66.16 = 132.32, VAT 7.9392 → 7.94, total 140.26
+    GB-2026-000004 beta April  60 s: 60.00 − 6.00 + 2.47 (24,030,000 mJ) = 56.47, VAT 3.3882 → 3.39, total 59.86
+
+Then the lifecycle (issue 24):
+
+    CN-2026-000001 goodwill on GB-2026-000001, line 1 (the rent): 5.00 + VAT 0.30 = 5.30
+    GB-2026-000002 voided: CN-2026-000002 (void) credits rent 300.00 + electricity 12.34 and
+        takes back the discount −30.00: 282.34 + VAT 16.94 = 299.28, all of it
+    GB-2026-000005 beta March, the replacement (replaces GB-2026-000002): the same 299.28
+    a draft for beta's May (review = "manual"): 60 s, the same figures as April, 59.86
+
+so March's revenue is 191.65 + 299.28 + 299.28 − 5.30 − 299.28 = 485.63, the draft counts for nothing.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
+from billing.credit_notes import create_credit_note, void_invoice
 from billing.invoicing import run_period
+from billing_rules import load_rules
 from tests.chdb_template import migrated_dsn
 from tests.unit.test_archive import CARDS, MID, NOW, PERIOD, RULES, seed
 from tests.unit.test_ch_gateway import free_port, start_gateway, stop_gateway
@@ -34,6 +55,8 @@ from warehouse.errors import DatabaseError
 DOC = Path(__file__).parents[2] / "docs" / "finance.md"
 TEXT = DOC.read_text(encoding="utf-8")
 LATE_SECONDS = list(range(MID + 100, MID + 160))  # 60 s of 2026-03-10, not in the seed
+MAY_LO = RULES.period_bounds("2026-05")[0]
+MAY_SECONDS = list(range(MAY_LO, MAY_LO + 60))  # beta's first minute of May: a draft under review
 
 
 @pytest.fixture(autouse=True)
@@ -57,7 +80,7 @@ def section_of(view: str) -> str:
 
 
 def queries() -> list[str]:
-    part = TEXT[TEXT.index("## Ten queries"):]
+    part = TEXT[TEXT.index("## Thirteen queries"):]
     return re.findall(r"```sql\n(.*?)```", part, re.DOTALL)
 
 
@@ -73,18 +96,31 @@ def test_every_view_is_documented_with_every_column(tmp_path):
     assert documented <= set(found), f"documented views that do not exist: {documented - set(found)}"
 
 
-def test_the_ten_queries_read_views_only():
+def test_the_thirteen_queries_read_views_only():
     found = queries()
-    assert len(found) == 10
+    assert len(found) == 13
     for sql in found:
         sources = re.findall(r"\b(?:FROM|JOIN)\s+([A-Za-z_][\w.]*)", sql)
         assert sources and all(s.startswith("v_") for s in sources if s != "(SELECT"), sql
 
 
+def manual_rules(directory: Path):
+    """The test rules with `review = "manual"` in billing.toml."""
+    shutil.copytree(Path(__file__).parents[1] / "e2e" / "rules", directory)
+    billing = directory / "billing.toml"
+    billing.write_text(billing.read_text().replace("payment_terms_days = 15\n",
+                                                   "payment_terms_days = 15\nreview = \"manual\"\n", 1))
+    rules = load_rules(directory)
+    assert rules.review == "manual" and RULES.review == "auto"
+    return rules
+
+
 @pytest.fixture(scope="module")
 def billed(tmp_path_factory):
-    """March invoiced, then a late minute of acme's March, then April invoiced; then the
-    database served by the gateway, and every query below runs as `finance` through it."""
+    """March invoiced, then a late minute of acme's March, then April invoiced; a goodwill
+    credit note on acme's March, beta's March voided and replaced, a draft of beta's May
+    under manual review; then the database served by the gateway, and every query below runs
+    as `finance` through it."""
     directory = tmp_path_factory.mktemp("finance")
     patch = pytest.MonkeyPatch()
     patch.setattr(writes, "MARGIN_S", 0)
@@ -96,6 +132,18 @@ def billed(tmp_path_factory):
         patch.setattr("tests.unit.test_archive.CARDS", late)
         seed(db, seconds=LATE_SECONDS, version=2)
         run_period(db, RULES, "2026-04", now=datetime(2026, 5, 10, tzinfo=UTC))
+        # the lifecycle: a goodwill note, a void and its replacement, a draft
+        note = create_credit_note(db, RULES, "GB-2026-000001", "goodwill", {1: Decimal("5.00")}, actor="test",
+                                  now=datetime(2026, 5, 12, tzinfo=UTC))
+        assert (note.number, note.total) == ("CN-2026-000001", Decimal("5.30"))
+        voided, void_note = void_invoice(db, RULES, "GB-2026-000002", "billed on the wrong contract", actor="test",
+                                         now=datetime(2026, 5, 12, 1, tzinfo=UTC))
+        assert voided.status == "voided" and void_note.number == "CN-2026-000002"
+        assert run_period(db, RULES, PERIOD, now=datetime(2026, 5, 13, tzinfo=UTC)).created == ["GB-2026-000005"]
+        patch.setattr("tests.unit.test_archive.CARDS", {"GR1": CARDS["GR1"]})
+        seed(db, seconds=MAY_SECONDS)
+        report = run_period(db, manual_rules(directory / "rules"), "2026-05", now=datetime(2026, 6, 10, tzinfo=UTC))
+        assert len(report.drafted) == 1 and report.created == []
     patch.undo()
     gateway = start_gateway(directory, free_port())
     try:
@@ -112,16 +160,34 @@ def run(db, number: int) -> list[dict]:
 def test_queries_answer_what_finance_works_out_by_hand(billed):
     db = billed
     by_month = {r["period"]: r for r in run(db, 1)}
-    march = {r["tenant"]: r for r in run(db, 2)}
-    assert set(march) == {"acme", "beta"}
-    assert by_month[PERIOD]["total"] == sum(r["total"] for r in march.values())
-    assert by_month[PERIOD]["invoices"] == 2
-    assert march["acme"]["subtotal"] == Decimal("330.80")  # rent 300.00 + electricity 30.80
-    assert march["beta"]["subtotal"] == Decimal("312.34")  # 300.00 + 12.34 (the discount comes after the subtotal)
+    assert set(by_month) == {PERIOD, "2026-04"}  # May has a draft only: no revenue
+    assert (by_month[PERIOD]["invoices"], by_month[PERIOD]["voided"]) == (2, 1)
+    assert by_month[PERIOD]["invoiced"] == Decimal("790.21")  # 191.65 + 299.28 voided + 299.28 replacement
+    assert by_month[PERIOD]["credited"] == Decimal("304.58")  # 5.30 goodwill + 299.28 void
+    assert by_month[PERIOD]["net"] == Decimal("458.14")  # 180.80 + 282.34 + 282.34 − 5.00 − 282.34
+    assert by_month[PERIOD]["tax"] == Decimal("27.49")  # 10.85 + 16.94 + 16.94 − 0.30 − 16.94
+    assert by_month[PERIOD]["total"] == Decimal("485.63")  # 191.65 − 5.30 + 299.28
+    april = by_month["2026-04"]
+    assert (april["invoices"], april["voided"], april["credited"], april["total"]) == (
+        2, 0, Decimal("0.00"), Decimal("200.12"))  # 140.26 + 59.86
+
+    march = {r["number"]: r for r in run(db, 2)}
+    assert {n: (r["tenant"], r["status"], r["replaces"]) for n, r in march.items()} == {
+        "GB-2026-000001": ("acme", "issued", ""), "GB-2026-000002": ("beta", "voided", ""),
+        "GB-2026-000005": ("beta", "issued", "GB-2026-000002")}
+    assert by_month[PERIOD]["total"] == sum(r["revenue"] for r in march.values())
+    assert march["GB-2026-000001"]["subtotal"] == Decimal("330.80")  # rent 300.00 + electricity 30.80
+    assert (march["GB-2026-000001"]["credited"], march["GB-2026-000001"]["revenue"]) == (
+        Decimal("5.30"), Decimal("186.35"))  # 191.65 − 5.30
+    assert march["GB-2026-000002"]["revenue"] == Decimal("0.00")  # the voided invoice, all credited
+    assert march["GB-2026-000005"]["subtotal"] == Decimal("312.34")  # 300.00 + 12.34 (the discount comes after)
+    assert march["GB-2026-000005"]["revenue"] == Decimal("299.28")
 
     rent = {(r["gpu_model"], r["plan"]): r for r in run(db, 3)}
-    assert rent[("A800-80G", "hourly")]["rent_net"] == Decimal("300.00")
-    assert rent[("RTX4090", "monthly")]["discount"] == Decimal("-30.00")
+    assert rent[("A800-80G", "hourly")]["rent"] == Decimal("300.00")
+    assert rent[("A800-80G", "hourly")]["credited"] == Decimal("5.00")  # the goodwill note's line
+    assert rent[("A800-80G", "hourly")]["rent_net"] == Decimal("295.00")
+    assert rent[("RTX4090", "monthly")]["discount"] == Decimal("-30.00")  # the replacement's; the voided one's cancels
     assert rent[("RTX4090", "monthly")]["rent_net"] == Decimal("270.00")
 
     live = {(r["site"], r["gpu_model"]): r for r in run(db, 4)}
@@ -140,7 +206,8 @@ def test_idle_credit_and_late_queries(billed):
     (idle,) = run(db, 6)
     assert idle["site"] == "gz-guian" and idle["idle_kwh"] == Decimal("0.025") and idle["idle_cost"] == Decimal("9.24")
 
-    invoices = {(r["tenant"], r["period"]): r["credit_used"] for r in db.query_dicts("SELECT * FROM v_invoices")}
+    invoices = {(r["tenant"], r["period"]): r["credit_used"]
+                for r in db.query_dicts("SELECT * FROM v_invoices WHERE status = 'issued'")}
     spent: dict[str, Decimal] = {}
     for row in run(db, 7):
         spent[row["tenant"]] = spent.get(row["tenant"], Decimal(0)) + row["credit_spent"]
@@ -161,12 +228,48 @@ def test_idle_credit_and_late_queries(billed):
     assert gaps == {"acme": Decimal("-60.00"), "beta": Decimal("0.00")}  # acme's late minute is April's adjustment
 
 
+def test_credit_note_void_and_draft_queries(billed):
+    db = billed
+    notes = [(r["period"], r["reason"], r["issued_in"], r["notes"], list(r["numbers"]), r["credited_net"],
+              r["tax_reversed"], r["credited"]) for r in run(db, 11)]
+    assert notes == [
+        (PERIOD, "goodwill", "2026-05", 1, ["CN-2026-000001"], Decimal("5.00"), Decimal("0.30"), Decimal("5.30")),
+        (PERIOD, "void", "2026-05", 1, ["CN-2026-000002"], Decimal("282.34"), Decimal("16.94"), Decimal("299.28")),
+    ]
+
+    (void,) = run(db, 12)
+    assert (void["voided"], void["tenant"], void["period"], void["voided_total"]) == (
+        "GB-2026-000002", "beta", PERIOD, Decimal("299.28"))
+    assert (list(void["credit_notes"]), void["credited"]) == (["CN-2026-000002"], Decimal("299.28"))  # all of it
+    assert (void["replacement"], void["replacement_status"], void["replacement_total"]) == (
+        "GB-2026-000005", "issued", Decimal("299.28"))
+
+    (draft,) = run(db, 13)
+    assert (draft["period"], draft["tenant"], draft["revision"], draft["replaces"]) == ("2026-05", "beta", 1, "")
+    assert re.fullmatch(r"DRAFT-[0-9A-F]{12}", draft["id"])
+    # 60 s × ¥1 = 60.00, discount −6.00, 24,030,000 mJ × 1.12 × 330 / 3.6e9 = 2.4671 → 2.47
+    assert (draft["subtotal"], draft["net"], draft["tax"], draft["total"]) == (
+        Decimal("62.47"), Decimal("56.47"), Decimal("3.39"), Decimal("59.86"))  # VAT 3.3882 → 3.39
+    # the lines of a voided invoice and its void credit note cancel out line by line
+    voided_lines = {r["line_no"]: r["amount"] for r in db.query_dicts(
+        "SELECT line_no, amount FROM v_invoice_lines WHERE number = 'GB-2026-000002' AND status = 'voided'")}
+    credited = {r["invoice_line_no"]: r["amount"] for r in db.query_dicts(
+        "SELECT invoice_line_no, amount FROM v_credit_note_lines WHERE number = 'CN-2026-000002'")}
+    assert voided_lines == credited == {1: Decimal("300.00"), 2: Decimal("12.34"), 3: Decimal("-30.00")}
+    actions = [r["action"] for r in db.query_dicts(
+        "SELECT action FROM v_invoice_journal WHERE invoice = 'GB-2026-000002' ORDER BY at")]
+    assert actions == ["issued", "credit_note", "voided", "replaced"]
+
+
 def test_finance_cannot_write_what_it_reads(billed):
     with pytest.raises(DatabaseError):
         billed.command("INSERT INTO invoices (number, tenant, period) VALUES ('GB-2026-999999', 'acme', '2026-03')")
     with pytest.raises(DatabaseError):
         billed.command("ALTER TABLE invoice_lines DELETE WHERE 1")
-    assert billed.query("SELECT count() FROM v_invoices")[0][0] == 4  # acme and beta, March and April
+    assert billed.query("SELECT count() FROM v_invoices WHERE status = 'issued'")[0][0] == 4  # acme, beta × March, April
+    assert billed.query("SELECT count() FROM v_invoices")[0][0] == 6  # and the voided one, the draft
+    with pytest.raises(DatabaseError):
+        billed.command("INSERT INTO credit_notes (number, invoice, tenant) VALUES ('CN-2026-999999', 'GB-2026-000001', 'acme')")
     # the API's access records (issue 14): finance reads them, and cannot add or remove one
     assert billed.query("SELECT count() FROM v_api_access")[0][0] == 0  # no API served in this data
     with pytest.raises(DatabaseError):
