@@ -17,7 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ANSWERS", "BalanceAnswer", "CurrentAnswer", "InvoicesAnswer", "MeAnswer", "figures_dict", "money_text"]
+__all__ = ["ANSWERS", "BalanceAnswer", "CreditNotesAnswer", "CurrentAnswer", "InvoicesAnswer", "MeAnswer", "figures_dict",
+           "money_text"]
 
 MONEY_FIELDS = frozenset({
     "rent", "electricity", "credits", "vat", "estimated_total", "top_ups", "invoiced", "estimated", "balance",
@@ -31,6 +32,10 @@ Quantity = Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]{6}$", examples=["24.000
 Time = Annotated[str, Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z$", examples=["2026-03-10T08:30:05Z"])]
 Day = Annotated[str, Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", examples=["2026-04-17"])]
 Period = Annotated[str, Field(pattern=r"^[0-9]{4}-[0-9]{2}$", examples=["2026-03"])]
+InvoiceNumber = Annotated[str, Field(pattern=r"^GB-[0-9]{4}-[0-9]{6}$", examples=["GB-2026-000001"])]
+CreditNoteNumber = Annotated[str, Field(pattern=r"^CN-[0-9]{4}-[0-9]{6}$", examples=["CN-2026-000001"])]
+# an invoice named by another ("" when there is none: the API writes no null for it)
+InvoiceNumberOrNone = Annotated[str, Field(pattern=r"^(GB-[0-9]{4}-[0-9]{6})?$", examples=["", "GB-2026-000004"])]
 
 
 def money_text(value: Decimal) -> str:
@@ -136,9 +141,12 @@ class BalanceAnswer(_Answer):
 
 
 class InvoiceSummary(_Answer):
-    number: str
+    """An issued or voided invoice (drafts are never shown). A voided one asks for nothing
+    (amount_due "0.00", due_date null, settled true) and names its replacement once issued."""
+
+    number: InvoiceNumber
     period: Period
-    status: str
+    status: Literal["issued", "voided"]
     issued_at: Time
     currency: Literal["CNY"]
     subtotal: Money
@@ -151,12 +159,36 @@ class InvoiceSummary(_Answer):
     amount_due: Money
     due_date: Day | None
     settled: bool
+    replaces: InvoiceNumberOrNone = Field(description="the voided invoice this one replaces; \"\" for none")
+    replaced_by: InvoiceNumberOrNone = Field(description="a voided invoice's replacement; \"\" while there is none")
+    credit_notes: list[CreditNoteNumber] = Field(description="the credit notes on this invoice, oldest first")
 
 
 class InvoicesAnswer(_Answer):
     invoices: list[InvoiceSummary]
 
 
+class CreditNoteSummary(_Answer):
+    """A credit note: what it credits of `invoice` before tax (`subtotal`), the VAT reversed
+    (`tax`) and what returns to the tenant's prepaid balance (`total`)."""
+
+    number: CreditNoteNumber
+    invoice: InvoiceNumber
+    period: Period
+    reason: Literal["price_error", "usage_error", "duplicate", "goodwill", "void", "rerate"]
+    issued_at: Time
+    issue_date: Day
+    currency: Literal["CNY"]
+    subtotal: Money
+    tax: Money
+    total: Money
+
+
+class CreditNotesAnswer(_Answer):
+    credit_notes: list[CreditNoteSummary]
+
+
 # path → the model of its 200 JSON answer (tests/unit/test_api_answers.py holds every answer to it)
 ANSWERS: dict[str, type[_Answer]] = {"/v1/me": MeAnswer, "/v1/usage/current": CurrentAnswer,
-                                    "/v1/balance": BalanceAnswer, "/v1/invoices": InvoicesAnswer}
+                                    "/v1/balance": BalanceAnswer, "/v1/invoices": InvoicesAnswer,
+                                    "/v1/credit-notes": CreditNotesAnswer}

@@ -1,7 +1,8 @@
 """The HTTP API (FastAPI): routes, problem JSON, access records, metrics.
 
     create_app(settings, database, rules_provider) ─► FastAPI
-        /v1/me  /v1/usage  /v1/usage/current  /v1/invoices  /v1/invoices/{number}
+        /v1/me  /v1/usage  /v1/usage/current  /v1/balance  /v1/invoices  /v1/invoices/{number}
+        /v1/credit-notes  /v1/credit-notes/{number}
         /healthz  /readyz  /metrics  /openapi.json  /docs
         and the web page's routes (tenant_api/web.py's `install`, when present)
 
@@ -72,8 +73,9 @@ def create_app(settings: Any, database: Any, rules_provider: Callable[[], Any], 
             service.recorder.close()  # what is pending is written before the database closes
 
     app = FastAPI(title="gpubill tenant API", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  description="Usage reports, month-to-date figures and invoices of one tenant, for its API keys "
-                              "(`Authorization: Bearer gpb_...`). Errors are RFC 9457 problem JSON. See docs/api.md.")
+                  description="Usage reports, month-to-date figures, invoices and credit notes of one tenant, for "
+                              "its API keys (`Authorization: Bearer gpb_...`). Errors are RFC 9457 problem JSON. "
+                              "See docs/api.md.")
     app.state.service = service
     app.state.connection_limits = ConnectionLimits.from_settings(settings)  # what ApiServer.attach serves within
     app.state.metrics = metrics
@@ -187,8 +189,25 @@ def _api_routes(app: FastAPI, service: Service) -> None:
              responses=problem_responses, tags=["tenant"])
     def invoice(number: str, format: str | None = None, lang: str | None = None,  # noqa: A002
                 tenant: str | None = None, key=Depends(key_of)) -> Response:
-        """One invoice by number (GB-YYYY-NNNNNN) as json, csv or pdf (default json); lang: en or zh-CN."""
+        """One invoice by number (GB-YYYY-NNNNNN) as json, csv or pdf (default json); lang: en or zh-CN.
+        A voided invoice is that invoice, marked voided, never its replacement."""
         return _file(service.invoice_download(key, service.tenant_for(key, tenant), number, format, lang))
+
+    @app.get("/v1/credit-notes", dependencies=[Depends(_params("tenant"))], responses=answer("/v1/credit-notes"),
+             tags=["tenant"])
+    def credit_notes(tenant: str | None = None, key=Depends(key_of)) -> JSONResponse:
+        """The tenant's credit notes, newest first: the invoice each corrects, why, what it credits
+        before tax, the VAT reversed and the total returned to the prepaid balance (money as
+        strings, two decimals, CNY)."""
+        return _json({"credit_notes": service.credit_notes(key, service.tenant_for(key, tenant))})
+
+    @app.get("/v1/credit-notes/{number}", dependencies=[Depends(_params("format", "lang", "tenant"))],
+             responses=problem_responses | {200: {"description": "the credit note", "content": {
+                 "application/json": {}, "text/csv": {}, "application/pdf": {}}}}, tags=["tenant"])
+    def credit_note(number: str, format: str | None = None, lang: str | None = None,  # noqa: A002
+                    tenant: str | None = None, key=Depends(key_of)) -> Response:
+        """One credit note by number (CN-YYYY-NNNNNN) as json, csv or pdf (default json); lang: en or zh-CN."""
+        return _file(service.credit_note_download(key, service.tenant_for(key, tenant), number, format, lang))
 
 
 def _live_dict(live: Any) -> dict | None:

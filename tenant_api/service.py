@@ -3,9 +3,10 @@ tenant, and what they get — with the limits and the access records around ever
 
     authenticate(token, client)      Bearer key → ApiKey; 401 (recorded) or 429 (slowed down)
     tenant_for(key, requested)       the tenant of a request comes from its key and nothing else
-    me / current / balance / daily / invoices  small JSON-able answers, cached a few seconds
-    usage_download / invoice_download  a `Download` (bytes, media type, safe file name),
-                                       under the key's cap of downloads in flight, recorded
+    me / current / balance / daily / invoices / credit_notes  small JSON-able answers, cached a few seconds
+    usage_download / invoice_download / credit_note_download
+                                     a `Download` (bytes, media type, safe file name),
+                                     under the key's cap of downloads in flight, recorded
 
 Every method raises `Problem` for what it refuses; the app renders it as problem JSON and
 records it. Reads go through `Reads` (tenant_api/reads.py): the embedded database's one
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from billing.errors import NotFound
 from reports.outputs import output_name
 from tenant_api.cache import TtlCache
 from tenant_api.limits import AuthThrottle, DownloadSlots, RateLimiter
@@ -36,18 +38,21 @@ if TYPE_CHECKING:
     from billing.current_usage import CurrentUsage, DailyUsage
     from billing.live_spend import LivePosition
 
-__all__ = ["Download", "Limits", "Problem", "Service", "USAGE_FORMATS", "INVOICE_FORMATS", "GRANULARITIES"]
+__all__ = ["CREDIT_NOTE_FORMATS", "Download", "GRANULARITIES", "INVOICE_FORMATS", "Limits", "Problem", "Service",
+           "USAGE_FORMATS"]
 
 log = logging.getLogger("gpubill.api")
 
 USAGE_FORMATS = ("csv", "json", "parquet", "pdf")
 INVOICE_FORMATS = ("json", "csv", "pdf")
+CREDIT_NOTE_FORMATS = ("json", "csv", "pdf")
 GRANULARITIES = ("day", "hour")
 MEDIA_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json", "pdf": "application/pdf",
                "parquet": "application/vnd.apache.parquet"}
 # ASCII digits only: \d would take "２０２６" too
 PERIOD = re.compile(r"[0-9]{4}-(0[1-9]|1[0-2])")
 INVOICE_NUMBER = re.compile(r"GB-[0-9]{4}-[0-9]{6}")
+CREDIT_NOTE_NUMBER = re.compile(r"CN-[0-9]{4}-[0-9]{6}")
 CACHE_BYTES = 256 << 20  # what built reports and files may hold in memory together
 ROW_BYTES = 600  # about what one report row weighs as Python objects
 KEY_CACHE_S = 5.0  # a revoked key stops working within this long (the cache holds verified keys only)
@@ -205,13 +210,12 @@ class Service:
         of what is not invoiced yet, the budget's used share, the last hour's burn and the runway;
         at most `limits.cache_s` old. 404 for a tenant that is not registered (an operator's typo)."""
         from billing.balances import balance
-        from billing.errors import NotFound
 
         try:
             return self.cache.get_or_build(("balance", tenant), lambda: self._read_rules(
                 lambda db, rules: balance(db, rules, tenant, now=self.now())))
         except NotFound:
-            raise self._refused(Problem(404, f"no registered tenant {_shown(tenant)}", reason="no-tenant")) from None
+            raise Problem(404, f"no registered tenant {_shown(tenant)}", reason="no-tenant") from None
 
     def live(self, key: "ApiKey", tenant: str) -> "LivePosition | None":
         """The stream's figures of the tenant (billing.live_spend): month to date, balance and
@@ -229,12 +233,27 @@ class Service:
             lambda db, rules: daily_usage(db, rules, tenant, period)))
 
     def invoices(self, key: "ApiKey", tenant: str) -> list[dict]:
-        """The tenant's invoices, newest period first: number, period, status, issued_at,
-        currency, subtotal, credit_used, net, tax, total (money as strings with two decimals)."""
+        """The tenant's issued and voided invoices (never drafts), newest period first: number,
+        period, status, issued_at, currency, subtotal, credit_used, net, tax, total (money as
+        strings with two decimals), what it replaces and what replaced it ("" for none), its
+        credit notes' numbers, and how it is paid (billing.tenant_invoices)."""
         from billing.tenant_invoices import tenant_invoices
 
         return self.cache.get_or_build(("invoices", tenant), lambda: self._read_rules(
             lambda db, rules: tenant_invoices(db, tenant, rules)))
+
+    def credit_notes(self, key: "ApiKey", tenant: str) -> list[dict]:
+        """The tenant's credit notes, newest first: number, the invoice it corrects, period,
+        reason, issued_at and issue_date (the billing time zone's date), currency, subtotal,
+        tax, total (what returns to the tenant, VAT included; strings with two decimals)."""
+        from billing.settlement import issue_date
+        from billing.tenant_invoices import tenant_credit_notes
+
+        def read(db: Any, rules: Any) -> list[dict]:
+            return [{**note, "issue_date": str(issue_date(rules, note["issued_at"]))}
+                    for note in tenant_credit_notes(db, tenant)]
+
+        return self.cache.get_or_build(("credit-notes", tenant), lambda: self._read_rules(read))
 
     def credits(self, key: "ApiKey", tenant: str) -> list:
         """What is left of the tenant's credit grants now (billing.settlement.credits_left), with
@@ -261,8 +280,8 @@ class Service:
         fmt = self._choice("format", fmt, USAGE_FORMATS, default="csv")
         granularity = self._choice("granularity", granularity, GRANULARITIES, default="day")
         if granularity == "hour" and fmt == "pdf":  # a 64-card month is ~47,000 rows: 1,100 pages, 8 s
-            raise self._refused(bad_param("granularity", "hourly rows come as csv, json or parquet; the PDF is "
-                                          "daily (a month of hours runs to a thousand pages)"))
+            raise bad_param("granularity", "hourly rows come as csv, json or parquet; the PDF is daily (a month "
+                                           "of hours runs to a thousand pages)")
         lang = self._choice("lang", lang, _langs(), default="en")
         record = current_request()
         record.period, record.fmt = period, fmt
@@ -301,10 +320,52 @@ class Service:
             current_request().period = period
 
             def build() -> bytes:
-                document = self._read_rules(lambda db, rules: invoice_document(db, rules, tenant, period))
+                # by number: a voided invoice is that invoice, not the replacement its period now has
+                try:
+                    document = self._read_rules(lambda db, rules: invoice_document(db, rules, tenant, number=number))
+                except NotFound:
+                    raise _no_invoice() from None
                 return render_invoice(document, fmt, lang=lang)
 
             body = self.cache.get_or_build(("invoice-file", tenant, number, fmt, lang), build)
+        download = Download(body, MEDIA_TYPES[fmt], output_name(number, tenant, period, fmt))
+        self.recorder.downloaded(len(body))
+        return download
+
+    def credit_note_download(self, key: "ApiKey", tenant: str, number: str, fmt: str | None,
+                             lang: str | None = "en") -> Download:
+        """Credit note `number` (CN-YYYY-NNNNNN) of `tenant` as json, csv or pdf; 404 — the same
+        answer — when it does not exist, is malformed, or belongs to another tenant."""
+        from billing.credit_notes import find_credit_note
+        from reports.credit_note_document import credit_note_document
+        from reports.render import render_credit_note
+
+        fmt = self._choice("format", fmt, CREDIT_NOTE_FORMATS, default="json")
+        lang = self._choice("lang", lang, _langs(), default="en")
+        current_request().fmt = fmt
+        if not isinstance(number, str) or not CREDIT_NOTE_NUMBER.fullmatch(number):
+            raise _no_credit_note()
+
+        def period_of(db: Any) -> str | None:
+            try:
+                return find_credit_note(db, number, tenant=tenant).period
+            except NotFound:
+                return None
+
+        with self._download_slot(key):
+            period = self.cache.get_or_build(("credit-note-period", tenant, number), lambda: self.reads.run(period_of))
+            if period is None:
+                raise _no_credit_note()
+            current_request().period = period
+
+            def build() -> bytes:
+                try:
+                    document = self._read_rules(lambda db, rules: credit_note_document(db, rules, number, tenant=tenant))
+                except NotFound:
+                    raise _no_credit_note() from None
+                return render_credit_note(document, fmt, lang=lang)
+
+            body = self.cache.get_or_build(("credit-note-file", tenant, number, fmt, lang), build)
         download = Download(body, MEDIA_TYPES[fmt], output_name(number, tenant, period, fmt))
         self.recorder.downloaded(len(body))
         return download
@@ -376,6 +437,11 @@ def _unauthorized(detail: str, reason: str) -> Problem:
 
 def _no_invoice() -> Problem:
     return Problem(404, "no such invoice: see GET /v1/invoices for your invoices' numbers", reason="not-found")
+
+
+def _no_credit_note() -> Problem:
+    return Problem(404, "no such credit note: see GET /v1/credit-notes for your credit notes' numbers",
+                   reason="not-found")
 
 
 def _shown(value: str) -> str:

@@ -3,13 +3,22 @@
 The world (`seed_world`): three registered tenants, each renting one A800 on the hourly plan,
 ¥3600/h = ¥1/s, for SECONDS[t] seconds at the start of March 2026 — so each March invoice's
 rent line is ¥SECONDS[t] — invoiced once; a key per tenant, an operator key, a revoked and
-an expired key of t01.
+an expired key of t01. Each March invoice: rent, the ¥10.00 trial credit, VAT 6 % of the net.
+
+Then corrected (`seed_corrections`, issue 24): t01's invoice stands as it was issued;
+    t02 GB-2026-000002: rent 3,600.00 − 10.00 = net 3,590.00, VAT 215.40, total 3,805.40;
+        CN-2026-000001 (goodwill) credits ¥5.00 of its rent line: VAT 5.00 × 6 % = 0.30, total 5.30
+    t03 GB-2026-000003: rent 1,800.00 − 10.00 = net 1,790.00, VAT 107.40, total 1,897.40, voided:
+        CN-2026-000002 (void) credits the rent 1,800.00 and gives the trial credit back, −10.00:
+        1,790.00 + VAT 107.40 = 1,897.40; the next run issues GB-2026-000004, which replaces it with
+        the same figures (the trial credit, free again, is spent on the replacement)
 """
 
 from __future__ import annotations
 
+import re
 import time
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -18,6 +27,7 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
+from billing.credit_notes import create_credit_note, void_invoice
 from billing.invoicing import run_period
 from billing.tenants import add_tenant
 from billing_rules import load_rules
@@ -72,13 +82,31 @@ def seed_world(db: Any) -> dict:
     return {"tokens": tokens, "numbers": numbers, "keys": keys}
 
 
+CORRECTED_AT = datetime(2026, 4, 15, tzinfo=UTC)
+
+
+def seed_corrections(db: Any, numbers: dict[str, str]) -> dict:
+    """A goodwill credit note on t02's invoice; t03's voided and replaced (the module docstring's
+    figures). Returns {"credit_notes": tenant → [numbers], "replacements": tenant → number}."""
+    goodwill = create_credit_note(db, RULES, numbers["t02"], "goodwill", {1: Decimal("5.00")}, actor="test",
+                                  now=CORRECTED_AT)
+    _, void = void_invoice(db, RULES, numbers["t03"], "wrong customer", actor="test",
+                           now=CORRECTED_AT + timedelta(days=1))
+    run_period(db, RULES, PERIOD, now=CORRECTED_AT + timedelta(days=2))
+    (replacement,) = [str(n) for (n,) in db.query(
+        "SELECT number FROM invoices FINAL WHERE tenant = 't03' AND replaces = {r:String}", {"r": numbers["t03"]})]
+    return {"credit_notes": {"t01": [], "t02": [goodwill.number], "t03": [void.number]},
+            "replacements": {"t03": replacement}}
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     writes_margin = writes.MARGIN_S
     writes.MARGIN_S = 0
     try:
         with open_database(f"chdb://{tmp_path_factory.mktemp('api') / 'ch'}") as db:
-            yield db, seed_world(db)
+            seeded = seed_world(db)
+            yield db, seeded | seed_corrections(db, seeded["numbers"])
     finally:
         writes.MARGIN_S = writes_margin
 
@@ -212,47 +240,72 @@ def test_operator_keys_choose_the_tenant(client, world):
     missing = client.get("/v1/invoices", headers=operator)
     assert missing.status_code == 400 and missing.json()["param"] == "tenant"
     answer = client.get("/v1/invoices?tenant=t03", headers=operator)
-    assert [i["number"] for i in answer.json()["invoices"]] == [seeded["numbers"]["t03"]]
+    # the replacement, then the voided invoice it replaces (the same period, by number, newest first)
+    assert [i["number"] for i in answer.json()["invoices"]] == [seeded["replacements"]["t03"], seeded["numbers"]["t03"]]
     own = client.get("/v1/invoices?tenant=t01", headers=bearer(seeded["tokens"]["t01"]))
+    assert own.status_code == 400 and own.json()["param"] == "tenant"
+    notes = client.get("/v1/credit-notes?tenant=t03", headers=operator)
+    assert [n["number"] for n in notes.json()["credit_notes"]] == seeded["credit_notes"]["t03"]
+    assert client.get("/v1/credit-notes", headers=operator).json()["param"] == "tenant"
+    own = client.get("/v1/credit-notes?tenant=t02", headers=bearer(seeded["tokens"]["t02"]))
     assert own.status_code == 400 and own.json()["param"] == "tenant"
 
 
-def _endpoints(victim: str, numbers: dict[str, str]) -> list[str]:
-    """Every route with every identifier of `victim`'s (its tenant id, its invoice number)."""
-    number = numbers[victim]
+def _documents(victim: str, seeded: dict) -> tuple[list[str], list[str]]:
+    """`victim`'s invoice numbers (a voided one and its replacement too) and credit note numbers."""
+    replacement = seeded["replacements"].get(victim)
+    return [seeded["numbers"][victim]] + ([replacement] if replacement else []), seeded["credit_notes"][victim]
+
+
+def _endpoints(victim: str, seeded: dict) -> list[str]:
+    """Every route with every identifier of `victim`'s (its tenant id, its invoice and credit note numbers)."""
+    invoices, credit_notes = _documents(victim, seeded)
     urls = ["/v1/me", f"/v1/me?tenant={victim}", "/v1/usage/current", f"/v1/usage/current?tenant={victim}",
-            "/v1/invoices", f"/v1/invoices?tenant={victim}", "/v1/balance", f"/v1/balance?tenant={victim}"]
+            "/v1/invoices", f"/v1/invoices?tenant={victim}", "/v1/balance", f"/v1/balance?tenant={victim}",
+            "/v1/credit-notes", f"/v1/credit-notes?tenant={victim}"]
     for fmt in USAGE_FORMATS:
         urls += [f"/v1/usage?period={PERIOD}&format={fmt}", f"/v1/usage?period={PERIOD}&format={fmt}&tenant={victim}",
                  f"/v1/usage?period={PERIOD}&format={fmt}&granularity=hour"]
-    for fmt in INVOICE_FORMATS:
-        urls += [f"/v1/invoices/{number}?format={fmt}", f"/v1/invoices/{number}?format={fmt}&tenant={victim}",
-                 f"/v1/invoices/{number.lower()}?format={fmt}", f"/v1/invoices/{number}%20?format={fmt}"]
+    for kind, numbers in (("invoices", invoices), ("credit-notes", credit_notes)):
+        for number in numbers:
+            for fmt in INVOICE_FORMATS:
+                urls += [f"/v1/{kind}/{number}?format={fmt}", f"/v1/{kind}/{number}?format={fmt}&tenant={victim}",
+                         f"/v1/{kind}/{number.lower()}?format={fmt}", f"/v1/{kind}/{number}%20?format={fmt}",
+                         f"/v1/{kind}/{number}?format={fmt}&lang=zh-CN"]
     return urls
 
 
-def _traces(tenant: str, numbers: dict[str, str]) -> list[bytes]:
+def _traces(tenant: str, seeded: dict) -> list[bytes]:
     """Bytes that only `tenant`'s data holds."""
-    return [f"GPU-{tenant}".encode(), f"i-{tenant}".encode(), numbers[tenant].encode(), NAMES[tenant].encode(),
-            f'"{tenant}"'.encode(), f"_{tenant}_".encode()]
+    invoices, credit_notes = _documents(tenant, seeded)
+    return [f"GPU-{tenant}".encode(), f"i-{tenant}".encode(), NAMES[tenant].encode(), f'"{tenant}"'.encode(),
+            f"_{tenant}_".encode(), *(number.encode() for number in invoices + credit_notes)]
+
+
+def _not_there(url: str) -> str:
+    """`url` with its document number swapped for one that does not exist (GB- or CN-2026-999999)."""
+    return re.sub(r"^/v1/(invoices|credit-notes)/(GB|CN)-[0-9]{4}-[0-9]{6}\?", r"/v1/\1/\2-2026-999999?", url)
 
 
 def test_idor_sweep_no_byte_of_another_tenant(client, world):
     _, seeded = world
-    numbers = seeded["numbers"]
-    not_there = client.get("/v1/invoices/GB-2026-999999", headers=bearer(seeded["tokens"]["t01"]))
+    swept = {"invoices": 0, "credit-notes": 0}
     for reader in SECONDS:
         for victim in SECONDS:
             if reader == victim:
                 continue
-            for url in _endpoints(victim, numbers):
+            for url in _endpoints(victim, seeded):
                 answer = client.get(url, headers=bearer(seeded["tokens"][reader]))
-                for trace in _traces(victim, numbers):
+                for trace in _traces(victim, seeded):
                     assert trace not in answer.content, (reader, url, trace)
                     assert trace.decode() not in str(answer.headers), (reader, url, trace)
-                if url.startswith(f"/v1/invoices/{numbers[victim]}?") and "tenant=" not in url:
+                if _not_there(url) != url and "tenant=" not in url:
                     # another tenant's number answers exactly as a number that does not exist
+                    not_there = client.get(_not_there(url), headers=bearer(seeded["tokens"][reader]))
                     assert (answer.status_code, answer.content) == (404, not_there.content), url
+                    swept[url.split("/")[2]] += 1
+    # each of the 4 invoices and the 2 credit notes, read by the 2 other tenants, in 3 formats, 2 ways
+    assert swept == {"invoices": 4 * 2 * 3 * 2, "credit-notes": 2 * 2 * 3 * 2}
 
 
 BAD_TOKENS = {
@@ -262,7 +315,7 @@ BAD_TOKENS = {
 
 
 @pytest.mark.parametrize("url", ["/v1/me", f"/v1/usage?period={PERIOD}", "/v1/usage/current", "/v1/invoices",
-                                 "/v1/invoices/GB-2026-000001"])
+                                 "/v1/invoices/GB-2026-000001", "/v1/credit-notes", "/v1/credit-notes/CN-2026-000001"])
 def test_bad_keys_are_401(client, world, url):
     _, seeded = world
     tokens = dict(BAD_TOKENS) | {"revoked": seeded["tokens"]["revoked"], "expired": seeded["tokens"]["expired"],
@@ -286,6 +339,15 @@ def test_bad_keys_are_401(client, world, url):
     two = client.get(url, headers=[("Authorization", "Bearer " + seeded["tokens"]["t01"]),
                                    ("Authorization", "Bearer " + seeded["tokens"]["t02"])])
     assert two.status_code == 401
+
+
+def test_an_operator_s_unknown_tenant_has_no_balance_and_hourly_pdfs_are_refused(client, world):
+    # before: both were 500 "an unexpected error" (the Service called a method it does not have)
+    _, seeded = world
+    unknown = client.get("/v1/balance?tenant=nosuch", headers=bearer(seeded["tokens"]["operator"]))
+    assert unknown.status_code == 404 and unknown.json()["detail"] == "no registered tenant 'nosuch'"
+    hourly = client.get(f"/v1/usage?period={PERIOD}&format=pdf&granularity=hour", headers=bearer(seeded["tokens"]["t01"]))
+    assert hourly.status_code == 400 and hourly.json()["param"] == "granularity"
 
 
 def test_a_period_out_of_range_is_named_as_sent(client, world):
@@ -404,7 +466,8 @@ def test_operations_endpoints(client):
     assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok", "rules": "ok", "access_log": "ok"}
     assert b"gpubill_api_requests_total" in client.get("/metrics").content
     spec = client.get("/openapi.json").json()
-    assert {"/v1/me", "/v1/usage", "/v1/usage/current", "/v1/invoices", "/v1/invoices/{number}"} <= set(spec["paths"])
+    assert {"/v1/me", "/v1/usage", "/v1/usage/current", "/v1/invoices", "/v1/invoices/{number}", "/v1/credit-notes",
+            "/v1/credit-notes/{number}"} <= set(spec["paths"])
     docs = client.get("/docs")
     assert docs.status_code == 200 and "/v1/usage" in docs.text and "<script" not in docs.text
 
@@ -412,9 +475,12 @@ def test_operations_endpoints(client):
 def test_downloads_and_refusals_are_recorded(world):
     db, seeded = world
     started = datetime.now(UTC).replace(microsecond=0)
+    # a key of this test's own: the other tests' refusals of the world's revoked key may fall in this second
+    revoked, revoked_token = create_key(db, tenant="t01", label="revoked here")
+    revoke_key(db, revoked.id)
     with make_client(db) as http:
         got = http.get(f"/v1/usage?period={PERIOD}&format=json", headers=bearer(seeded["tokens"]["t02"]))
-        refused = http.get("/v1/invoices", headers=bearer(seeded["tokens"]["revoked"]))
+        refused = http.get("/v1/invoices", headers=bearer(revoked_token))
         assert (got.status_code, refused.status_code) == (200, 401)
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:  # written within a second (FLUSH_S), without a stop
@@ -428,5 +494,5 @@ def test_downloads_and_refusals_are_recorded(world):
     assert (download.tenant, download.what, download.period, download.fmt, download.bytes) == (
         "t02", "/v1/usage", PERIOD, "json", len(got.content))
     assert download.client == "testclient" and download.reason == ""
-    refusals = access_log(db, key_id=seeded["keys"]["revoked"].id, since=started)
+    refusals = access_log(db, key_id=revoked.id, since=started)
     assert [(r.status, r.reason, r.what, r.tenant) for r in refusals] == [(401, "revoked", "/v1/invoices", "")]
