@@ -5,9 +5,9 @@ What is rendered is a `reports.credit_note_model.CreditNoteDocument`
 too, with nothing around it (tests, stand-ins).
 
 :func:`credit_note_to_dict` is the JSON contract: money as strings with two decimals (what is
-credited is positive; a line that gives back a credit or discount of the invoice is negative),
-the VAT rate as a short decimal. The CSV and PDF are written from that same dict, so the three
-formats never disagree on a figure.
+credited is positive; a line that takes back a negative line of the invoice — a credit, a
+discount, an adjustment — is negative), the VAT rate as a short decimal. The CSV and PDF are
+written from that same dict, so the three formats never disagree on a figure.
 
 The PDF looks like the invoice (the same masthead, party blocks, facts and totals:
 `reports.render.invoice`): seller and the note's facts (number, issue date in the billing zone,

@@ -153,8 +153,8 @@ _LABELS: dict[str, dict[str, str]] = {
         "cn.vat": "VAT {rate}% reversed",
         "cn.total": "Total credited ({currency})",
         "cn.returns": "The amount returns to the tenant's prepaid balance: {amount} is added to the balance of {tenant}.",
-        "cn.notes": ("Amounts in {currency}. Line amounts are before VAT; a negative line gives back a credit or "
-                     "discount of the invoice. VAT is reversed at the invoice's rate, {rate}%; credit notes never "
+        "cn.notes": ("Amounts in {currency}. Line amounts are before VAT; a negative line takes back a negative "
+                     "line of the invoice (a credit, a discount, an adjustment). VAT is reversed at the invoice's rate, {rate}%; credit notes never "
                      "credit more than the invoice."),
         "reason.price_error": "Price error",
         "reason.usage_error": "Usage error",
@@ -262,7 +262,7 @@ _LABELS: dict[str, dict[str, str]] = {
         "cn.vat": "冲减增值税 {rate}%",
         "cn.total": "冲减价税合计 ({currency})",
         "cn.returns": "金额退回预付余额：客户 {tenant} 的预付余额增加 {amount}。",
-        "cn.notes": ("金额单位：{currency}（人民币）。各行金额不含税；负数行为退回原账单的抵扣额度或折扣。"
+        "cn.notes": ("金额单位：{currency}（人民币）。各行金额不含税；负数行冲回原账单的负数行（抵扣额度、折扣或调整）。"
                      "增值税按原账单税率 {rate}% 冲减；贷项通知单冲减的金额不超过原账单。"),
         "reason.price_error": "价格错误",
         "reason.usage_error": "用量错误",
