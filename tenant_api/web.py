@@ -1,11 +1,11 @@
 """The customer web page at ``/``: sign in with an API key, this month's figures, a chart of
-daily GPU-hours and spend, the invoices and usage reports to download — in English and
-Simplified Chinese. Server-rendered (Jinja2), one small script, nothing from the network.
+daily GPU-hours and spend, the invoices (a voided one marked, with what replaced it), the
+credit notes and usage reports to download — in English and Simplified Chinese.
+Server-rendered (Jinja2), one small script, nothing from the network.
 
-Longer than 400 lines on purpose (just): the page's routes and what they render are one
-request flow (session, CSRF, tenant, render, security headers) read top to bottom; sessions,
-words and the chart are already modules of their own, and the small helpers at the bottom
-serve this page only.
+The page's routes and what they render are one request flow (session, CSRF, tenant, render,
+security headers) read top to bottom; sessions, words, the chart and the rows of its tables
+are modules of their own, and the small helpers at the bottom serve this page only.
 
     GET  /                          sign-in form, or the tenant's page (?period=YYYY-MM, ?lang=)
     POST /session                   sign in (form: key, csrf)           → 303 /
@@ -13,12 +13,13 @@ serve this page only.
     POST /tenant                    an operator key picks the tenant it views (form: tenant, csrf)
     GET  /files/usage               a usage report (period, format, granularity) in the page's language
     GET  /files/invoices/{number}   an invoice (format) in the page's language
+    GET  /files/credit-notes/{number}  a credit note (format) in the page's language
     GET  /assets/{name}             the stylesheet, script and logo (content-hashed, cached a year)
 
 Everything is read through the API's ``Service`` (``tenant_api/service.py``) exactly as the
 JSON API reads it: the same key checks, tenant boundary, limits and access records. Sessions
 and CSRF are in ``web_session.py``; the words in ``i18n.py``; the chart's geometry in
-``web_chart.py``.
+``web_chart.py``; the rows of the summary, invoices and credit notes in ``web_rows.py``.
 
 Operator keys (support desk) choose the tenant by typing its id in a small form on the page;
 the choice is kept in the server-side session (Service.tenant_for checks it) and every read
@@ -37,20 +38,19 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from billing.errors import NotFound
-from tenant_api.i18n import LANG_NAMES, LANGS, Words, moment, money, number, pick_lang
+from tenant_api.i18n import LANG_NAMES, LANGS, Words, money, number, pick_lang
 from tenant_api.problems import Problem
 from tenant_api.web_chart import build_chart
+from tenant_api.web_rows import credit_note_row, expiry, invoice_row, summary
 from tenant_api.web_session import Session, Sessions, SessionsFull, new_token, same_origin, tokens_match
 
 __all__ = ["SECURITY_HEADERS", "install"]
@@ -62,7 +62,6 @@ LANG_COOKIE = "gpubill_lang"
 LOGIN_MAX_AGE_S = 3600
 PERIOD = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
 USAGE_FORMATS = ("csv", "json", "parquet", "pdf")
-INVOICE_LINKS = ("pdf", "csv")
 PERIODS_SHOWN = 12
 MAX_KEY_CHARS = 256
 
@@ -127,6 +126,8 @@ class Page:
         app.add_api_route("/tenant", self.choose_tenant, methods=["POST"], include_in_schema=False)
         app.add_api_route("/files/usage", self.usage_file, methods=["GET"], include_in_schema=False)
         app.add_api_route("/files/invoices/{number}", self.invoice_file, methods=["GET"], include_in_schema=False)
+        app.add_api_route("/files/credit-notes/{number}", self.credit_note_file, methods=["GET"],
+                          include_in_schema=False)
         app.add_api_route("/assets/{name}", self.asset, methods=["GET"], include_in_schema=False)
 
     def home(self, request: Request) -> Response:
@@ -204,6 +205,11 @@ class Page:
         return self._file(request, lambda key, tenant, lang: self.service.invoice_download(
             key, tenant, number, fmt, lang))
 
+    def credit_note_file(self, request: Request, number: str) -> Response:
+        fmt = request.query_params.get("format")
+        return self._file(request, lambda key, tenant, lang: self.service.credit_note_download(
+            key, tenant, number, fmt, lang))
+
     def asset(self, request: Request, name: str) -> Response:
         found = self.assets.get(name)
         if found is None:
@@ -243,7 +249,7 @@ class Page:
         me = self.service.me(key)
         operator = key.role == "operator"
         account = {"name": me.get("display_name") or "", "tenant": tenant or "", "key_id": me.get("key_id", ""),
-                   "label": me.get("label") or "", "expiry": _expiry(t, me.get("expires_at"))}
+                   "label": me.get("label") or "", "expiry": expiry(t, me.get("expires_at"))}
         if operator:
             account["name"] = tenant or ""
         context: dict[str, Any] = {"account": account, "operator": operator, "tenant": tenant, "summary": None,
@@ -259,9 +265,10 @@ class Page:
             periods = sorted(periods, reverse=True)
             chart_period = wanted if wanted in periods else periods[0]  # the latest month with data
             daily = self.service.daily(key, tenant, chart_period)
-            context.update(summary=_summary(t, current), periods=periods, chart_period=chart_period,
+            context.update(summary=summary(t, current), periods=periods, chart_period=chart_period,
                            chart=build_chart(chart_period, daily, hours_word=t("chart_hours")),
-                           invoices=[_invoice_row(t, i) for i in invoices], usage_formats=USAGE_FORMATS,
+                           invoices=[invoice_row(t, i) for i in invoices], usage_formats=USAGE_FORMATS,
+                           credit_notes=[credit_note_row(t, n) for n in self.service.credit_notes(key, tenant)],
                            money_left=self._money_left(t, lang, key, tenant))
         return self._render(request, "dashboard.html", lang, context)
 
@@ -317,6 +324,10 @@ class Page:
         try:
             figures = self.service.balance(key, tenant)
         except NotFound:  # an operator looking at a tenant that is not registered: it has no balance
+            return {"balance": None, "runway": "", "credits": []}
+        except Problem as problem:  # the Service says so as a 404
+            if problem.status != 404:
+                raise
             return {"balance": None, "runway": "", "credits": []}
         credits = [(reason_zh if lang != "en" and reason_zh else (c.reason if lang == "en" else t("credit_word")),
                     money(c.remaining)) for c, reason_zh in self.service.credits(key, tenant)]
@@ -386,52 +397,3 @@ def _recent_periods(current: str, count: int) -> list[str]:
         out.append(f"{year:04d}-{month:02d}")
         year, month = (year - 1, 12) if month == 1 else (year, month - 1)
     return out
-
-
-def _expiry(t: Words, expires_at: Any) -> str:
-    if not expires_at:
-        return t("no_expiry")
-    if isinstance(expires_at, datetime):
-        return t("expires", date=expires_at.date().isoformat())
-    return t("expires", date=str(expires_at)[:10])
-
-
-def _amount(value: Any) -> str:
-    try:
-        return money(value if isinstance(value, Decimal) else Decimal(str(value)))
-    except (InvalidOperation, ValueError, TypeError):
-        return ""
-
-
-def _summary(t: Words, current: Any) -> dict[str, Any]:
-    credits = current.credits
-    stats = [
-        ("gpu-hours", t("gpu_hours"), number(current.gpu_hours), ""),
-        ("kwh", t("kwh"), number(current.kwh), t("kwh_unit")),
-        ("rent", t("rent"), money(current.rent), ""),
-        ("electricity", t("electricity"), money(current.electricity), ""),
-        ("credits", t("credits"), money(-credits) if credits else money(0), ""),
-        ("vat", t("vat"), money(current.vat), ""),
-    ]
-    fresh = t("newest_data", time=moment(current.newest_data_at)) if current.newest_data_at else t("no_data_yet")
-    return {"period": current.period, "invoiced": bool(current.invoiced),
-            "state": t("invoiced", number=current.invoice_number or "") if current.invoiced else t("estimate"),
-            "total_label": t("total") if current.invoiced else t("estimated_total"),
-            "total": money(current.estimated_total), "fresh": fresh, "stats": stats}
-
-
-def _invoice_row(t: Words, invoice: Mapping[str, Any]) -> dict[str, Any]:
-    number_ = str(invoice.get("number", ""))
-    issued = invoice.get("issued_at") or ""
-    issued = invoice.get("issue_date") or (moment(issued) if isinstance(issued, datetime) else str(issued)[:10])
-    if invoice.get("prepaid") and invoice.get("settled"):
-        due = t("settled_prepaid")
-    elif invoice.get("settled"):
-        due = t("nothing_due")
-    elif invoice.get("due_date"):
-        due = t("due_by", amount=_amount(invoice.get("amount_due")), date=invoice["due_date"])
-    else:
-        due = ""
-    return {"number": number_, "period": str(invoice.get("period", "")), "issued": issued,
-            "total": _amount(invoice.get("total")), "due": due, "settled": bool(invoice.get("settled")),
-            "links": [(fmt, f"/files/invoices/{quote(number_, safe='')}?format={fmt}") for fmt in INVOICE_LINKS]}

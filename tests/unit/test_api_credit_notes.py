@@ -28,7 +28,7 @@ import pytest
 from tenant_api.access_log import access_log
 from tenant_api.keys import create_key
 from tests.unit.test_api_http import (  # noqa: F401  (client, world: the fixtures)
-    INVOICE_FORMATS, RULES, bearer, client, make_client, world)
+    INVOICE_FORMATS, RULES, _page_session, bearer, client, make_client, world)
 
 GOODWILL = {"number": "CN-2026-000001", "invoice": "GB-2026-000002", "period": "2026-03", "reason": "goodwill",
             "issued_at": "2026-04-15T00:00:00Z", "issue_date": "2026-04-15", "currency": "CNY",
@@ -195,3 +195,40 @@ def test_credit_note_downloads_are_capped_recorded_and_built_once(world, monkeyp
         (200, "/v1/credit-notes/CN-2026-000001", "2026-03", "pdf", len(first.content), "", "t02"),
         (404, "/v1/credit-notes/CN-2026-000002", "", "csv", 0, "not-found", "t02"),
     ]), rows
+
+
+def row_text(page: str, attribute: str, number: str) -> str:
+    found = re.search(rf'<tr data-{attribute}="{re.escape(number)}"[^>]*>(.*?)</tr>', page, re.S)
+    assert found, (attribute, number)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", found.group(1))).strip()
+
+
+@pytest.mark.parametrize("lang, words", [
+    ("en", ("Voided", "replaced by GB-2026-000004", "replaces GB-2026-000003", "Credit notes", "Invoice voided",
+            "credit notes: CN-2026-000002")),
+    ("zh-CN", ("已作废", "已由 GB-2026-000004 替代", "替代 GB-2026-000003", "贷项通知单", "账单作废",
+               "贷项通知单：CN-2026-000002")),
+])
+def test_the_page_shows_the_voided_invoice_its_replacement_and_the_credit_note(client, world, lang, words):
+    from reports.credit_note_document import credit_note_document
+    from reports.render import render_credit_note
+
+    db, seeded = world
+    voided_word, replaced_by, replaces, title, reason, notes = words
+    browser = _page_session(client, seeded["tokens"]["t03"])
+    page = browser.get(f"/?lang={lang}").text
+    voided = row_text(page, "invoice", "GB-2026-000003")
+    assert voided_word in voided and replaced_by in voided and notes in voided and "¥1,897.40" in voided
+    replacement = row_text(page, "invoice", "GB-2026-000004")
+    assert replaces in replacement and voided_word not in replacement
+    assert title in page and reason in row_text(page, "credit-note", "CN-2026-000002")
+    assert "¥1,897.40" in row_text(page, "credit-note", "CN-2026-000002")
+    got = browser.get("/files/credit-notes/CN-2026-000002?format=csv")  # the page's language: the cookie
+    assert got.status_code == 200
+    assert got.content == render_credit_note(credit_note_document(db, RULES, "CN-2026-000002", tenant="t03"), "csv",
+                                             lang=lang)
+    pdf = browser.get("/files/credit-notes/CN-2026-000002?format=pdf")
+    assert pdf.content.startswith(b"%PDF-") and pdf.headers["content-disposition"] == (
+        'attachment; filename="CN-2026-000002_t03_2026-03.pdf"')
+    old = orjson.loads(browser.get("/files/invoices/GB-2026-000003?format=json").content)
+    assert (old["number"], old["status"]) == ("GB-2026-000003", "voided")

@@ -308,6 +308,39 @@ def test_idor_sweep_no_byte_of_another_tenant(client, world):
     assert swept == {"invoices": 4 * 2 * 3 * 2, "credit-notes": 2 * 2 * 3 * 2}
 
 
+def _page_session(client: TestClient, token: str) -> TestClient:
+    """A browser of the web page signed in with `token` (a client of its own: its own cookies)."""
+    browser = TestClient(client.app, base_url="http://portal.test")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', browser.get("/").text).group(1)
+    signed = browser.post("/session", data={"key": token, "csrf": csrf}, headers={"Origin": "http://portal.test"},
+                          follow_redirects=False)
+    assert signed.status_code == 303, signed.text
+    return browser
+
+
+def test_idor_sweep_of_the_page_s_files(client, world):
+    # the page's downloads read through the same Service: another tenant's invoice or credit note
+    # gets the page a number that does not exist gets, and the page shows nothing of that tenant's
+    _, seeded = world
+    for reader in SECONDS:
+        browser = _page_session(client, seeded["tokens"][reader])
+        page = browser.get("/").content
+        for victim in set(SECONDS) - {reader}:
+            invoices, credit_notes = _documents(victim, seeded)
+            for kind, numbers, missing in (("invoices", invoices, "GB-2026-999999"),
+                                           ("credit-notes", credit_notes, "CN-2026-999999")):
+                for number in numbers:
+                    for fmt in INVOICE_FORMATS:
+                        for lang in ("en", "zh-CN"):
+                            answer = browser.get(f"/files/{kind}/{number}?format={fmt}&lang={lang}")
+                            nobody = browser.get(f"/files/{kind}/{missing}?format={fmt}&lang={lang}")
+                            assert (answer.status_code, answer.content) == (404, nobody.content), (reader, number)
+            for trace in _traces(victim, seeded):
+                assert trace not in page, (reader, victim, trace)
+        for number in seeded["credit_notes"][reader]:  # and its own are served
+            assert browser.get(f"/files/credit-notes/{number}?format=pdf").content.startswith(b"%PDF-")
+
+
 BAD_TOKENS = {
     "missing": None, "empty": "", "malformed": "gpb_nonsense", "huge": "gpb_" + "A" * 20_000,
     "unknown": "gpb_k_aaaaaaaaaaaaaaaa_" + "A" * 43, "basic": "Basic dXNlcjpwYXNz", "crlf": "gpb_x\r\nX-Evil: 1",
@@ -348,6 +381,11 @@ def test_an_operator_s_unknown_tenant_has_no_balance_and_hourly_pdfs_are_refused
     assert unknown.status_code == 404 and unknown.json()["detail"] == "no registered tenant 'nosuch'"
     hourly = client.get(f"/v1/usage?period={PERIOD}&format=pdf&granularity=hour", headers=bearer(seeded["tokens"]["t01"]))
     assert hourly.status_code == 400 and hourly.json()["param"] == "granularity"
+    page = _page_session(client, seeded["tokens"]["operator"])
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.get("/").text).group(1)
+    page.post("/tenant", data={"tenant": "nosuch", "csrf": csrf}, headers={"Origin": "http://portal.test"})
+    shown = page.get("/")
+    assert shown.status_code == 200 and 'id="money"' not in shown.text and 'id="summary"' in shown.text
 
 
 def test_a_period_out_of_range_is_named_as_sent(client, world):

@@ -72,14 +72,27 @@ BETA = Key("k_beta", "beta", label="")
 OPERATOR = Key("k_op", "", role="operator", label="support desk")
 TOKENS = {"gpb_k_acme_secret": ACME, "gpb_k_beta_secret": BETA, "gpb_k_op_secret": OPERATOR}
 NAMES = {"acme": "Acme 算力 <Ltd>", "beta": "<script>alert(1)</script>\u202eevil"}
-INVOICES = {"acme": [{"number": "GB-2026-000001", "period": "2026-02", "status": "issued",
-                      "issued_at": "2026-03-04T08:00:00Z", "currency": "CNY", "total": "1000.10",
-                      "issue_date": "2026-03-04", "prepaid": False, "amount_due": "1000.10", "due_date": "2026-03-19",
-                      "settled": False}],
-            "beta": [{"number": "GB-2026-000002", "period": "2026-02", "status": "issued",
-                      "issued_at": "2026-03-04T08:00:00Z", "currency": "CNY", "total": "7.00",
-                      "issue_date": "2026-03-04", "prepaid": True, "amount_due": "0.00", "due_date": None,
-                      "settled": True}]}
+_ISSUED = {"status": "issued", "issued_at": "2026-03-04T08:00:00Z", "currency": "CNY", "issue_date": "2026-03-04",
+           "replaces": "", "replaced_by": "", "credit_notes": []}
+# acme's February: GB-…01 (a goodwill credit note on it), GB-…03 voided and replaced by GB-…04
+INVOICES = {"acme": [{**_ISSUED, "number": "GB-2026-000004", "period": "2026-02", "issued_at": "2026-03-06T08:00:00Z",
+                      "issue_date": "2026-03-06", "total": "480.00", "prepaid": False, "amount_due": "480.00",
+                      "due_date": "2026-03-21", "settled": False, "replaces": "GB-2026-000003"},
+                     {**_ISSUED, "number": "GB-2026-000003", "period": "2026-02", "status": "voided", "total": "530.00",
+                      "prepaid": False, "amount_due": "0.00", "due_date": None, "settled": True,
+                      "replaced_by": "GB-2026-000004", "credit_notes": ["CN-2026-000002"]},
+                     {**_ISSUED, "number": "GB-2026-000001", "period": "2026-02", "total": "1000.10", "prepaid": False,
+                      "amount_due": "1000.10", "due_date": "2026-03-19", "settled": False,
+                      "credit_notes": ["CN-2026-000001"]}],
+            "beta": [{**_ISSUED, "number": "GB-2026-000002", "period": "2026-02", "total": "7.00", "prepaid": True,
+                      "amount_due": "0.00", "due_date": None, "settled": True, "credit_notes": ["CN-2026-000003"]}]}
+_NOTE = {"period": "2026-02", "currency": "CNY", "issued_at": "2026-03-05T17:00:00Z", "issue_date": "2026-03-06"}
+CREDIT_NOTES = {"acme": [{**_NOTE, "number": "CN-2026-000002", "invoice": "GB-2026-000003", "reason": "void",
+                          "subtotal": "500.00", "tax": "30.00", "total": "530.00"},
+                         {**_NOTE, "number": "CN-2026-000001", "invoice": "GB-2026-000001", "reason": "goodwill",
+                          "subtotal": "5.00", "tax": "0.30", "total": "5.30"}],
+                "beta": [{**_NOTE, "number": "CN-2026-000003", "invoice": "GB-2026-000002", "reason": "price_error",
+                          "subtotal": "1.00", "tax": "0.06", "total": "1.06"}]}
 BALANCES = {"acme": (Decimal("-1000.10"), None), "beta": (Decimal("193.00"), Decimal("12.50"))}
 
 
@@ -155,6 +168,16 @@ class FakeService:
         if number not in {i["number"] for i in INVOICES.get(tenant, [])}:
             raise Problem(404, "no such invoice")
         return File(f"invoice {tenant} {number} {fmt} {lang}".encode(), "application/pdf",
+                    f"{number}_{tenant}_2026-02.{fmt}")
+
+    def credit_notes(self, key: Key, tenant: str) -> list[dict]:
+        return CREDIT_NOTES.get(tenant, [])
+
+    def credit_note_download(self, key, tenant, number, fmt, lang) -> File:
+        self.calls.append(("credit-note", tenant, number, fmt, lang))
+        if number not in {n["number"] for n in CREDIT_NOTES.get(tenant, [])}:
+            raise Problem(404, "no such credit note")
+        return File(f"credit note {tenant} {number} {fmt} {lang}".encode(), "application/pdf",
                     f"{number}_{tenant}_2026-02.{fmt}")
 
 
@@ -376,6 +399,10 @@ def test_a_tenant_key_cannot_pick_another_tenant(portal):
     other = portal.client.get("/files/invoices/GB-2026-000002?format=pdf")
     assert other.status_code == 404 and "invoice beta" not in other.text and "it is not yours" in other.text
     assert "该项不存在" in portal.client.get("/files/invoices/GB-2026-000002?format=pdf&lang=zh-CN").text
+    # beta's credit note reads as one that does not exist: the same page, nothing of beta's
+    theirs = portal.client.get("/files/credit-notes/CN-2026-000003?format=pdf")
+    nobody = portal.client.get("/files/credit-notes/CN-2026-999999?format=pdf")
+    assert (theirs.status_code, theirs.text) == (404, nobody.text) and "CN-2026-000003" not in page
 
 
 def test_an_operator_chooses_the_tenant_on_the_page(portal):
@@ -448,12 +475,75 @@ def test_the_page_shows_what_is_owed_and_what_is_left(portal):
 
 def test_a_prepaid_invoice_says_it_was_settled_from_the_balance():
     from tenant_api.i18n import Words
-    from tenant_api.web import _invoice_row
+    from tenant_api.web_rows import invoice_row
 
-    row = _invoice_row(Words("en"), INVOICES["beta"][0])
+    row = invoice_row(Words("en"), INVOICES["beta"][0])
     assert (row["due"], row["settled"]) == ("Settled from prepaid balance", True)
-    assert _invoice_row(Words("zh-CN"), INVOICES["beta"][0])["due"] == "已从预付余额扣款"
+    assert invoice_row(Words("zh-CN"), INVOICES["beta"][0])["due"] == "已从预付余额扣款"
     assert row["issued"] == "2026-03-04"  # the issue date in the billing zone
+
+
+def row_of(page: str, attribute: str, number: str) -> str:
+    """The text of the table row `<tr data-ATTRIBUTE="NUMBER">`."""
+    found = re.search(rf'<tr data-{attribute}="{re.escape(number)}"[^>]*>(.*?)</tr>', page, re.S)
+    assert found, (attribute, number)
+    return text_of(found.group(1)).strip()
+
+
+@pytest.mark.parametrize("lang, words", [
+    ("en", {"voided": "Voided", "issued": "Issued", "replaced_by": "replaced by GB-2026-000004",
+            "replaces": "replaces GB-2026-000003", "nothing_due": "Nothing due: voided",
+            "notes": "credit notes: CN-2026-000001", "void_notes": "credit notes: CN-2026-000002"}),
+    ("zh-CN", {"voided": "已作废", "issued": "已开具", "replaced_by": "已由 GB-2026-000004 替代",
+               "replaces": "替代 GB-2026-000003", "nothing_due": "已作废，无需付款",
+               "notes": "贷项通知单：CN-2026-000001", "void_notes": "贷项通知单：CN-2026-000002"}),
+])
+def test_a_voided_invoice_is_marked_and_names_its_replacement(portal, lang, words):
+    # issue 24, item 5: the status of each invoice, what replaced a voided one, what a replacement replaces
+    portal.sign_in()
+    page = portal.client.get(f"/?lang={lang}").text
+    voided = row_of(page, "invoice", "GB-2026-000003")
+    assert words["voided"] in voided and words["replaced_by"] in voided and words["void_notes"] in voided
+    assert words["nothing_due"] in voided and "¥530.00" in voided  # what it charged, struck through, nothing to pay
+    assert re.search(r'<tr data-invoice="GB-2026-000003" class="is-voided">', page)
+    replacement = row_of(page, "invoice", "GB-2026-000004")
+    assert words["issued"] in replacement and words["replaces"] in replacement and words["voided"] not in replacement
+    assert words["notes"] in row_of(page, "invoice", "GB-2026-000001")
+    assert "GB-2026-000004" not in row_of(page, "invoice", "GB-2026-000001")  # only the voided one is replaced
+
+
+@pytest.mark.parametrize("lang, title, goodwill, void", [
+    ("en", "Credit notes", "Goodwill", "Invoice voided"), ("zh-CN", "贷项通知单", "善意补偿", "账单作废")])
+def test_the_credit_notes_are_listed_with_their_files(portal, lang, title, goodwill, void):
+    portal.sign_in()
+    page = portal.client.get(f"/?lang={lang}").text
+    assert title in text_of(page) and 'id="credit-notes"' in page
+    # newest first, as the Service lists them
+    assert re.findall(r'<tr data-credit-note="([^"]+)"', page) == ["CN-2026-000002", "CN-2026-000001"]
+    row = row_of(page, "credit-note", "CN-2026-000001")
+    for shown in ("GB-2026-000001", "2026-02", goodwill, "2026-03-06", "¥5.30", "PDF", "CSV", "JSON"):
+        assert shown in row, shown
+    assert void in row_of(page, "credit-note", "CN-2026-000002")
+    for fmt in ("pdf", "csv", "json"):
+        assert f'href="/files/credit-notes/CN-2026-000001?format={fmt}"' in page
+    got = portal.client.get("/files/credit-notes/CN-2026-000001?format=pdf")
+    assert got.status_code == 200 and got.content == f"credit note acme CN-2026-000001 pdf {lang}".encode()
+    assert got.headers["content-disposition"] == 'attachment; filename="CN-2026-000001_acme_2026-02.pdf"'
+    assert got.headers["cache-control"] == "no-store" and "script-src 'self'" in got.headers["content-security-policy"]
+
+
+def test_a_tenant_without_credit_notes_is_told_so(portal):
+    portal.sign_in("gpb_k_op_secret")
+    portal.client.post("/tenant", data={"tenant": "gamma", "csrf": portal.csrf()}, headers={"Origin": BASE})
+    page = portal.client.get("/").text
+    assert 'id="no-credit-notes"' in page and "No credit notes." in page and "data-credit-note" not in page
+    assert "暂无贷项通知单。" in portal.client.get("/?lang=zh-CN").text
+
+
+def test_signed_out_a_credit_note_is_not_served(portal):
+    answer = portal.client.get("/files/credit-notes/CN-2026-000001?format=pdf", follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"] == "/?m=ended"
+    assert not any(call[0] == "credit-note" for call in portal.service.calls)
 
 
 # -- languages ------------------------------------------------------------------------------
