@@ -158,15 +158,11 @@ def void_invoice(db: Any, rules: Any, invoice_number: str, reason: str, *, actor
         fence()
         moment = now or datetime.now(UTC)
         store.write_header(db, invoice, doc_id=invoice.id, status="voided", revision=invoice.revision,
-                           issued_at=_stored_time(invoice.issued_at), number=invoice.number,
+                           issued_at=store.stored_issue_time(db, invoice), number=invoice.number,
                            seq=int(invoice.number[8:]), replaces=invoice.replaces)
         record(db, "voided", invoice=invoice.number, document=cn.number if cn else "", tenant=invoice.tenant,
                period=invoice.period, actor=actor, reason=text, detail=f"at {moment.isoformat(timespec='seconds')}")
         return store.find(db, invoice.number), cn
-
-
-def _stored_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _check_reason(reason: str) -> None:

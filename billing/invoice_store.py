@@ -27,7 +27,7 @@ from billing_rules import InvoiceDraft, InvoiceLine, IssuedInvoice
 
 __all__ = [
     "CURRENCY", "HEADER_COLUMNS", "LINE_FIELDS", "charged", "current", "delete_stray_lines", "find", "headers", "line_of_row",
-    "load", "new_draft_id", "next_number", "same_figures", "write_header", "write_lines",
+    "load", "new_draft_id", "next_number", "same_figures", "stored_issue_time", "write_header", "write_lines",
 ]
 
 CURRENCY = "CNY"
@@ -131,6 +131,13 @@ def write_header(db: Any, draft: InvoiceDraft, *, doc_id: str, status: str, revi
         doc_id, number, year, seq, draft.tenant, draft.period, status, revision, replaces, issued_at,
         datetime.now(UTC), CURRENCY, draft.subtotal, draft.credit_used, draft.net, draft.tax, draft.total, draft.vat_rate,
     )], HEADER_COLUMNS)
+
+
+def stored_issue_time(db: Any, header: IssuedInvoice) -> datetime:
+    """`header`'s issue time as stored, to the millisecond (its RFC 3339 text is cut to the second)."""
+    at = db.query("SELECT issued_at FROM invoices FINAL WHERE tenant = {t:String} AND period = {p:String} "
+                  "AND id = {i:String}", {"t": header.tenant, "p": header.period, "i": header.id})[0][0]
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
 
 
 def same_figures(a: InvoiceDraft, b: InvoiceDraft) -> bool:

@@ -44,6 +44,7 @@ from billing_rules import (
     credit_balances,
 )
 from billing import invoice_store as store
+from billing.credit_notes import delete_stray_credit_note_lines
 from billing.errors import BillingError
 from billing.invoice_lock import invoicing_lease
 from billing.invoice_store import CURRENCY, delete_stray_lines  # noqa: F401  (re-exported for callers and tests)
@@ -189,6 +190,7 @@ def run_period(db: Any, rules: Any, period: str, *, now: datetime | None = None,
     roll_up(db, rules, period=period)  # not needed for exactness (reads are exact), only for speed
     with invoicing_lease(db, on_wait=on_wait) as fence:
         delete_stray_lines(db)
+        delete_stray_credit_note_lines(db)
         return _invoice_period(db, rules, period, now, fence, progress, actor or actor_here())
 
 
@@ -289,6 +291,7 @@ def issue_period(db: Any, rules: Any, period: str, *, tenant: str | None = None,
     actor = actor or actor_here()
     with invoicing_lease(db, on_wait=on_wait) as fence:
         delete_stray_lines(db)
+        delete_stray_credit_note_lines(db)
         standing = _standing(db, period)
         drafts = sorted((t, s) for t, s in standing.items()
                         if s.draft is not None and s.issued is None and (tenant is None or t == tenant))

@@ -24,6 +24,7 @@ import pytest
 from tests.e2e.conftest import FIXTURES, TEST_RULES
 from tests.e2e.test_pipeline_e2e import fen, lines_by_kind
 from tests.e2e.test_tenants_e2e import one_line_error
+from tests.pdf_reading import pdf_text
 
 pytestmark = pytest.mark.e2e
 
@@ -64,6 +65,9 @@ def test_drafts_issue_credit_void_and_replace_through_the_command_line(gpubill):
     beta_draft = gpubill.json("invoice", "show", "--period", "2026-03", "--tenant", "beta", "--format", "json")
     assert (beta_draft["status"], beta_draft["number"], beta_draft["total"]) == ("draft", "", "49.26")
     assert invoiced(gpubill, "beta") == "0.00"
+    gpubill.run("invoice", "show", "--period", "2026-03", "--tenant", "beta", "--format", "pdf", "--lang", "zh-CN",
+                "--out", "draft.pdf")
+    assert "账单（草稿）" in pdf_text((gpubill.cwd / "draft.pdf").read_bytes())  # the reviewer's copy says so
 
     # -- 2. late March data for acme: its draft is refreshed (revision 2), beta's is not
     gpubill.run("replay", str(FIXTURES / "readings_part3.ndjson"))
@@ -126,6 +130,9 @@ def test_drafts_issue_credit_void_and_replace_through_the_command_line(gpubill):
     assert (note["reason"], note["subtotal"], note["tax"], note["total"]) == ("void", "41.47", "2.49", "43.96")
     assert str(fen(Fraction(4647, 100) * VAT)) == "2.79"
     assert Decimal("5.30") + Decimal("43.96") == Decimal(beta["total"])  # every fen of it, no more
+    gpubill.run("credit-note", "show", f"CN-{cn_year}-000002", "--format", "pdf", "--lang", "zh-CN", "--out", "cn.pdf")
+    text = pdf_text((gpubill.cwd / "cn.pdf").read_bytes())
+    assert f"CN-{cn_year}-000002" in text and "GB-2026-000002" in text and "43.96" in text
     assert "already voided" in one_line_error(gpubill.run("invoice", "void", "GB-2026-000002", "--reason", "again",
                                                           check=False))
     assert "already voided" in one_line_error(gpubill.run("credit-note", "create", "--invoice", "GB-2026-000002",
