@@ -1,8 +1,10 @@
 """The customer web page in a real browser: Debian's headless Chromium (selenium and
 chromedriver) against the real app (tenant_api.app.create_app, the real Service) served by
 uvicorn on a socket, over an embedded ClickHouse holding rated seconds and a real invoice.
-It signs in, reads the month-to-date summary, switches the chart's month, downloads an
-invoice PDF and a usage CSV, and signs out — in English and in Simplified Chinese.
+It signs in, reads the month-to-date summary, switches the chart's month, sees February's
+invoice voided and replaced and a credit note on the replacement (issue 24), downloads the
+voided invoice's, the replacement's and the credit note's PDFs and a usage CSV, and signs out —
+in English and in Simplified Chinese.
 
 Screenshots are kept under $GPUBILL_TEST_ARTIFACTS/web/ (default tests/artifacts/web/,
 git-ignored), one per step and language, plus the page at a phone's width.
@@ -11,6 +13,10 @@ Data (rules: tests/e2e/rules; tests/unit/test_archive.py's cards GA1 acme and GR
 every day d of February and of March 1–19, 2026, each card runs (d mod 5 + 1) × 120 s from
 02:00 UTC (10:00 in the billing time zone, Asia/Shanghai, so the same day). February is
 invoiced; the service's clock is 2026-03-20T04:00Z, so March is the month to date.
+
+February's invoice (issued 2026-03-05) is voided on 03-06 ("wrong customer"); the run of 03-07
+issues its replacement, naming it; on 03-08 a goodwill credit note takes ¥5.00 off the
+replacement's first line: VAT 5.00 × 6 % = 0.30, so the note returns ¥5.30.
 
     acme, March 1–19: Σ (d mod 5 + 1) × 120 s = 120 × (2+3+4+5+1 ×3 + 2+3+4+5) = 120 × 59 = 7,080 s
         rent: ¥3600/h = ¥1/s → ¥7,080.00;   GPU-hours 7,080 / 3,600 = 1.966… → "1.97"
@@ -43,9 +49,15 @@ FEB_DAYS, MARCH_DAYS = range(1, 29), range(1, 20)
 NAMES = {"acme": "北京算力科技有限公司", "beta": "Beta Compute GmbH"}
 WORDS = {  # what the page must say, written here and not read from tenant_api/i18n.py
     "en": {"title": "Sign in with your API key", "refused": "This key was not accepted", "summary": "This month so far",
-           "estimate": "Estimate — not yet invoiced", "signed_out": "You have signed out."},
+           "estimate": "Estimate — not yet invoiced", "signed_out": "You have signed out.",
+           "voided": "Voided", "issued": "Issued", "replaced_by": "replaced by {number}", "replaces": "replaces {number}",
+           "voided_due": "Nothing due: voided", "credit_notes": "Credit notes", "goodwill": "Goodwill",
+           "noted": "credit notes: {number}"},
     "zh-CN": {"title": "使用 API 密钥登录", "refused": "此密钥未被接受", "summary": "本月至今",
-              "estimate": "预估 — 尚未出账单", "signed_out": "您已退出登录。"},
+              "estimate": "预估 — 尚未出账单", "signed_out": "您已退出登录。",
+              "voided": "已作废", "issued": "已开具", "replaced_by": "已由 {number} 替代", "replaces": "替代 {number}",
+              "voided_due": "已作废，无需付款", "credit_notes": "贷项通知单", "goodwill": "善意补偿",
+              "noted": "贷项通知单：{number}"},
 }
 
 
@@ -75,9 +87,13 @@ def portal(tmp_path_factory):
     from gpubill.config import Settings
     from tenant_api.access_log import record_access
     from tenant_api.keys import create_key
-    from billing.invoicing import load_invoice, run_period
+    from decimal import Decimal
+
+    from billing.credit_notes import create_credit_note, void_invoice
+    from billing.invoicing import run_period
+    from reports.credit_note_document import credit_note_document
     from reports.invoice_document import invoice_document
-    from reports.render import render_invoice, render_usage
+    from reports.render import render_credit_note, render_invoice, render_usage
     from reports.render.fonts import warm_up
     from billing.tenants import add_tenant
     from reports.usage_report import usage_report
@@ -98,18 +114,30 @@ def portal(tmp_path_factory):
         add_tenant(database, tenant, name, now=registered)
     test_archive.seed(database, seconds=seconds)
     run_period(database, rules, "2026-02", now=datetime(2026, 3, 5, tzinfo=UTC))
+    number = database.query("SELECT number FROM invoices FINAL WHERE tenant = 'acme' AND period = '2026-02'")[0][0]
+    # issue 24: February voided, its replacement issued, a goodwill credit note on the replacement
+    void_invoice(database, rules, number, "wrong customer", actor="test", now=datetime(2026, 3, 6, tzinfo=UTC))
+    run_period(database, rules, "2026-02", now=datetime(2026, 3, 7, tzinfo=UTC))
+    (replacement,) = [n for (n,) in database.query(
+        "SELECT number FROM invoices FINAL WHERE tenant = 'acme' AND replaces = {r:String}", {"r": number})]
+    goodwill = create_credit_note(database, rules, replacement, "goodwill", {1: Decimal("5.00")}, actor="test",
+                                  now=datetime(2026, 3, 8, tzinfo=UTC))
+    assert (goodwill.subtotal, goodwill.tax, goodwill.total) == (Decimal("5.00"), Decimal("0.30"), Decimal("5.30"))
     _, acme_key = create_key(database, tenant="acme", label="财务", now=registered)
     # what the page's downloads must be, byte for byte: the CLI's renderings (built before serving)
-    invoice = load_invoice(database, "acme", "2026-02")
     report = usage_report(database, rules, "acme", "2026-02")
     # the font state the app reaches at start (its warm-up thread): a Chinese PDF embeds its glyphs
     # from the warmed "common" face, a process that never warmed up from the full font — the same
     # text, other bytes (reports/render/fonts.py); warmed here first, both are rendered alike
     warm_up()
-    document = invoice_document(database, rules, "acme", "2026-02")  # what the page serves: the whole document
-    expected = {lang: {"pdf": render_invoice(document, "pdf", lang=lang), "csv": render_usage(report, "csv", lang=lang)}
+    # what the page serves: the whole document of that number (the voided one is itself, not its replacement)
+    voided, replacing = (invoice_document(database, rules, "acme", number=n) for n in (number, replacement))
+    assert (voided.invoice.status, voided.replaced_by, replacing.invoice.replaces) == ("voided", replacement, number)
+    note = credit_note_document(database, rules, goodwill.number, tenant="acme")
+    expected = {lang: {"pdf": render_invoice(voided, "pdf", lang=lang), "csv": render_usage(report, "csv", lang=lang),
+                       "replacement": render_invoice(replacing, "pdf", lang=lang),
+                       "credit-note": render_credit_note(note, "pdf", lang=lang)}
                 for lang in ("en", "zh-CN")}
-    number = database.query("SELECT number FROM invoices FINAL WHERE tenant = 'acme' AND period = '2026-02'")[0][0]
 
     reads = Reads([database])
     recorder = AccessRecorder(lambda records: reads.run(lambda db: record_access(db, records)))
@@ -127,7 +155,7 @@ def portal(tmp_path_factory):
         time.sleep(0.05)
     try:
         yield {"url": f"http://127.0.0.1:{port}", "expected": expected, "key": acme_key, "number": number,
-               "database": database}
+               "replacement": replacement, "credit_note": goodwill.number, "database": database}
     finally:
         server.should_exit = True
         thread.join(timeout=15)
@@ -240,16 +268,36 @@ def test_sign_in_read_download_and_sign_out_in_a_real_browser(portal, browser, l
     # day 4 ran 5 × 120 s and day 5 1 × 120 s: bars in that proportion (to the pixel's rounding)
     assert heights[3] == pytest.approx(5 * heights[4], abs=0.05)
     # what is owed and what is left (issue 23): the balance, the runway, the credits, each invoice's due
-    money_words = {"en": ("Prepaid balance", "Credits left", "Nothing due", "by 2026-03-20"),
-                   "zh-CN": ("预付余额", "剩余抵扣额度", "无需付款", "2026-03-20 前")}[lang]
+    money_words = {"en": ("Prepaid balance", "Credits left", "Nothing due", "by 2026-03-22"),
+                   "zh-CN": ("预付余额", "剩余抵扣额度", "无需付款", "2026-03-22 前")}[lang]
     money = text(browser, "money")
     assert money_words[0] in money and money_words[1] in money
     assert text(browser, "balance").lstrip("−").startswith("¥") and text(browser, "runway")
-    due = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["number"]}"] td.due').text
+    # the replacement (issued 2026-03-07) is due 15 days on, by 2026-03-22
+    due = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["replacement"]}"] td.due').text
     assert due == money_words[2] or due.endswith(money_words[3]), due
     assert "发票" not in browser.page_source
     periods = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "chart-period")).options]
     assert periods == ["2026-03", "2026-02"]  # the months with data, not the whole year
+    # -- issue 24: the voided invoice marked with its replacement, the credit note listed --------
+    voided = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["number"]}"]')
+    assert voided.find_element(By.CSS_SELECTOR, "[data-status]").text == words["voided"]
+    assert voided.find_element(By.CSS_SELECTOR, '[data-remark="replaced-by"]').text == words["replaced_by"].format(
+        number=portal["replacement"])
+    assert voided.find_element(By.CSS_SELECTOR, "td.due").text == words["voided_due"]
+    struck = voided.find_element(By.CSS_SELECTOR, ".amount").value_of_css_property("text-decoration-line")
+    assert struck == "line-through"  # the stylesheet loaded and marks what it no longer asks
+    replacing = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["replacement"]}"]')
+    assert replacing.find_element(By.CSS_SELECTOR, "[data-status]").text == words["issued"]
+    assert replacing.find_element(By.CSS_SELECTOR, '[data-remark="replaces"]').text == words["replaces"].format(
+        number=portal["number"])
+    assert replacing.find_element(By.CSS_SELECTOR, '[data-remark="credit-notes"]').text == words["noted"].format(
+        number=portal["credit_note"])
+    assert words["credit_notes"] in text(browser, "credit-notes-title")
+    note = browser.find_element(By.CSS_SELECTOR, f'tr[data-credit-note="{portal["credit_note"]}"]')
+    cells = [cell.text for cell in note.find_elements(By.TAG_NAME, "td")]
+    assert cells[:6] == [portal["credit_note"], portal["replacement"], "2026-02", words["goodwill"], "2026-03-08",
+                         "¥5.30"], cells  # 5.00 + VAT 0.30
     shot(browser, f"03-dashboard-{tag}")
     browser.set_window_size(390, 844)
     shot(browser, f"04-dashboard-phone-{tag}")
@@ -261,7 +309,18 @@ def test_sign_in_read_download_and_sign_out_in_a_real_browser(portal, browser, l
     row = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["number"]}"]')
     row.find_element(By.CSS_SELECTOR, 'a[data-format="pdf"]').click()
     pdf = downloaded(browser, f"{portal['number']}_acme_2026-02.pdf")
-    assert pdf.startswith(b"%PDF-") and pdf == portal["expected"][lang]["pdf"]
+    assert pdf.startswith(b"%PDF-") and pdf == portal["expected"][lang]["pdf"]  # the voided invoice itself
+    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["replacement"]}"]')
+    row.find_element(By.CSS_SELECTOR, 'a[data-format="pdf"]').click()
+    pdf = downloaded(browser, f"{portal['replacement']}_acme_2026-02.pdf")
+    assert pdf.startswith(b"%PDF-") and pdf == portal["expected"][lang]["replacement"]
+    assert pdf != portal["expected"][lang]["pdf"]
+
+    # -- the credit note as a PDF, in the page's language -------------------------------------
+    note = browser.find_element(By.CSS_SELECTOR, f'tr[data-credit-note="{portal["credit_note"]}"]')
+    note.find_element(By.CSS_SELECTOR, 'a[data-format="pdf"]').click()
+    pdf = downloaded(browser, f"{portal['credit_note']}_acme_2026-02.pdf")
+    assert pdf.startswith(b"%PDF-") and pdf == portal["expected"][lang]["credit-note"]
 
     # -- a usage report of February as CSV, in the page's language ---------------------------
     Select(browser.find_element(By.ID, "usage-period")).select_by_value("2026-02")
