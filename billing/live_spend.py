@@ -1,13 +1,13 @@
 """The warehouse's side of live spend (issue 15; docs/balances.md, "Live spend").
 
     SpendContexts.read(db, rules)  per registered tenant, what the stream cannot know: top-ups,
-                                   finalized invoices, estimates of other open periods, budget,
+                                   issued invoices less credit notes, estimates of other open periods, budget,
                                    credits left, pending late-data adjustments, last hour's burn
     store_positions(db, …)         the tracker's positions into `live_spend` (migration 0018)
     live_position(db, tenant, …)   the newest stored position of a tenant while it is fresh
 
 The stream holds the current period's exact quantities; everything else of the balance
-(docs/balances.md: top-ups − finalized invoices − estimates) is read here, every few seconds
+(docs/balances.md: top-ups − issued invoices + credit notes − estimates) is read here, every few seconds
 (GPUBILL_SPEND_CONTEXT_S), by each worker for the tracker it runs. Estimates of *other*
 periods not yet invoiced (a closed month inside its grace period) read a whole month of
 rated data, so they are reused for `ESTIMATE_TTL_S`.

@@ -4,6 +4,7 @@ tenant's number reads as no invoice; drafts are the operator's and never shown."
 
 from __future__ import annotations
 
+from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,13 +21,15 @@ def tenant_invoices(db: Any, tenant: str, rules: Any = None) -> list[dict]:
     """The issued and voided invoices of `tenant`, newest period first; money as strings with two
     decimals. Each says its `status`, the invoice it `replaces` and the one it was `replaced_by`
     ("" for none) and its `credit_notes` (numbers). With `rules`, each also says how it is paid
-    (billing/settlement.py): `issue_date` (billing time zone), `prepaid`, `amount_due`,
-    `due_date` (null when nothing is due), `settled`."""
+    (billing/settlement.py): `issue_date` (billing time zone), `prepaid`, `amount_due` (what the
+    invoice asked at issue less its credit notes), `due_date` (null when nothing is due), `settled`."""
     found = store.headers(db, tenant=tenant, status=("issued", "voided"))
     replaced_by = {h.replaces: h.number for h in found if h.replaces}
     notes: dict[str, list[str]] = {}
+    credited: dict[str, Decimal] = {}
     for note in credit_notes(db, tenant=tenant):
         notes.setdefault(note.invoice, []).append(note.number)
+        credited[note.invoice] = credited.get(note.invoice, Decimal(0)) + note.total
     out = []
     for header in sorted(found, key=lambda h: (h.period, h.number), reverse=True):
         out.append({
@@ -39,11 +42,13 @@ def tenant_invoices(db: Any, tenant: str, rules: Any = None) -> list[dict]:
         if rules is not None:
             settlement = settlement_of(db, rules, SimpleNamespace(tenant=tenant, number=header.number,
                                                                   total=header.total, issued_at=header.issued_at))
+            # what is left to pay: the invoice's ask at issue less its credit notes (a voided one: nothing)
+            due = max(settlement.amount_due - credited.get(header.number, Decimal(0)), Decimal(0))
+            if header.status != "issued":
+                due = Decimal(0)
             out[-1].update(issue_date=str(settlement.issue_date), prepaid=settlement.prepaid,
-                           amount_due=f"{settlement.amount_due:.2f}" if header.status == "issued" else "0.00",
-                           due_date=None if settlement.due_date is None or header.status != "issued"
-                           else str(settlement.due_date),
-                           settled=settlement.settled or header.status != "issued")
+                           amount_due=f"{due:.2f}", due_date=str(settlement.due_date) if due else None,
+                           settled=not due)
     return out
 
 

@@ -174,7 +174,7 @@ def _api_routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/v1/balance", dependencies=[Depends(_params("tenant"))], responses=answer("/v1/balance"), tags=["tenant"])
     def balance(tenant: str | None = None, key=Depends(key_of)) -> JSONResponse:
-        """The prepaid balance: top-ups less finalized invoices less the estimates of every period
+        """The prepaid balance: top-ups less issued invoices (net of credit notes) less the estimates of every period
         not invoiced yet (with credits and VAT), the monthly budget's used share, the last hour's
         burn and the runway at it (docs/balances.md). Money as strings, two decimals, CNY."""
         one = service.tenant_for(key, tenant)

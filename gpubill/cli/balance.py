@@ -1,6 +1,6 @@
 """`gpubill balance topup | show` and `gpubill budget set`: prepaid balances (billing/balances.py).
 
-balance = top-ups − finalized invoices' totals − estimates of the periods not yet invoiced
+balance = top-ups − issued invoices' totals + their credit notes − estimates of the periods not yet invoiced
 (docs/balances.md). Top-ups are idempotent by `--ref`: re-running the same command changes
 nothing; the same ref with another tenant or amount is an error.
 """

@@ -18,6 +18,8 @@ issue date is the same day.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import re
 import time
 from datetime import UTC, datetime
@@ -62,6 +64,8 @@ def test_each_invoice_says_its_status_what_replaced_it_and_its_credit_notes(clie
     assert (voided["amount_due"], voided["due_date"], voided["settled"]) == ("0.00", None, True)  # nothing asked
     (credited,) = client.get("/v1/invoices", headers=bearer(seeded["tokens"]["t02"])).json()["invoices"]
     assert (credited["status"], credited["credit_notes"], credited["replaced_by"]) == ("issued", ["CN-2026-000001"], "")
+    # what is left to pay: the total less the credit note's 5.30 (postpaid: the whole total was asked)
+    assert Decimal(credited["amount_due"]) == Decimal(credited["total"]) - Decimal("5.30") and not credited["settled"]
     (plain,) = client.get("/v1/invoices", headers=bearer(seeded["tokens"]["t01"])).json()["invoices"]
     assert (plain["status"], plain["credit_notes"], plain["replaces"], plain["replaced_by"]) == ("issued", [], "", "")
 
