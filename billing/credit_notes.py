@@ -159,7 +159,8 @@ def void_invoice(db: Any, rules: Any, invoice_number: str, reason: str, *, actor
         moment = now or datetime.now(UTC)
         store.write_header(db, invoice, doc_id=invoice.id, status="voided", revision=invoice.revision,
                            issued_at=store.stored_issue_time(db, invoice), number=invoice.number,
-                           seq=int(invoice.number[8:]), replaces=invoice.replaces)
+                           seq=int(invoice.number[8:]), replaces=invoice.replaces,
+                           rules_revision=invoice.rules_revision)
         record(db, "voided", invoice=invoice.number, document=cn.number if cn else "", tenant=invoice.tenant,
                period=invoice.period, actor=actor, reason=text, detail=f"at {moment.isoformat(timespec='seconds')}")
         return store.find(db, invoice.number), cn

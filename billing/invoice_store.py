@@ -41,10 +41,10 @@ LINE_FIELDS = (
 LINE_COLUMNS = ("id", "revision", "number", "tenant", "period", "line_no", *LINE_FIELDS)
 HEADER_COLUMNS = (
     "id", "number", "year", "seq", "tenant", "period", "status", "revision", "replaces", "issued_at", "updated_at",
-    "currency", "subtotal", "credit_used", "net", "tax", "total", "vat_rate",
+    "currency", "subtotal", "credit_used", "net", "tax", "total", "vat_rate", "rules_revision",
 )
 _READ_COLUMNS = ("id", "number", "tenant", "period", "status", "revision", "replaces", "issued_at", "currency",
-                 "subtotal", "credit_used", "net", "tax", "total", "vat_rate")
+                 "subtotal", "credit_used", "net", "tax", "total", "vat_rate", "rules_revision")
 
 
 def new_draft_id() -> str:
@@ -122,14 +122,16 @@ def write_lines(db: Any, doc_id: str, revision: int, draft: InvoiceDraft, number
 
 
 def write_header(db: Any, draft: InvoiceDraft, *, doc_id: str, status: str, revision: int, issued_at: datetime,
-                 number: str = "", seq: int = 0, replaces: str = "") -> None:
-    """Write the header of `doc_id` in `status`: the commit point of its lines of `revision`."""
+                 number: str = "", seq: int = 0, replaces: str = "", rules_revision: str = "") -> None:
+    """Write the header of `doc_id` in `status`: the commit point of its lines of `revision`,
+    priced by the rule set of `rules_revision`."""
     if status not in STATUSES:
         raise ValueError(f"invoice status {status!r} is not one of {', '.join(STATUSES)}")
     year = int(number[3:7]) if number else 0
     db.insert("invoices", [(
         doc_id, number, year, seq, draft.tenant, draft.period, status, revision, replaces, issued_at,
         datetime.now(UTC), CURRENCY, draft.subtotal, draft.credit_used, draft.net, draft.tax, draft.total, draft.vat_rate,
+        rules_revision,
     )], HEADER_COLUMNS)
 
 

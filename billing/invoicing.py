@@ -220,9 +220,9 @@ def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Call
                        new_tenant=tenant in trial)
         replaces = has.draft.replaces if has.draft is not None else (has.voided.number if has.voided else "")
         if manual:
-            _keep_draft(db, draft, has.draft, replaces, now, fence, actor, report)
+            _keep_draft(db, draft, has.draft, replaces, now, fence, actor, report, rules.revision)
             continue
-        number = _issue(db, draft, has.draft, replaces, now, fence, actor)
+        number = _issue(db, draft, has.draft, replaces, now, fence, actor, rules.revision)
         report.created.append(number)
         if tenant not in registered:
             report.unregistered.append(tenant)
@@ -235,7 +235,7 @@ def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Call
 
 
 def _keep_draft(db: Any, draft: InvoiceDraft, stored: IssuedInvoice | None, replaces: str, now: datetime,
-                fence: Callable[[], None], actor: str, report: RunReport) -> None:
+                fence: Callable[[], None], actor: str, report: RunReport, rules_revision: str) -> None:
     """Write `draft` as a new draft, or as the next revision of `stored` when its figures changed."""
     if stored is not None and store.same_figures(draft, store.load(db, stored)):
         report.unchanged.append(stored.id)
@@ -245,7 +245,8 @@ def _keep_draft(db: Any, draft: InvoiceDraft, stored: IssuedInvoice | None, repl
     store.write_lines(db, doc_id, revision, draft)
     _pause_before_header()
     fence()
-    store.write_header(db, draft, doc_id=doc_id, status="draft", revision=revision, issued_at=now, replaces=replaces)
+    store.write_header(db, draft, doc_id=doc_id, status="draft", revision=revision, issued_at=now, replaces=replaces,
+                       rules_revision=rules_revision)
     (report.refreshed if stored is not None else report.drafted).append(doc_id)
     record(db, "draft_refreshed" if stored is not None else "draft_made", invoice=doc_id, tenant=draft.tenant,
            period=draft.period, actor=actor, document=replaces,
@@ -253,7 +254,7 @@ def _keep_draft(db: Any, draft: InvoiceDraft, stored: IssuedInvoice | None, repl
 
 
 def _issue(db: Any, draft: InvoiceDraft, stored: IssuedInvoice | None, replaces: str, now: datetime,
-           fence: Callable[[], None], actor: str) -> str:
+           fence: Callable[[], None], actor: str, rules_revision: str) -> str:
     """Issue `draft`: number it and write its header (and its lines, unless they are `stored`'s
     current revision unchanged). Returns the number. Needs the lease and no stray lines."""
     year = int(draft.period[:4])
@@ -268,7 +269,7 @@ def _issue(db: Any, draft: InvoiceDraft, stored: IssuedInvoice | None, replaces:
     _pause_before_header()
     fence()
     store.write_header(db, draft, doc_id=doc_id, status="issued", revision=revision, issued_at=now, number=number,
-                       seq=seq, replaces=replaces)
+                       seq=seq, replaces=replaces, rules_revision=rules_revision)
     if refreshed:
         record(db, "draft_refreshed", invoice=doc_id, tenant=draft.tenant, period=draft.period, actor=actor,
                detail=f"revision {revision} at issue: total {draft.total} {CURRENCY}")
@@ -303,7 +304,8 @@ def issue_period(db: Any, rules: Any, period: str, *, tenant: str | None = None,
         issued = []
         for who, has in drafts:
             draft = draft_invoice(db, rules, who, period, new_tenant=who in trial, replacing=has.voided is not None)
-            issued.append((has.draft.id, _issue(db, draft, has.draft, has.draft.replaces, now, fence, actor)))
+            issued.append((has.draft.id, _issue(db, draft, has.draft, has.draft.replaces, now, fence, actor,
+                                                rules.revision)))
         return issued
 
 

@@ -152,6 +152,7 @@ class IssuedInvoice(InvoiceDraft):
     id: str = ""  # the document's id: "DRAFT-…" for one made as a draft, else its number
     revision: int = 1  # the stored lines' revision (a draft refreshed by late data has a later one)
     replaces: str = ""  # the voided invoice this one replaces
+    rules_revision: str = ""  # the revision of the rule set that priced it (RuleSet.revision); "" before 0021
 
 
 def build_invoice(

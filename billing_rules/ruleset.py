@@ -111,6 +111,12 @@ class RuleSet:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("RuleSet is immutable; load a new one with load_rules()")
 
+    @property
+    def revision(self) -> str:
+        """The rule set's revision: the first 12 hex digits of `digest` (sha256 of the rule files'
+        bytes), recorded on every invoice it priced and shown by `gpubill rules check`."""
+        return self.digest[:12]
+
     def __repr__(self) -> str:
         return f"RuleSet(source={str(self.source)!r}, digest={self.digest[:12]!r})"
 

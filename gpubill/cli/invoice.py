@@ -217,7 +217,8 @@ def _listed(db, headers) -> list[dict]:
     return [{"id": h.id, "number": h.number, "tenant": h.tenant, "period": h.period, "status": h.status,
              "revision": h.revision, "issued_at": h.issued_at, "total": f"{h.total:.2f}", "currency": h.currency,
              "replaces": h.replaces, "replaced_by": replaced_by.get(h.number, "") if h.number else "",
-             "credit_notes": notes.get(h.number, []) if h.number else []} for h in headers]
+             "credit_notes": notes.get(h.number, []) if h.number else [], "rules_revision": h.rules_revision}
+            for h in headers]
 
 
 def _print_invoices(rows: list[dict], as_json: bool) -> None:

@@ -21,5 +21,6 @@ def rules_check(directory: Optional[Path] = typer.Argument(None, help="Rules dir
     out.print(
         f"rules OK: {len(rules.site_ids)} sites ({terminal_text(', '.join(rules.site_ids))}), "
         f"{len(rules.model_ids)} models ({terminal_text(', '.join(rules.model_ids))}), "
-        f"billing time zone {terminal_text(rules.billing_tz)}", highlight=False,
+        f"billing time zone {terminal_text(rules.billing_tz)}, review {rules.review}, revision {rules.revision}",
+        highlight=False,
     )

@@ -143,6 +143,7 @@ def invoice_to_dict(value: InvoiceDocument | IssuedInvoice) -> dict[str, Any]:
         "replaces": getattr(inv, "replaces", ""),
         "replaced_by": doc.replaced_by,
         "credit_notes": list(doc.credit_notes),
+        "rules_revision": getattr(inv, "rules_revision", ""),  # the rule set that priced it (issue 25)
     }
 
 

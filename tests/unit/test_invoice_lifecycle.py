@@ -62,6 +62,9 @@ def test_manual_review_drafts_refresh_issue_credit_void_and_replace(db, tmp_path
     assert [(h.tenant, h.status, h.number, h.revision) for h in drafts] == [
         ("t01", "draft", "", 1), ("t02", "draft", "", 1)]
     assert all(h.id.startswith("DRAFT-") for h in drafts)
+    # each records the rule set that priced it: 12 hex digits of the rule files' sha256
+    assert {h.rules_revision for h in drafts} == {rules.revision} and len(rules.revision) == 12
+    assert rules.revision != RULES.revision  # `review = "manual"` is an edit of billing.toml
     # t02: 30 s × ¥1 = 30.00 − 10.00 trial = 20.00 net; VAT 1.20; total 21.20
     assert [(h.tenant, h.total) for h in drafts] == [("t01", Decimal("7.42")), ("t02", Decimal("21.20"))]
     assert balance(db, rules, "t02", now=NOW).invoiced == Decimal("0.00")  # a draft charges nothing
@@ -124,6 +127,7 @@ def test_manual_review_drafts_refresh_issue_credit_void_and_replace(db, tmp_path
     #   19.90; VAT round(20.00 × 6 %) − 0.01 = 1.19 — then the invoice is voided
     voided, note = void_invoice(db, rules, "GB-2026-000002", "billed to the wrong contract", actor=ACTOR, now=NOW)
     assert voided.status == "voided" and note.number == "CN-2026-000003" and note.reason == "void"
+    assert voided.rules_revision == rules.revision  # a void keeps what priced it
     assert [(ln.invoice_line_no, ln.kind, ln.amount) for ln in note.lines] == [
         (1, "rent", Decimal("29.90")), (2, "credit", Decimal("-10.00"))]
     assert (note.subtotal, note.tax) == (Decimal("19.90"), fen(20 * rate) - Decimal("0.01"))

@@ -253,7 +253,7 @@ EXPECTED_INVOICE = {
     "vat_rate": "0.06",
     "prepaid": None, "amount_due": None, "balance_after": None, "credit_left": [],
     # the lifecycle (issue 24): a bare invoice's id is its number; nothing replaced, no credit notes
-    "id": "2026-000001", "replaces": "", "replaced_by": "", "credit_notes": [],
+    "id": "2026-000001", "replaces": "", "replaced_by": "", "credit_notes": [], "rules_revision": "",
 }
 
 
