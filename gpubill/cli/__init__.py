@@ -35,7 +35,7 @@ import sys
 import typer
 
 from gpubill.cli import (
-    archive, balance, bench, credit_note, db, demo, dlq, events, invoice, kafka, key, processes, producers, report,
+    archive, balance, bench, correct, credit_note, db, demo, dlq, events, invoice, kafka, key, processes, producers, report,
     rollup, rules, serve, tenant,
 )
 from gpubill.cli.common import err, terminal_text
@@ -66,6 +66,8 @@ app.command()(demo.demo)
 app.add_typer(kafka.app, name="kafka")
 app.add_typer(invoice.app, name="invoice")
 app.add_typer(credit_note.app, name="credit-note")
+app.add_typer(correct.app, name="correct")
+app.add_typer(correct.list_app, name="corrections")
 app.add_typer(tenant.app, name="tenant")
 app.add_typer(key.app, name="key")
 app.command()(balance.spend)
