@@ -104,9 +104,11 @@ def late_periods(db: Any, period: str) -> dict[str, list[str]]:
     return {tenant: sorted(refs) for tenant, refs in late.items()}
 
 
-def pending_adjustments(db: Any, rules: Any, tenant: str, period: str, refs: list[str] | None = None) -> list[Adjustment]:
+def pending_adjustments(db: Any, rules: Any, tenant: str, period: str, refs: list[str] | None = None, *,
+                        excluding: str | None = None) -> list[Adjustment]:
     """Late data for the tenant's issued periods `refs` (default: all before `period`),
-    as signed fen amounts.
+    as signed fen amounts; with `excluding`, as if that issued invoice (the one being re-rated)
+    had not charged any of it.
 
     For each such period: recompute its rent, discount and electricity lines from the
     rated data as it is now, and compare each line's rounded amount and quantity with what
@@ -120,8 +122,9 @@ def pending_adjustments(db: Any, rules: Any, tenant: str, period: str, refs: lis
         rent, energy = usage_by_tenant(db, rated_source(db, rules, ref, tenant))
         now = build_invoice(tenant, ref, rent[tenant], energy[tenant], (), Decimal(0), Decimal(0))
         billed: dict[tuple, list] = defaultdict(lambda: [Decimal(0), Decimal(0), None])  # amount, quantity, line
-        charged = [line for line in _issued_lines(db, tenant, period=ref) if line.kind in CHARGE_KINDS]
-        for line in [*charged, *_issued_lines(db, tenant, ref_period=ref)]:
+        charged = [line for line in _issued_lines(db, tenant, period=ref, excluding=excluding)
+                   if line.kind in CHARGE_KINDS]
+        for line in [*charged, *_issued_lines(db, tenant, ref_period=ref, excluding=excluding)]:
             entry = billed[_line_key(line)]
             entry[0] += line.amount
             entry[1] += line.quantity
@@ -361,17 +364,18 @@ def _pause_before_header() -> None:
 
 
 def _issued_lines(db: Any, tenant: str, *, period: str | None = None, ref_period: str | None = None,
-                  numbered: bool = False) -> list:
+                  numbered: bool = False, excluding: str | None = None) -> list:
     """Lines of `tenant`'s issued invoices: of the invoice for `period`, or the adjustments
     about `ref_period` on any of them (with `numbered`: as (number, invoice's period, line))."""
     where = "l.period = {p:String}" if period is not None else "l.kind = 'adjustment' AND l.ref_period = {r:String}"
     sql = (
         f"SELECT h.number, l.period, {', '.join('l.' + f for f in store.LINE_FIELDS)} FROM invoice_lines AS l FINAL "
-        "INNER JOIN (SELECT id, revision, number FROM invoices FINAL WHERE tenant = {t:String} AND status = 'issued') AS h "
+        "INNER JOIN (SELECT id, revision, number FROM invoices FINAL WHERE tenant = {t:String} AND status = 'issued' "
+        "AND number != {x:String}) AS h "
         f"ON l.id = h.id AND l.revision = h.revision WHERE l.tenant = {{t:String}} AND {where} "
         "ORDER BY h.number, l.line_no"
     )
-    rows = db.query(sql, {"t": tenant, "p": period or "", "r": ref_period or ""})
+    rows = db.query(sql, {"t": tenant, "p": period or "", "r": ref_period or "", "x": excluding or ""})
     if not numbered:
         return [store.line_of_row(row[2:]) for row in rows]
     return [(number, of_period, store.line_of_row(tuple(fields))) for number, of_period, *fields in rows]

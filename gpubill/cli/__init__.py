@@ -35,8 +35,8 @@ import sys
 import typer
 
 from gpubill.cli import (
-    archive, balance, bench, correct, credit_note, db, demo, dlq, events, invoice, kafka, key, processes, producers, report,
-    rollup, rules, serve, tenant,
+    archive, balance, bench, correct, credit_note, db, demo, dlq, events, invoice, kafka, key, processes, producers,
+    report, rerate, rollup, rules, serve, tenant,
 )
 from gpubill.cli.common import err, terminal_text
 from gpubill.errors import USER_ERRORS
@@ -63,6 +63,7 @@ app.command()(serve.serve)
 app.command()(report.audit)
 app.command()(rollup.rollup)
 app.command()(demo.demo)
+app.command()(rerate.rerate)
 app.add_typer(kafka.app, name="kafka")
 app.add_typer(invoice.app, name="invoice")
 app.add_typer(credit_note.app, name="credit-note")
