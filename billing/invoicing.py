@@ -325,6 +325,8 @@ def invoice_credits(db: Any, rules: Any, tenant: str, period: str, *, new_tenant
     `new_tenant`): the credits its invoice would spend, soonest-expiring first. Credit spent
     by the tenant's issued invoices of every other period counts (not by drafts or voided ones)."""
     grants = rules.credit_grants(tenant, new_tenant=new_tenant)
+    if not grants:  # nothing to spend: no need to read what was spent
+        return []
     return credit_balances(grants, credit_spent(db, tenant, period, other_periods=True), period)
 
 

@@ -86,8 +86,9 @@ def drafts_waiting(db: Any) -> int:
     return int(db.query("SELECT count() FROM invoices FINAL WHERE status = 'draft'")[0][0])
 
 
-def _billing_job(db: Any, rules: Any, on_drafts: Callable[[int], None] | None) -> list[RunReport]:
-    reports = run_due(db, rules)
+def _billing_job(db: Any, rules: Any, on_drafts: Callable[[int], None] | None,
+                 now: datetime | None = None) -> list[RunReport]:
+    reports = run_due(db, rules, now)
     if on_drafts is not None:
         on_drafts(drafts_waiting(db))
     return reports

@@ -216,3 +216,22 @@ def test_two_credit_notes_at_once_never_credit_more_than_the_invoice(db):
     numbers = [o for o in outcomes if str(o).startswith("CN-")]
     assert numbers == ["CN-2026-000001"], outcomes  # the other found only 10.00 left
     assert any("at most 10.00 more" in str(o) for o in outcomes)
+
+
+def test_the_billing_job_tells_the_gauge_how_many_drafts_wait_for_review(db, tmp_path):
+    from prometheus_client import CollectorRegistry
+
+    from billing.scheduler import _billing_job
+    from streams.metrics import Metrics
+
+    rules = manual_rules(tmp_path)
+    seed_tenants(db, {"t01": 7, "t02": 30})
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    # April 10: March is closed and past its grace (3 days): the job drafts it
+    reports = _billing_job(db, rules, metrics.invoice_drafts.set, now=NOW)
+    assert [len(r.drafted) for r in reports] == [2]
+    assert registry.get_sample_value("gpubill_invoice_drafts_waiting") == 2  # two drafts wait
+    issue_period(db, rules, PERIOD, tenant="t01", now=NOW, actor=ACTOR)
+    _billing_job(db, rules, metrics.invoice_drafts.set, now=NOW)  # March has run: nothing new, one left
+    assert registry.get_sample_value("gpubill_invoice_drafts_waiting") == 1
