@@ -155,7 +155,8 @@ def portal(tmp_path_factory):
         time.sleep(0.05)
     try:
         yield {"url": f"http://127.0.0.1:{port}", "expected": expected, "key": acme_key, "number": number,
-               "replacement": replacement, "credit_note": goodwill.number, "database": database}
+               "replacement": replacement, "credit_note": goodwill.number, "database": database,
+               "replacement_total": replacing.invoice.total}
     finally:
         server.should_exit = True
         thread.join(timeout=15)
@@ -276,6 +277,8 @@ def test_sign_in_read_download_and_sign_out_in_a_real_browser(portal, browser, l
     # the replacement (issued 2026-03-07) is due 15 days on, by 2026-03-22
     due = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["replacement"]}"] td.due').text
     assert due == money_words[2] or due.endswith(money_words[3]), due
+    # what it asks is its total less the goodwill note's 5.30 (issue 24): a credit note lowers what is due
+    assert due.startswith(f"¥{portal['replacement_total'] - Decimal('5.30'):,.2f}"), due
     assert "发票" not in browser.page_source
     periods = [o.get_attribute("value") for o in Select(browser.find_element(By.ID, "chart-period")).options]
     assert periods == ["2026-03", "2026-02"]  # the months with data, not the whole year
