@@ -88,7 +88,7 @@ def drafts_waiting(db: Any) -> int:
 
 def _billing_job(db: Any, rules: Any, on_drafts: Callable[[int], None] | None,
                  now: datetime | None = None) -> list[RunReport]:
-    reports = run_due(db, rules, now)
+    reports = run_due(db, rules, now=now)
     if on_drafts is not None:
         on_drafts(drafts_waiting(db))
     return reports
