@@ -28,8 +28,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator, model_validator
 
 from schemas.errors import InvalidReading
-from schemas.events import MAX_FUTURE_S, TENANT_NOT_ID, Text, decode_json, parse_ts
-from schemas.ids import is_id
+from schemas.events import MAX_FUTURE_S, Text, decode_json, parse_ts, tenant_or_none
 
 __all__ = [
     "Correction", "InvalidCorrection", "MAX_SPAN_S", "Reattribute", "VoidReadings", "correction_event_id",
@@ -98,9 +97,7 @@ class Reattribute(_Correction):
     @field_validator("tenant")
     @classmethod
     def _tenant_id(cls, value: str | None) -> str | None:
-        if value is not None and not is_id(value):
-            raise ValueError(TENANT_NOT_ID)
-        return value
+        return tenant_or_none(value)
 
 
 class VoidReadings(_Correction):

@@ -36,6 +36,13 @@ Text = Annotated[StrictStr, Field(min_length=1, max_length=256)]
 TENANT_NOT_ID = "must be an id: a letter or digit, then up to 63 letters, digits, '.', '_' or '-'"
 
 
+def tenant_or_none(value: str | None) -> str | None:
+    """A reading's or correction's `tenant`: None (not rented) or an id (schemas/ids.py); ValueError else."""
+    if value is not None and not is_id(value):
+        raise ValueError(TENANT_NOT_ID)
+    return value
+
+
 def _exact_number(value: Any) -> Decimal:
     """Accept JSON integers and decimals (parsed as Decimal); refuse bools, strings, floats."""
     if isinstance(value, bool) or not isinstance(value, (int, Decimal)):
@@ -80,9 +87,7 @@ class UsageReading(_Reading):
     @field_validator("tenant")
     @classmethod
     def _tenant_id(cls, value: str | None) -> str | None:
-        if value is not None and not is_id(value):
-            raise ValueError(TENANT_NOT_ID)
-        return value
+        return tenant_or_none(value)
 
     @field_validator("util_pct", mode="before")
     @classmethod

@@ -4,7 +4,6 @@ changed: a correction is an event of its own, checked here before it is produced
 
 from __future__ import annotations
 
-import getpass
 import sys
 import time
 from typing import Optional
@@ -24,13 +23,6 @@ _TO = typer.Option(..., "--to", help="End, RFC 3339 with an offset (exclusive); 
 _REASON = typer.Option(..., "--reason", help="Why (kept with the correction, one line, at most 500 characters).")
 
 
-def _author() -> str:
-    try:
-        return f"os:{getpass.getuser()}"[:256]
-    except (KeyError, OSError):
-        return "os:unknown"
-
-
 def _send(document: dict) -> None:
     """Check `document` as the pipeline will, check its card is known, then produce it."""
     from schemas.corrections import InvalidCorrection, correction_event_id, parse_correction
@@ -38,7 +30,9 @@ def _send(document: dict) -> None:
 
     import orjson
 
-    document = {**document, "author": _author()}
+    from billing.journal import actor_here
+
+    document = {**document, "author": actor_here()}
     document["event_id"] = correction_event_id(document)
     try:
         correction = parse_correction(orjson.dumps(document), int(time.time()))
