@@ -30,7 +30,7 @@ Credit notes are numbered CN-YYYY-NNNNNN, gap-free per year of issue (billing ti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -272,10 +272,10 @@ def delete_stray_credit_note_lines(db: Any) -> list[str]:
 
 
 def credit_notes(db: Any, *, tenant: str | None = None, period: str | None = None,
-                 invoice: str | None = None) -> list[CreditNote]:
+                 invoice: str | None = None, number: str | None = None) -> list[CreditNote]:
     """The credit notes that match, in number order, without their lines."""
     where, params = [], {}
-    for name, value in (("tenant", tenant), ("period", period), ("invoice", invoice)):
+    for name, value in (("tenant", tenant), ("period", period), ("invoice", invoice), ("number", number)):
         if value is not None:
             where.append(f"{name} = {{{name}:String}}")
             params[name] = value
@@ -286,16 +286,14 @@ def credit_notes(db: Any, *, tenant: str | None = None, period: str | None = Non
 
 def find_credit_note(db: Any, number: str, *, tenant: str | None = None) -> CreditNote:
     """The credit note `number` (of `tenant` when given) with its lines; NotFound without one."""
-    found = [n for n in credit_notes(db, tenant=tenant) if n.number == number] if tenant is not None else [
-        _note_of(row) for row in db.query(f"SELECT {', '.join(_HEADER)} FROM credit_notes FINAL WHERE number = {{n:String}}",
-                                          {"n": number})]
+    found = credit_notes(db, number=number, tenant=tenant)
     if not found:
         raise NotFound(f"no credit note {number!r}" + (f" of tenant {tenant!r}" if tenant is not None else ""))
     rows = db.query("SELECT line_no, invoice_line_no, kind, description, amount FROM credit_note_lines FINAL "
                     "WHERE number = {n:String} ORDER BY line_no", {"n": number})
     lines = tuple(CreditNoteLine(int(no), int(inv_no), kind, description, Decimal(amount))
                   for no, inv_no, kind, description, amount in rows)
-    return CreditNote(**{**found[0].__dict__, "lines": lines})
+    return replace(found[0], lines=lines)
 
 
 def _note_of(row: tuple) -> CreditNote:

@@ -45,7 +45,7 @@ log = logging.getLogger("gpubill.api")
 
 USAGE_FORMATS = ("csv", "json", "parquet", "pdf")
 INVOICE_FORMATS = ("json", "csv", "pdf")
-CREDIT_NOTE_FORMATS = ("json", "csv", "pdf")
+CREDIT_NOTE_FORMATS = INVOICE_FORMATS  # the documents come in the same formats
 GRANULARITIES = ("day", "hour")
 MEDIA_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json", "pdf": "application/pdf",
                "parquet": "application/vnd.apache.parquet"}
@@ -302,35 +302,16 @@ class Service:
     def invoice_download(self, key: "ApiKey", tenant: str, number: str, fmt: str | None,
                          lang: str | None = "en") -> Download:
         """Invoice `number` of `tenant`; 404 — the same answer — when it does not exist, is
-        malformed, or belongs to another tenant."""
+        malformed, or belongs to another tenant. By number: a voided invoice is that invoice,
+        not the replacement its period now has."""
         from billing.tenant_invoices import invoice_period
         from reports.invoice_document import invoice_document
         from reports.render import render_invoice
 
-        fmt = self._choice("format", fmt, INVOICE_FORMATS, default="json")
-        lang = self._choice("lang", lang, _langs(), default="en")
-        current_request().fmt = fmt
-        if not isinstance(number, str) or not INVOICE_NUMBER.fullmatch(number):
-            raise _no_invoice()
-        with self._download_slot(key):
-            period = self.cache.get_or_build(("invoice-period", tenant, number), lambda: self.reads.run(
-                lambda db: invoice_period(db, tenant, number)))
-            if period is None:
-                raise _no_invoice()
-            current_request().period = period
-
-            def build() -> bytes:
-                # by number: a voided invoice is that invoice, not the replacement its period now has
-                try:
-                    document = self._read_rules(lambda db, rules: invoice_document(db, rules, tenant, number=number))
-                except NotFound:
-                    raise _no_invoice() from None
-                return render_invoice(document, fmt, lang=lang)
-
-            body = self.cache.get_or_build(("invoice-file", tenant, number, fmt, lang), build)
-        download = Download(body, MEDIA_TYPES[fmt], output_name(number, tenant, period, fmt))
-        self.recorder.downloaded(len(body))
-        return download
+        return self._document_download(
+            key, tenant, number, fmt, lang, kind="invoice", pattern=INVOICE_NUMBER, missing=_no_invoice,
+            period_of=lambda db: invoice_period(db, tenant, number),
+            document=lambda db, rules: invoice_document(db, rules, tenant, number=number), render=render_invoice)
 
     def credit_note_download(self, key: "ApiKey", tenant: str, number: str, fmt: str | None,
                              lang: str | None = "en") -> Download:
@@ -340,32 +321,44 @@ class Service:
         from reports.credit_note_document import credit_note_document
         from reports.render import render_credit_note
 
-        fmt = self._choice("format", fmt, CREDIT_NOTE_FORMATS, default="json")
-        lang = self._choice("lang", lang, _langs(), default="en")
-        current_request().fmt = fmt
-        if not isinstance(number, str) or not CREDIT_NOTE_NUMBER.fullmatch(number):
-            raise _no_credit_note()
-
         def period_of(db: Any) -> str | None:
             try:
                 return find_credit_note(db, number, tenant=tenant).period
             except NotFound:
                 return None
 
+        return self._document_download(
+            key, tenant, number, fmt, lang, kind="credit-note", pattern=CREDIT_NOTE_NUMBER, missing=_no_credit_note,
+            period_of=period_of,
+            document=lambda db, rules: credit_note_document(db, rules, number, tenant=tenant),
+            render=render_credit_note)
+
+    def _document_download(self, key: "ApiKey", tenant: str, number: str, fmt: str | None, lang: str | None, *,
+                           kind: str, pattern: re.Pattern, missing: Any, period_of: Any, document: Any,
+                           render: Any) -> Download:
+        """One numbered document of `tenant` (an invoice, a credit note) as json, csv or pdf: the
+        number checked against `pattern`, its period read (`period_of`: None when it is not the
+        tenant's), the document built and rendered once per format and language (cached), under
+        the key's download slot and recorded. `missing()` is the one 404 of every refusal."""
+        fmt = self._choice("format", fmt, INVOICE_FORMATS, default="json")
+        lang = self._choice("lang", lang, _langs(), default="en")
+        current_request().fmt = fmt
+        if not isinstance(number, str) or not pattern.fullmatch(number):
+            raise missing()
         with self._download_slot(key):
-            period = self.cache.get_or_build(("credit-note-period", tenant, number), lambda: self.reads.run(period_of))
+            period = self.cache.get_or_build((f"{kind}-period", tenant, number), lambda: self.reads.run(period_of))
             if period is None:
-                raise _no_credit_note()
+                raise missing()
             current_request().period = period
 
             def build() -> bytes:
                 try:
-                    document = self._read_rules(lambda db, rules: credit_note_document(db, rules, number, tenant=tenant))
+                    built = self._read_rules(document)
                 except NotFound:
-                    raise _no_credit_note() from None
-                return render_credit_note(document, fmt, lang=lang)
+                    raise missing() from None
+                return render(built, fmt, lang=lang)
 
-            body = self.cache.get_or_build(("credit-note-file", tenant, number, fmt, lang), build)
+            body = self.cache.get_or_build((f"{kind}-file", tenant, number, fmt, lang), build)
         download = Download(body, MEDIA_TYPES[fmt], output_name(number, tenant, period, fmt))
         self.recorder.downloaded(len(body))
         return download
