@@ -13,7 +13,6 @@ The fixture and its figures are tests/e2e/test_pipeline_e2e.py's (worked out the
 
 from __future__ import annotations
 
-import shutil
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -21,7 +20,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.e2e.conftest import FIXTURES, TEST_RULES
+from tests.e2e.conftest import FIXTURES
+from tests.rules_copies import manual_review_rules
 from tests.e2e.test_pipeline_e2e import fen, lines_by_kind
 from tests.e2e.test_tenants_e2e import one_line_error
 from tests.pdf_reading import pdf_text
@@ -32,12 +32,7 @@ VAT = Fraction(6, 100)
 
 
 def manual_review(gpubill) -> None:
-    rules = gpubill.cwd / "rules"
-    shutil.copytree(TEST_RULES, rules)
-    billing = rules / "billing.toml"
-    billing.write_text(billing.read_text().replace("payment_terms_days = 15\n",
-                                                   "payment_terms_days = 15\nreview = \"manual\"\n", 1))
-    gpubill.env["GPUBILL_RULES"] = str(rules)
+    gpubill.env["GPUBILL_RULES"] = str(manual_review_rules(gpubill.cwd / "rules"))
 
 
 def invoiced(gpubill, tenant: str) -> str:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import shutil
 from datetime import timedelta
 from decimal import Decimal as D
 from pathlib import Path
@@ -41,8 +40,9 @@ from reports.credit_note_document import credit_note_document
 from reports.invoice_document import invoice_document
 from reports.render import credit_note_to_dict, invoice_to_dict, render_credit_note, render_invoice
 from tests.pdf_reading import english_words, pdf_text, save_pages
+from tests.rules_copies import manual_review_rules
 from tests.unit.test_balances import APRIL_2, db  # noqa: F401  (the fixture)
-from tests.unit.test_current_usage import PERIOD, RULES, RULES_DIR
+from tests.unit.test_current_usage import PERIOD, RULES
 from tests.unit.test_documents_read import BUYER
 
 ARTIFACTS = Path(__file__).parents[1] / "artifacts" / "documents"
@@ -263,11 +263,7 @@ def test_the_replacement_says_which_invoice_it_replaces(voided):
 
 @pytest.fixture()
 def manual_rules(tmp_path):
-    rules_dir = tmp_path / "rules"
-    shutil.copytree(RULES_DIR, rules_dir)
-    billing = rules_dir / "billing.toml"
-    billing.write_text('review = "manual"\n' + billing.read_text(encoding="utf-8"), encoding="utf-8")
-    return load_rules(rules_dir)
+    return load_rules(manual_review_rules(tmp_path / "rules"))
 
 
 def test_a_draft_is_marked_draft_and_shows_its_draft_id(db, manual_rules):  # noqa: F811

@@ -35,7 +35,6 @@ so March's revenue is 191.65 + 299.28 + 299.28 − 5.30 − 299.28 = 485.63, the
 from __future__ import annotations
 
 import re
-import shutil
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -46,6 +45,7 @@ from billing.credit_notes import create_credit_note, void_invoice
 from billing.invoicing import run_period
 from billing_rules import load_rules
 from tests.chdb_template import migrated_dsn
+from tests.rules_copies import manual_review_rules
 from tests.unit.test_archive import CARDS, MID, NOW, PERIOD, RULES, seed
 from tests.unit.test_ch_gateway import free_port, start_gateway, stop_gateway
 from warehouse import writes
@@ -106,11 +106,7 @@ def test_the_thirteen_queries_read_views_only():
 
 def manual_rules(directory: Path):
     """The test rules with `review = "manual"` in billing.toml."""
-    shutil.copytree(Path(__file__).parents[1] / "e2e" / "rules", directory)
-    billing = directory / "billing.toml"
-    billing.write_text(billing.read_text().replace("payment_terms_days = 15\n",
-                                                   "payment_terms_days = 15\nreview = \"manual\"\n", 1))
-    rules = load_rules(directory)
+    rules = load_rules(manual_review_rules(directory))
     assert rules.review == "manual" and RULES.review == "auto"
     return rules
 

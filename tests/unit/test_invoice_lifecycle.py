@@ -10,7 +10,6 @@ tenants only; VAT 6 %. Expected figures are worked out by hand or with Fraction 
 
 from __future__ import annotations
 
-import shutil
 import threading
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -26,6 +25,7 @@ from billing.invoicing import NothingToIssue, issue_period, pending_adjustments,
 from billing.journal import history
 from billing.tenants import add_tenant
 from billing_rules import load_rules
+from tests.rules_copies import manual_review_rules
 from tests.unit.test_invoice_lock_runs import NOW, PERIOD, RULES, db, no_margin, seed_tenants  # noqa: F401 (fixtures)
 
 ACTOR = "test:finance"
@@ -39,12 +39,7 @@ def fen(x: Fraction) -> Decimal:
 
 def manual_rules(tmp_path: Path):
     """The e2e rules with `review = "manual"` in billing.toml."""
-    directory = tmp_path / "rules"
-    shutil.copytree(Path(__file__).parents[1] / "e2e" / "rules", directory)
-    billing = directory / "billing.toml"
-    billing.write_text(billing.read_text().replace("payment_terms_days = 15\n",
-                                                   "payment_terms_days = 15\nreview = \"manual\"\n", 1))
-    rules = load_rules(directory)
+    rules = load_rules(manual_review_rules(tmp_path / "rules"))
     assert rules.review == "manual" and RULES.review == "auto"
     return rules
 
