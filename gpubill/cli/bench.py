@@ -1,4 +1,4 @@
-"""`gpubill bench pipeline|spend|rating|month|api`: measured figures of the paths users run.
+"""`gpubill bench pipeline|spend|rating|month|api|rerate`: measured figures of the paths users run.
 
 The benchmarks themselves are gpubill/bench/; docs/performance.md records their results.
 """
@@ -126,4 +126,30 @@ def bench_api_command(
 
     result = bench_api(gpus, days=days, clients=clients, requests=requests, sequential=sequential, cache_s=cache_s,
                        keep=Path(keep) if keep else None, say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
+    print_figures(result, as_json)
+
+
+@app.command("rerate")
+def bench_rerate_command(
+    gpus: int = typer.Option(1280, min=2, help="Cards in the fleet (the operator's site has 1,280)."),
+    days: int = typer.Option(30, min=1, max=31, help="Days of the month from the 1st (April 2026 has 30)."),
+    per_second_hours: int = typer.Option(24, min=1, help=(
+        "Hours with per-second rows from the 1st, rolled up by the real rollup step; the card-day reattributed "
+        "is these hours of the first day.")),
+    tenant_cards: int = typer.Option(64, min=1, help="Cards per tenant (tenant-0, tenant-1, ...); two at least."),
+    period: str = typer.Option("2026-04", help="The month (billing time zone) of the example time-of-use rules."),
+    keep: str | None = typer.Option(None, "--keep", help="Build the month in this directory and keep it (reused "
+                                    "by a later run with the same directory and sizes; each run re-rates a copy)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
+) -> None:
+    """Re-rating `bench month`'s month after a price correction from the 10th and one card-day reattributed:
+    the dry run, the apply, and the invoice run and usage report before and after, side by side."""
+    from pathlib import Path
+
+    from gpubill.bench.rerate import bench_rerate
+    from gpubill.cli.common import check_period
+
+    result = bench_rerate(gpus, days, per_second_hours=per_second_hours, period=check_period(period),
+                          tenant_cards=tenant_cards, keep=Path(keep) if keep else None,
+                          say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)
