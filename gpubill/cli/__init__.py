@@ -11,6 +11,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill rollup                            rollup.py
     gpubill dlq list                          dlq.py
     gpubill rules check                       rules.py
+    gpubill verify-log                        verify_log.py
     gpubill bench pipeline | spend | rating | month | api   bench.py
     gpubill db migrate, clickhouse serve      db.py
     gpubill demo                              demo.py
@@ -36,7 +37,7 @@ import typer
 
 from gpubill.cli import (
     archive, balance, bench, correct, credit_note, db, demo, dlq, events, invoice, kafka, key, processes, producers,
-    report, rerate, rollup, rules, serve, tenant,
+    report, rerate, rollup, rules, serve, tenant, verify_log,
 )
 from gpubill.cli.common import err, terminal_text
 from gpubill.errors import USER_ERRORS
@@ -64,6 +65,7 @@ app.command()(report.audit)
 app.command()(rollup.rollup)
 app.command()(demo.demo)
 app.command()(rerate.rerate)
+app.command("verify-log")(verify_log.verify_log)
 app.add_typer(kafka.app, name="kafka")
 app.add_typer(invoice.app, name="invoice")
 app.add_typer(credit_note.app, name="credit-note")
