@@ -141,11 +141,13 @@ def create_credit_note(db: Any, rules: Any, invoice_number: str, reason: str, li
 
 
 def void_invoice(db: Any, rules: Any, invoice_number: str, reason: str, *, actor: str | None = None,
-                 now: datetime | None = None, on_wait: Callable[[str], None] | None = None) -> tuple[IssuedInvoice,
-                                                                                                    CreditNote | None]:
-    """Void `invoice_number`: a credit note (reason `void`, `reason` as its note) for everything
-    still creditable — none when nothing is — then the invoice `voided`. A later invoice run
-    issues its replacement. Returns (the voided invoice, the credit note or None)."""
+                 now: datetime | None = None, on_wait: Callable[[str], None] | None = None,
+                 credit_reason: str = "void") -> tuple[IssuedInvoice, CreditNote | None]:
+    """Void `invoice_number`: a credit note (reason `credit_reason`, `void` unless a re-rating
+    voids it: `rerate`; `reason` as its note) for everything still creditable — none when
+    nothing is — then the invoice `voided`. A later invoice run issues its replacement.
+    Returns (the voided invoice, the credit note or None)."""
+    _check_reason(credit_reason)
     text = _check_note(reason)
     if not text:
         raise CreditNoteRefused("--reason is required: say why the invoice is voided")
@@ -154,7 +156,7 @@ def void_invoice(db: Any, rules: Any, invoice_number: str, reason: str, *, actor
         delete_stray_credit_note_lines(db)
         invoice = _issued(db, invoice_number, voiding=True)
         left = creditable(db, invoice)
-        cn = _write(db, rules, invoice, "void", None, text, actor, now, fence) if left.net > 0 else None
+        cn = _write(db, rules, invoice, credit_reason, None, text, actor, now, fence) if left.net > 0 else None
         fence()
         moment = now or datetime.now(UTC)
         store.write_header(db, invoice, doc_id=invoice.id, status="voided", revision=invoice.revision,

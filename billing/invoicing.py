@@ -184,21 +184,22 @@ def _standing(db: Any, period: str) -> dict[str, _Standing]:
 
 def run_period(db: Any, rules: Any, period: str, *, now: datetime | None = None,
                progress: Callable[[str], None] | None = None,
-               on_wait: Callable[[str], None] | None = None, actor: str | None = None) -> RunReport:
-    """Invoice (or, under manual review, draft) every tenant with charges or pending
-    adjustments in `period`. Idempotent, and safe beside another run: it waits for the
-    invoicing lease (saying so to `on_wait`)."""
+               on_wait: Callable[[str], None] | None = None, actor: str | None = None,
+               tenants: list[str] | None = None) -> RunReport:
+    """Invoice (or, under manual review, draft) every tenant (of `tenants`, when given) with
+    charges or pending adjustments in `period`. Idempotent, and safe beside another run: it
+    waits for the invoicing lease (saying so to `on_wait`)."""
     rules.period_bounds(period)  # validates the period string
     now = now or datetime.now(timezone.utc)
     roll_up(db, rules, period=period)  # not needed for exactness (reads are exact), only for speed
     with invoicing_lease(db, on_wait=on_wait) as fence:
         delete_stray_lines(db)
         delete_stray_credit_note_lines(db)
-        return _invoice_period(db, rules, period, now, fence, progress, actor or actor_here())
+        return _invoice_period(db, rules, period, now, fence, progress, actor or actor_here(), tenants)
 
 
 def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Callable[[], None],
-                    progress: Callable[[str], None] | None, actor: str) -> RunReport:
+                    progress: Callable[[str], None] | None, actor: str, only: list[str] | None = None) -> RunReport:
     """run_period's work, holding the lease; `fence` is called before each header."""
     report = RunReport(period=period)
     standing = _standing(db, period)
@@ -209,7 +210,7 @@ def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Call
     tenants |= set(late) | {t for t, s in standing.items() if s.draft is not None}
     rent, energy = usage_by_tenant(db, source)
     manual = rules.review == "manual"
-    for tenant in sorted(tenants):
+    for tenant in sorted(tenants if only is None else tenants & set(only)):
         has = standing.get(tenant, _Standing())
         if has.issued is not None:
             report.existing.append(has.issued.number)

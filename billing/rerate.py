@@ -1,65 +1,55 @@
-"""Re-rating a period under the rules as they are now, previewed to the fen (issue 25, item 3, the dry run).
+"""Re-rating a period under the rules as they are now and every stored correction (issue 25, item 3).
 
-    rerate_preview(db, rules, period, tenant=None) -> RerateReport     reads only
+    rerate_preview(db, rules, period, tenant=None) -> RerateReport     reads only (--dry-run)
+    rerate_apply(db, rules, period, ...) -> RerateReport               switches the rated data, then the documents (--apply)
 
 A price correction for the past is an edit of the rule files (a version with an earlier
-`effective_from`); the rated rows keep the prices they were rated at. The preview re-prices
-the period's rated quantities with the current rules and builds each tenant's invoice as the
-replacement of its issued one would be built (billing/invoicing.py: credits the tenant's other
-issued invoices left, late-data adjustments for earlier periods, less what later invoices
-already charged for this one), then sets it beside the invoice that stands, line by line.
+`effective_from`); a wrong reading is corrected by an event on gpu.corrections.v1. What the
+period's rated data becomes is usage/regenerate.py's (re-priced at the rollup grain where it
+can, rated again from the per-second rows and raw readings where it must). The preview
+builds each tenant's invoice from it as the replacement of its issued one would be built
+(billing/invoicing.py: credits the tenant's other issued invoices left, late-data adjustments
+for earlier periods, less what later invoices already charged for this one), then sets it
+beside the invoice that stands, line by line.
 
-How quantities are re-priced, without the per-second rows where it can:
+`rerate_apply`, holding the invoicing lease (so an invoice run waits for it, and it for a run):
 
-1. Read the period's rated data at the rollup grain (usage/rated.py: an hour of a card, with
-   the price terms it was rated at): rented seconds and allocated IT energy.
-2. For each such hour, ask the rules for the rent (tenant, model) and electricity (site)
-   rates in force over it (`RuleSet.rent_segments`, `energy_segments`). One rate over the
-   whole hour — a price that changed at a day or hour edge, the usual case — prices the
-   hour's quantity at once.
-3. An hour in which a rate changes is counted again from its per-second rows, one count per
-   piece of constant rate. Where retention dropped them (the period's verified archive holds
-   them), the preview refuses in one line: re-rating from the archive is not built yet.
+1. switch the period's rated data to the new generation (usage.regenerate.regenerate: one
+   publish, readers see old or new);
+2. for every issued invoice of the period whose figures differ from what it would be now:
+   void it with a credit note of reason `rerate` (cancel and re-issue, as a red-letter
+   reversal does);
+3. run the period (billing.invoicing: the voided invoices' replacements — drafts under manual
+   review —, first invoices of tenants with new charges, drafts refreshed; unchanged
+   invoices are left alone).
 
-Not applied yet (issue 25 continues): the corrections on gpu.corrections.v1 (reattribute,
-void_readings) — a preview re-prices the usage as rated — and `--apply`.
+Each step reads what the last one left, so an apply killed at any point is finished by the
+next: nothing is voided twice (a voided invoice is not issued), nothing issued twice (the
+run issues only where no issued invoice stands). A second apply changes nothing.
 
-    RerateRefused(BillingError)   the period cannot be previewed as asked; nothing was read past the refusal
+    RerateRefused(BillingError)   the period cannot be re-rated as asked; nothing was written
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
+from typing import Any, Callable
 
 from billing import invoice_store as store
 from billing.errors import BillingError
-from billing.invoicing import billed_elsewhere, invoice_credits, late_periods, pending_adjustments
+from billing.credit_notes import void_invoice
+from billing.invoice_lock import invoicing_lease
+from billing.invoicing import billed_elsewhere, invoice_credits, late_periods, pending_adjustments, run_period
+from billing.journal import actor_here
 from billing.tenants import trial_tenants
 from billing_rules import EnergyUsage, InvoiceDraft, InvoiceLine, RentUsage, build_invoice
-from usage.by_tenant import plain
-from usage.rated import rated_source, retained_periods
+from usage.by_tenant import usage_by_tenant
+from usage.regenerate import RegenerateRefused, drop_terms, new_source, plan, regenerate
 
-__all__ = ["LineChange", "RerateRefused", "RerateReport", "TenantChange", "rerate_preview"]
-
-_HOURS_SQL = """
-SELECT tenant, toUnixTimestamp(hour) AS h, stream, gpu_uuid, gpu_model, site, rent_price, rent_per_s, discount_pct,
-       band, tariff_per_kwh, pue, sum(seconds), sum(energy_mj)
-FROM {source}
-WHERE tenant != ''
-GROUP BY tenant, h, stream, gpu_uuid, gpu_model, site, rent_price, rent_per_s, discount_pct, band, tariff_per_kwh, pue
-ORDER BY tenant, h, stream, gpu_uuid
-"""
-_PIECES_SQL = """
-SELECT {counts}
-FROM rated_seconds FINAL
-WHERE period = {{period:String}} AND tenant = {{tenant:String}} AND gpu_uuid = {{gpu:String}} AND stream = {{stream:String}}
-  AND second >= toDateTime({{lo:UInt32}}, 'UTC') AND second < toDateTime({{hi:UInt32}}, 'UTC')
-  AND rent_price = {{price:Decimal(18, 6)}} AND tariff_per_kwh = {{tariff:Decimal(18, 6)}}
-"""
-
+__all__ = ["LineChange", "RerateRefused", "RerateReport", "TenantChange", "rerate_apply", "rerate_preview"]
 
 class RerateRefused(BillingError):
     """A re-rating that cannot be made as asked."""
@@ -96,13 +86,67 @@ class RerateReport:
     period: str
     rules_revision: str
     tenants: list[TenantChange] = field(default_factory=list)
+    # --apply only: what it did
+    generation: int = 0  # the rated data's new generation (0: it did not change)
+    hours: int = 0  # hours published anew
+    voided: list[tuple[str, str]] = field(default_factory=list)  # (invoice, credit note)
+    issued: list[str] = field(default_factory=list)  # replacements and first invoices issued
+    drafted: list[str] = field(default_factory=list)  # drafts made or refreshed (manual review)
+
+
+def _plan(db: Any, rules: Any, period: str):
+    try:
+        return plan(db, rules, period)
+    except RegenerateRefused as exc:
+        raise RerateRefused(str(exc)) from None
+
+
+def rerate_apply(db: Any, rules: Any, period: str, *, tenant: str | None = None, actor: str | None = None,
+                 now: datetime | None = None, on_wait: Callable[[str], None] | None = None,
+                 progress: Callable[[str], None] | None = None) -> RerateReport:
+    """Re-rate `period` and correct its documents (module docstring, steps 1 to 3). `tenant`
+    limits the documents corrected; the rated data is switched for the whole period."""
+    rules.period_bounds(period)
+    actor = actor or actor_here()
+    now = now or datetime.now(timezone.utc)
+    say = progress or (lambda _msg: None)
+    with invoicing_lease(db, on_wait=on_wait) as fence:
+        try:
+            switched = regenerate(db, rules, period, progress=say)
+        except RegenerateRefused as exc:
+            raise RerateRefused(str(exc)) from None
+        fence()
+        report = rerate_preview(db, rules, period, tenant)
+        report.generation, report.hours = switched.generation, len(switched.hours)
+    for change in report.tenants:
+        if change.status == "issued" and _changed(change):
+            say(f"voiding {change.invoice} ({change.old_total} → {change.new_total})")
+            _, note = void_invoice(db, rules, change.invoice, f"re-rated under rules {rules.revision}", actor=actor,
+                                   now=now, on_wait=on_wait, credit_reason="rerate")
+            report.voided.append((change.invoice, note.number if note else ""))
+    run = run_period(db, rules, period, now=now, on_wait=on_wait, actor=actor, tenants=[tenant] if tenant else None)
+    report.issued, report.drafted = run.created, run.drafted + run.refreshed
+    return report
+
+
+def _changed(change: TenantChange) -> bool:
+    """Whether an issued invoice's figures differ from what it would be now (any line or total)."""
+    return change.old_total != change.new_total or any(
+        ln.old_amount != ln.new_amount or ln.old_quantity != ln.new_quantity for ln in change.lines)
 
 
 def rerate_preview(db: Any, rules: Any, period: str, tenant: str | None = None) -> RerateReport:
     """What re-rating `period` (one `tenant`, or every tenant with rated usage) under `rules`
     would change, invoice by invoice and line by line. Writes nothing."""
     rules.period_bounds(period)
-    rent, energy = _repriced(db, rules, period, tenant)
+    p = _plan(db, rules, period)
+    try:
+        source = new_source(db, rules, p)
+        if tenant is not None:
+            source = (f"(SELECT * FROM {source[0]} WHERE tenant = {{only:String}})", {**source[1], "only": tenant})
+        rent, energy = usage_by_tenant(db, source)
+    finally:
+        drop_terms(db, p.run)
     trial = trial_tenants(db)
     report = RerateReport(period, rules.revision)
     standing = {h.tenant: h for h in store.headers(db, period=period, tenant=tenant, status=("issued", "draft"))}
@@ -123,53 +167,6 @@ def rerate_preview(db: Any, rules: Any, period: str, tenant: str | None = None) 
             old_total=old.total if old is not None else Decimal("0.00"), new_total=new.total,
             lines=tuple(_line_changes(old_lines, new))))
     return report
-
-
-def _repriced(db: Any, rules: Any, period: str, tenant: str | None) -> tuple[dict[str, list[RentUsage]],
-                                                                              dict[str, list[EnergyUsage]]]:
-    """The period's rated quantities priced by `rules` (steps 1 to 3 of the module docstring)."""
-    source, params = rated_source(db, rules, period, tenant)
-    rent: dict[str, list[RentUsage]] = defaultdict(list)
-    energy: dict[str, list[EnergyUsage]] = defaultdict(list)
-    retained = period in retained_periods(db)
-    for (who, hour, stream, gpu, model, site, price, _per_s, _discount, _band, tariff, _pue, seconds,
-         mj) in db.query(_HOURS_SQL.format(source=source), params):
-        hour = int(hour)
-        if stream == "rent":
-            pieces = rules.rent_segments(who, model, hour, hour + 3600)
-            counts = [int(seconds)] if len(pieces) == 1 else _counts(db, period, who, gpu, "rent", pieces, price,
-                                                                    tariff, retained)
-            for (_, _, rate), count in zip(pieces, counts):
-                if count:
-                    rent[who].append(RentUsage(gpu_model=model, plan=rate.plan, price=plain(rate.list_price),
-                                               per_s=rate.per_s, seconds=count, discount_pct=plain(rate.discount_pct)))
-        else:
-            pieces = rules.energy_segments(site, hour, hour + 3600)
-            sums = [int(mj)] if len(pieces) == 1 else _counts(db, period, who, gpu, "energy", pieces, price, tariff,
-                                                             retained)
-            for (_, _, rate), total in zip(pieces, sums):
-                if total:
-                    energy[who].append(EnergyUsage(site=site, band=rate.band, tariff_per_kwh=plain(rate.tariff_per_kwh),
-                                                   pue=plain(rate.pue), energy_mj=total))
-    return rent, energy
-
-
-def _counts(db: Any, period: str, tenant: str, gpu: str, stream: str, pieces: list, price: Decimal, tariff: Decimal,
-            retained: bool) -> list[int]:
-    """Rented seconds (rent) or IT energy in mJ (energy) of the hour's per-second rows of one card
-    that were rated at `price`/`tariff`, within each piece of constant rate."""
-    if retained:
-        raise RerateRefused(f"a rate changes inside an hour of {period} whose per-second rows retention dropped "
-                            f"(card {gpu}); re-rating from the period's verified archive is not built yet")
-    lo, hi = pieces[0][0], pieces[-1][1]
-    inside = "second >= toDateTime({start}, 'UTC') AND second < toDateTime({end}, 'UTC')"
-    of = (lambda where: f"countIf({where})") if stream == "rent" else (
-        lambda where: f"sumIf(rated_seconds.energy_mj, {where})")
-    counts = ", ".join(of(inside.format(start=int(start), end=int(end))) for start, end, _ in pieces)
-    row = db.query(_PIECES_SQL.format(counts=counts), {"period": period, "tenant": tenant, "gpu": gpu,
-                                                       "stream": stream, "lo": lo, "hi": hi, "price": price,
-                                                       "tariff": tariff})[0]
-    return [int(v) for v in row]
 
 
 def _line_changes(old_lines: tuple[InvoiceLine, ...], new: InvoiceDraft) -> list[LineChange]:

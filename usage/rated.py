@@ -56,10 +56,12 @@ def hour_range(hour: int) -> str:
     return second_range(hour, hour + 3600)
 
 
-def grouped_sql(where: str, *, minutes: bool = False) -> str:
-    """The rated seconds matching `where`, grouped to the rollup grain (needs the {tz:String} parameter)."""
+def grouped_sql(where: str, *, minutes: bool = False, relation: str = "rated_seconds FINAL") -> str:
+    """The rated seconds matching `where`, grouped to the rollup grain (needs the {tz:String} parameter).
+    `relation` is another relation of rated_seconds' columns to group instead (a subquery)."""
     quantities = f"{_QUANTITIES}, {_BY_MINUTE}" if minutes else _QUANTITIES
-    return f"SELECT {_GRAIN}, {quantities} FROM rated_seconds FINAL WHERE {where} GROUP BY {_GRAIN_NAMES}"
+    source = relation if relation == "rated_seconds FINAL" else f"({relation}) AS rated_seconds"
+    return f"SELECT {_GRAIN}, {quantities} FROM {source} WHERE {where} GROUP BY {_GRAIN_NAMES}"
 
 
 def retained_periods(db: Any) -> set[str]:
