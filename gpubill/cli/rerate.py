@@ -1,5 +1,7 @@
-"""`gpubill rerate --period P --dry-run`: what re-rating a period under the current rules would
-change, invoice by invoice and line by line, exact to the fen (billing/rerate.py). Reads only."""
+"""`gpubill rerate --period P (--dry-run | --apply)`: re-rating a period under the current rules and
+every stored correction (billing/rerate.py). The dry run shows what would change, invoice by
+invoice and line by line, exact to the fen, and changes nothing; --apply switches the rated data
+and corrects the documents (void with a credit note, replacement), idempotently."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from gpubill.cli.common import check_period, connect, out, read_rules, terminal_text
+from gpubill.cli.common import check_period, connect, err, out, read_rules, terminal_text
 from gpubill.config import load_settings
 from gpubill.errors import GpubillError
 
@@ -24,24 +26,36 @@ def _quantity(value) -> str | None:
 def rerate(
     period: str = typer.Option(..., help="Billing period YYYY-MM to re-rate."),
     tenant: Optional[str] = typer.Option(None, help="Only this tenant."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Change nothing: print the differences (the only mode yet)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Change nothing: print the differences."),
+    apply: bool = typer.Option(False, "--apply", help=(
+        "Switch the period's rated data to the re-rated generation, void every issued invoice whose figures change "
+        "with a credit note (reason rerate) and issue its replacement (a draft under manual review); a second "
+        "--apply changes nothing.")),
     as_json: bool = typer.Option(False, "--json", help="One JSON object: period, rules_revision, tenants."),
 ) -> None:
-    """Re-price a period's rated usage under the current rules and show, per tenant and invoice line, old → new."""
-    from billing.rerate import rerate_preview
+    """Re-rate a period under the current rules and every correction: per tenant and invoice line, old → new."""
+    from billing.rerate import rerate_apply, rerate_preview
 
-    if not dry_run:
-        raise GpubillError("say --dry-run: applying a re-rating (void, credit note, replacement) is not built yet; "
-                           "the dry run shows what it would change (see gpubill rerate --help)")
+    if dry_run == apply:
+        raise GpubillError("say --dry-run (show what would change) or --apply (change it), one of the two")
     settings = load_settings()
     rules = read_rules(settings)
+    period = check_period(period)
     with connect(settings) as database:
-        report = rerate_preview(database, rules, check_period(period), tenant)
+        if apply:
+            report = rerate_apply(database, rules, period, tenant=tenant,
+                                  on_wait=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"),
+                                  progress=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
+        else:
+            report = rerate_preview(database, rules, period, tenant)
     if as_json:
         import orjson
 
+        applied = {"applied": {"generation": report.generation, "hours": report.hours,
+                               "voided": [{"invoice": i, "credit_note": c} for i, c in report.voided],
+                               "issued": report.issued, "drafted": report.drafted}} if apply else {}
         sys.stdout.write(orjson.dumps({
-            "period": report.period, "rules_revision": report.rules_revision,
+            "period": report.period, "rules_revision": report.rules_revision, **applied,
             "tenants": [{"tenant": t.tenant, "invoice": t.invoice, "status": t.status,
                          "old_total": _money(t.old_total), "new_total": _money(t.new_total),
                          "difference": _money(t.difference),
@@ -51,7 +65,8 @@ def rerate(
                                    for ln in t.lines]} for t in report.tenants],
         }).decode() + "\n")
         return
-    out.print(f"{report.period} under rules {report.rules_revision} (a dry run: nothing changed)", highlight=False)
+    mode = "applied" if apply else "a dry run: nothing changed"
+    out.print(f"{report.period} under rules {report.rules_revision} ({mode})", highlight=False)
     for t in report.tenants:
         invoice = terminal_text(t.invoice or "no invoice yet")
         out.print(f"  {terminal_text(t.tenant)}  {invoice}  {t.old_total:.2f} → {t.new_total:.2f} CNY with VAT "
@@ -61,3 +76,14 @@ def rerate(
                 continue
             out.print(f"      {terminal_text(ln.description)}: {_money(ln.old_amount) or '-'} → "
                       f"{_money(ln.new_amount) or '-'}", highlight=False)
+    if apply:
+        out.print(f"rated data: {report.hours} hours published anew" + (f" (generation {report.generation})"
+                                                                          if report.generation else ""), highlight=False)
+        for invoice, note in report.voided:
+            out.print(f"voided {terminal_text(invoice)} with credit note {terminal_text(note or '-')}", highlight=False)
+        for number in report.issued:
+            out.print(f"issued {terminal_text(number)}", highlight=False)
+        for draft in report.drafted:
+            out.print(f"draft {terminal_text(draft)} waits for review (gpubill invoice issue)", highlight=False)
+        if not (report.voided or report.issued or report.drafted):
+            out.print("no document changed", highlight=False)
