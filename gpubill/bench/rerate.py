@@ -27,9 +27,10 @@ What it does and times (seconds of wall time, `time.perf_counter`), in this orde
    `correction_event_id`), checked by `parse_correction` and stored with
    `usage.corrections.store_corrections` as the corrections consumer stores a message.
 5. `rerate_preview` under the corrected rules and the correction (`dry_run_s`).
-6. `billing.rerate.rerate_apply` (`gpubill rerate --apply`; `apply_s`, null while it is
-   not built, with `apply_note`).
-7. **After.** The invoice run (`invoice_run_s_after`, median of `REPEAT`) and the usage
+6. `billing.rerate.rerate_apply` (`gpubill rerate --apply`; `apply_s`): the period's rated
+   data switched to the new generation, each changed invoice voided by a credit note and
+   replaced.
+7. **After**, under the corrected rules: the invoice run (`invoice_run_s_after`, median of `REPEAT`) and the usage
    report (`usage_report_s_after`) again, and `*_ratio`: after ÷ before, measured side by
    side in this run.
 
@@ -252,22 +253,15 @@ def _measure(db: Any, fleet: Fleet, per_second_end: int, month_end: int, directo
                              and {t for t, d in moved.items() if d} == {FROM_TENANT, TO_TENANT}
                              and moved.get(FROM_TENANT, 0) < 0 < moved.get(TO_TENANT, 0))
 
-    apply = getattr(rerate, "rerate_apply", None)
-    if apply is None:
-        figures["apply_s"] = None
-        figures["apply_note"] = "billing.rerate.rerate_apply is not built yet: nothing applied"
-        figures["second_preview_differences"] = None
-    else:
-        say("applying the re-rating")
-        figures["apply_s"], _ = _timed(lambda: apply(db, corrected, period))
-        second = rerate.rerate_preview(db, corrected, period)
-        figures["second_preview_differences"] = sum(1 for d in _differences(second).values() if d)
+    say("applying the re-rating")
+    figures["apply_s"], _ = _timed(lambda: rerate.rerate_apply(db, corrected, period, progress=say))
+    second = rerate.rerate_preview(db, corrected, period)
+    figures["second_preview_differences"] = sum(1 for d in _differences(second).values() if d)
     figures.update(_documents(db, period))
 
-    rules_after = corrected if apply is not None else fleet.rules
     say("after: invoice run and tenant-0's usage report again")
-    figures["invoice_run_s_after"] = _median(lambda: _invoice_run(db, rules_after, period))
-    figures["usage_report_s_after"] = _median(lambda: _usage_csv(db, rules_after, tenant, period))
+    figures["invoice_run_s_after"] = _median(lambda: _invoice_run(db, corrected, period))
+    figures["usage_report_s_after"] = _median(lambda: _usage_csv(db, corrected, tenant, period))
     figures["invoice_run_ratio"] = round(figures["invoice_run_s_after"] / figures["invoice_run_s_before"], 2)
     figures["usage_report_ratio"] = round(figures["usage_report_s_after"] / figures["usage_report_s_before"], 2)
     return figures
