@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 __all__ = ["Correction", "apply_to_usage", "covered", "power_voided", "store_corrections", "stored_corrections"]
 
@@ -54,10 +54,15 @@ class Correction:
         return self.from_s <= second < self.to_s
 
 
-def store_corrections(db: Any, logged: Iterable[Any], now: datetime | None = None) -> tuple[int, int]:
+def store_corrections(db: Any, logged: Iterable[Any], now: datetime | None = None,
+                      kept: Mapping[str, tuple[int, int]] | None = None) -> tuple[int, int]:
     """Store the `ok` entries of `logged` (streams.kafka.corrections.LoggedCorrection, in log order)
     in `corrections` and the `conflict` ones in `correction_conflicts`; returns (stored, conflicts).
-    Idempotent: rows are keyed by Kafka position."""
+    Idempotent: rows are keyed by Kafka position.
+
+    A conflict names the correction that counts (the first in the log with its event_id): the
+    (partition, offset) in `kept` when given (the caller read the whole log), else the `ok`
+    entry of `logged`, else the one stored before; (0, 0) only when none of them knows it."""
     moment = now or datetime.now(UTC)
     rows, conflicts, first = [], [], {}
     for entry in logged:
@@ -75,10 +80,11 @@ def store_corrections(db: Any, logged: Iterable[Any], now: datetime | None = Non
     if rows:
         db.insert("corrections", rows, _COLUMNS)
     if conflicts:
-        kept = _kept_positions(db, first)
+        ids = [_event_id_of(e.raw) for e in conflicts]
+        positions = {**_kept_positions(db, set(ids) - set(kept or {}) - set(first)), **first, **(kept or {})}
         db.insert("correction_conflicts", [
-            [_event_id_of(e.raw), *kept.get(_event_id_of(e.raw), (0, 0)), e.partition, e.offset,
-             e.raw.decode("utf-8", "replace"), moment] for e in conflicts], _CONFLICT_COLUMNS)
+            [event_id, *positions.get(event_id, (0, 0)), e.partition, e.offset, e.raw.decode("utf-8", "replace"),
+             moment] for event_id, e in zip(ids, conflicts)], _CONFLICT_COLUMNS)
     return len(rows), len(conflicts)
 
 
@@ -119,11 +125,14 @@ def power_voided(corrections: Iterable[Correction]) -> bool:
     return any(c.voids_power for c in corrections)
 
 
-def _kept_positions(db: Any, first: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
-    stored = {str(e): (int(p), int(o)) for e, p, o in db.query(
-        "SELECT event_id, min(tuple(src_partition, src_offset)).1, min(tuple(src_partition, src_offset)).2 "
-        "FROM corrections FINAL GROUP BY event_id")}
-    return {**first, **stored}
+def _kept_positions(db: Any, event_ids: set[str]) -> dict[str, tuple[int, int]]:
+    """The stored position of each of `event_ids` (one row per event id: only the first in the log is stored)."""
+    if not event_ids:
+        return {}
+    return {str(e): (int(p), int(o)) for e, p, o in db.query(
+        "SELECT event_id, tupleElement(first, 1), tupleElement(first, 2) FROM ("
+        "SELECT event_id, min(tuple(src_partition, src_offset)) AS first FROM corrections FINAL "
+        "WHERE event_id IN {ids:Array(String)} GROUP BY event_id)", {"ids": sorted(event_ids)})}
 
 
 def _event_id_of(raw: bytes) -> str:
