@@ -47,6 +47,7 @@ from billing.journal import actor_here
 from billing.tenants import trial_tenants
 from billing_rules import EnergyUsage, InvoiceDraft, InvoiceLine, RentUsage, build_invoice
 from usage.by_tenant import usage_by_tenant
+from usage.failpoints import pause_at
 from usage.regenerate import RegenerateRefused, drop_terms, new_source, plan, regenerate
 
 __all__ = ["LineChange", "RerateRefused", "RerateReport", "TenantChange", "rerate_apply", "rerate_preview"]
@@ -124,6 +125,7 @@ def rerate_apply(db: Any, rules: Any, period: str, *, tenant: str | None = None,
             _, note = void_invoice(db, rules, change.invoice, f"re-rated under rules {rules.revision}", actor=actor,
                                    now=now, on_wait=on_wait, credit_reason="rerate")
             report.voided.append((change.invoice, note.number if note else ""))
+    pause_at("rerate-documents")  # usage/failpoints.py: between the voids and the replacements
     run = run_period(db, rules, period, now=now, on_wait=on_wait, actor=actor, tenants=[tenant] if tenant else None)
     report.issued, report.drafted = run.created, run.drafted + run.refreshed
     return report

@@ -46,6 +46,7 @@ from decimal import Decimal
 from typing import Any
 
 from usage.corrections import Correction, stored_corrections
+from usage.failpoints import pause_at
 from usage.rated import _GRAIN_NAMES, coverage, grouped_sql, rated_source, retained_periods, second_range
 from usage.rollup import drop_superseded, roll_up_hour
 
@@ -192,6 +193,7 @@ def regenerate(db: Any, rules: Any, period: str, *, progress: Any = None) -> Reg
         if not out.hours:
             return out
         say(f"publishing {len(out.hours)} hours anew")
+        pause_at("rerate-publish")  # usage/failpoints.py: per-second rows re-written, nothing published yet
         db.command(f"INSERT INTO rated_hours ({_HOURS_COLUMNS}, generation) SELECT *, {int(generation)} FROM ({rows}) "
                    "WHERE toUnixTimestamp(hour) IN {publish:Array(UInt32)}", {**params, "publish": out.hours})
         counts = {int(h): (int(n), int(s or 0), int(e or 0)) for h, n, s, e in db.query(
