@@ -12,10 +12,11 @@ Steps of `replay_log`, on a database of its own (never the live one):
    `ClickHouseSink`. Deduplication, conflicts (the first in partition order counts), the late
    join of energy to usage and the dead letters therefore behave as in the worker; dead letters
    are written to the scratch database only, never produced to Kafka.
-2. Read gpu.corrections.v1 whole and store it (`usage.corrections.store_corrections`).
-3. Apply the corrections to the period's rated data under `rules`
-   (`usage.regenerate.regenerate`) — when that function is there; `Replayed.corrections_applied`
-   says whether it was.
+2. Read gpu.corrections.v1 whole and take it in as the worker does (streams/corrections_sync.py:
+   stored, conflicts recorded, malformed ones and those of unknown cards dead-lettered), after
+   the readings, whose cards it checks.
+3. Apply the corrections to the period's rated data under `rules` (`usage.regenerate.regenerate`,
+   what `gpubill rerate --apply` switches the live period to).
 4. The period's charges per tenant, as a first invoice would carry them (billing/verify_log.py).
 
 The rater prices every second under `rules`, the rules as they are now: a rule correction for
@@ -38,7 +39,7 @@ from streams.errors import KafkaUnreachable, StreamsError
 from streams.kafka.message import Message
 from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options
 
-__all__ = ["Replayed", "readings_ends", "replay_log"]
+__all__ = ["LogTruncated", "Replayed", "readings_ends", "replay_log"]
 
 READING_TOPICS = (TOPIC_USAGE, TOPIC_POWER)
 BATCH_MESSAGES = 20_000
@@ -47,13 +48,18 @@ STALL_S = 120.0  # no message for this long while offsets remain: the broker sto
 Ends = dict[tuple[str, int], int]
 
 
+class LogTruncated(StreamsError):
+    """A readings partition no longer starts at offset 0: retention dropped part of the log,
+    so no replay of it can prove a period (any of the dropped messages may have been its)."""
+
+
 @dataclass(frozen=True)
 class Replayed:
     period: str
     rules_revision: str
     messages: int  # readings messages rated (a message may hold several readings)
     corrections: int  # corrections stored (ok ones; duplicates count once)
-    corrections_applied: bool  # False: usage.regenerate is not there yet, the rated data is uncorrected
+    corrections_applied: int  # of them, those touching the period (applied to its rated data)
     charges: dict[str, Decimal]  # tenant → the period's charges before credits and VAT
 
 
@@ -68,12 +74,20 @@ def _consumer(settings: KafkaSettings) -> KafkaConsumer:
 
 def readings_ends(settings: KafkaSettings) -> Ends:
     """The end offset (the next to be written) of every partition of the readings topics, now.
-    A topic that does not exist has no partitions here. KafkaUnreachable when no broker answers."""
+    A topic that does not exist has no partitions here. KafkaUnreachable when no broker answers;
+    LogTruncated when a partition's log no longer starts at offset 0."""
     consumer = _consumer(settings)
     try:
         partitions = [TopicPartition(topic, p) for topic in READING_TOPICS
                       for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        ends = consumer.end_offsets(partitions) if partitions else {}
+        if not partitions:
+            return {}
+        starts, ends = consumer.beginning_offsets(partitions), consumer.end_offsets(partitions)
+        dropped = sorted(f"{tp.topic}[{tp.partition}] starts at offset {starts[tp]}" for tp in partitions if starts[tp])
+        if dropped:
+            raise LogTruncated(f"the readings log is not whole ({'; '.join(dropped[:3])}): retention dropped its "
+                               "oldest messages, so a replay cannot prove any period; keep the readings topics for "
+                               "ever (retention.ms=-1, as deploy/kafka does)")
         return {(tp.topic, tp.partition): int(end) for tp, end in ends.items()}
     except KafkaError as exc:
         raise KafkaUnreachable(settings.kafka, str(exc)) from exc
@@ -121,13 +135,12 @@ def replay_log(db: Any, rules: Any, settings: KafkaSettings, period: str, ends: 
     """Rate the readings log up to `ends` into `db` (a scratch database), store and apply the
     corrections, and return the period's charges per tenant (see the module docstring).
     `progress` is told (messages done, messages at most to do) after each batch."""
-    from streams.kafka.corrections import read_corrections
+    from streams.corrections_sync import sync_corrections
     from streams.pipeline import Pipeline
     from streams.rating.native import best_rater
     from streams.sink import ClickHouseSink
-    from usage.corrections import store_corrections
 
-    goal = sum(ends.values())  # an upper bound: retention may have dropped a partition's start
+    goal = sum(ends.values())  # every partition starts at 0 (readings_ends checked)
     pipeline = Pipeline(rules=rules, sink=ClickHouseSink(db, max_wait_s=60.0), rater=best_rater(rules))
     done = 0
     try:
@@ -139,18 +152,18 @@ def replay_log(db: Any, rules: Any, settings: KafkaSettings, period: str, ends: 
     finally:
         pipeline.executor.shutdown()
         pipeline.writer.shutdown()
-    stored, _conflicts = store_corrections(db, read_corrections(settings, int(time.time())))
+    synced = sync_corrections(db, settings, int(time.time()))  # after the readings: it checks their cards
     applied = _regenerate(db, rules, period)
-    return Replayed(period=period, rules_revision=rules.revision, messages=done, corrections=stored,
+    return Replayed(period=period, rules_revision=rules.revision, messages=done, corrections=len(synced.stored),
                     corrections_applied=applied, charges=log_charges(db, rules, period))
 
 
-def _regenerate(db: Any, rules: Any, period: str) -> bool:
-    """Replace the period's rated data with the generation corrected under `rules`, when
-    usage.regenerate is there (issue 25, item 3: being built); False when it is not."""
+def _regenerate(db: Any, rules: Any, period: str) -> int:
+    """Replace the period's rated data with the generation corrected and priced under `rules`;
+    returns the corrections that touch it. A scratch database has no invoices: no lease needed."""
+    from usage.regenerate import RegenerateRefused, regenerate
+
     try:
-        from usage.regenerate import regenerate
-    except ImportError:
-        return False
-    regenerate(db, rules, period)
-    return True
+        return regenerate(db, rules, period).corrections
+    except RegenerateRefused as exc:
+        raise StreamsError(f"the replay of {period} could not apply its corrections: {exc}") from exc

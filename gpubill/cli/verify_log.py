@@ -102,9 +102,8 @@ def _print(period: str, revision: str, replayed: dict, checks: list) -> None:
         table.add_row(terminal_text(c.tenant), f"{c.log:.2f}", f"{c.billed.total:.2f}", f"{c.difference:+.2f}",
                       f"{c.billed.invoice:.2f}", f"{c.billed.adjustments:.2f}", f"{c.billed.credited:.2f}")
     out.print(table)
-    if not replayed["corrections_applied"] and replayed["corrections"]:
-        out.print(f"note: {replayed['corrections']} corrections stored but not applied (usage.regenerate is not "
-                  "built yet): the log is read as rated, uncorrected", highlight=False)
+    out.print(f"{replayed['messages']:,} readings messages replayed; {replayed['corrections']:,} corrections on the "
+              f"log, {replayed['corrections_applied']:,} of them touching {period}", highlight=False)
 
 
 def _replay_child(settings, rules, period: str, directory: Path) -> None:

@@ -98,7 +98,29 @@ def test_verify_log_is_clean_on_true_projections_and_names_what_differs(gpubill)
     code, tenants = verified(gpubill, "2026-03")
     assert code == 0 and tenants["beta"] == (BETA_MARCH, BETA_MARCH, "0.00")
 
-    # -- 5. a rated second no reading supports, in the live database, then billed: the next
+    # -- 5. a reattribution on the log: beta's RTX 4090 in 15:59:00–15:59:30 (30 of its 60 March
+    #   seconds) was acme's. The log proves the corrected figures at once; the live database bills
+    #   them once the period is re-rated (`rerate --apply`: void, credit note, replacement).
+    #   beta: 30 s × ¥1 = 30.00, discount −3.00, 30 s × 400.5 W → 1.23354 → 1.23          = 28.23
+    #   acme: A800 130.00; RTX 4090 on the hourly default, 30 s × ¥1.25/3600 = 0.0104… → 0.01;
+    #         one electricity line (same site, band, PUE): 130 s × 1000 W + 30 s × 400.5 W
+    #         = 142,015 J → 14.5802… → 14.58                                              = 144.59
+    beta_moved = charges(fen(Fraction(30)), "-" + fen(Fraction(3)), fen(electricity(30, Fraction(4005, 10))))
+    acme_moved = charges(fen(Fraction(130)), fen(Fraction(30) * Fraction(125, 100) / 3600),
+                         fen(electricity(130, Fraction(1000)) + electricity(30, Fraction(4005, 10))))
+    assert (beta_moved, acme_moved) == ("28.23", "144.59")
+    gpubill.run("correct", "reattribute", "--gpu", "GR1", "--from", "2026-03-31T15:59:00Z",
+                "--to", "2026-03-31T15:59:30Z", "--tenant", "acme", "--reason", "card lent to acme")
+    code, tenants = verified(gpubill, "2026-03")
+    assert code == 1
+    assert tenants == {"acme": (acme_moved, ACME_MARCH_LATE, "-1.24"), "beta": (beta_moved, BETA_MARCH, "28.24")}
+    gpubill.run("corrections", "sync")
+    gpubill.run("rerate", "--period", "2026-03", "--apply")
+    code, tenants = verified(gpubill, "2026-03")
+    assert code == 0
+    assert tenants == {"acme": (acme_moved, acme_moved, "0.00"), "beta": (beta_moved, beta_moved, "0.00")}
+
+    # -- 6. a rated second no reading supports, in the live database, then billed: the next
     #   invoice run charges it on acme's May invoice as March's late data (+¥1.00 of rent)
     from schemas.tables import RATED_SECONDS
     from warehouse.connection import open_database
@@ -116,15 +138,30 @@ def test_verify_log_is_clean_on_true_projections_and_names_what_differs(gpubill)
     gpubill.run("invoice", "run", "--period", "2026-05")
     code, tenants = verified(gpubill, "2026-03")
     assert code == 1
-    assert tenants["acme"] == (ACME_MARCH_LATE, charges(ACME_MARCH_LATE, fen(Fraction(1))), "1.00")  # 144.35
+    assert tenants["acme"] == (acme_moved, charges(acme_moved, fen(Fraction(1))), "1.00")  # 145.59
     assert tenants["beta"][2] == "0.00"
     done = gpubill.run("verify-log", "--period", "2026-03", check=False)
-    assert "DIFFERENCE acme: billed 144.35, the log 143.35 (+1.00 CNY" in done.stdout
+    assert "DIFFERENCE acme: billed 145.59, the log 144.59 (+1.00 CNY" in done.stdout
 
 
-def test_verify_log_refuses_an_unfinished_period_and_an_unreachable_broker(gpubill):
+def test_verify_log_refuses_an_unfinished_period_a_truncated_log_and_an_unreachable_broker(gpubill, broker):
     assert "--period 2099-01 has not ended" in one_line_error(
         gpubill.run("verify-log", "--period", "2099-01", check=False))
+
+    # retention (or anyone) dropped the oldest message of a readings partition: no proof is possible
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+    gpubill.run("replay", str(FIXTURES / "readings_part2.ndjson"))
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap)
+    partitions = [TopicPartition("gpu.usage.v1", p) for p in sorted(consumer.partitions_for_topic("gpu.usage.v1"))]
+    used = next(tp for tp, end in consumer.end_offsets(partitions).items() if end > 0)
+    consumer.close()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.delete_records({used: 1})
+    admin.close()
+    assert f"the readings log is not whole (gpu.usage.v1[{used.partition}] starts at offset 1)" in one_line_error(
+        gpubill.run("verify-log", "--period", "2026-03", check=False))
+
     gpubill.env["GPUBILL_KAFKA"] = "localhost:1"  # nothing listens there
     assert "no Kafka broker answers at localhost:1" in one_line_error(
         gpubill.run("verify-log", "--period", "2026-03", check=False))
