@@ -1,8 +1,11 @@
 """Self-audit: recompute a period from the raw readings and compare with what the pipeline rated.
 
 The raw side is one SQL pass over readings_usage and readings_power: the first reading per
-(gpu, second) in partition order counts (duplicates and conflicts drop out), power joins
-the usage of the same second, and the period is the billing-time-zone month of the second.
+(gpu, second) in partition order counts (duplicates and conflicts drop out), the period's
+stored corrections apply as usage/corrections.py says (per card, in log order: a covering
+void of usage drops the rent and leaves the energy unallocated, a void of power drops the
+energy, a reattribute gives the second to its tenant, None to nobody), power joins the
+usage of the same second, and the period is the billing-time-zone month of the second.
 The rated side is what every report reads (usage.rated: published rollups, and the
 per-second rows of hours not rolled up since their last write). Both are compared per tenant ('' = unallocated
 energy): rented GPU-seconds, millijoules, and the exact amounts (rent priced by the rules
@@ -15,6 +18,9 @@ rows grouped the same way now, by a fingerprint per hour; an hour that differs i
 Conflicts (SPEC §4) are not differences — the first reading in partition order counted, by
 design — but they are never invisible: `conflicts_of` counts the period's conflicts per
 reason ('second taken', 'event_id reused') and gives a few examples, for the audit to print.
+So are the corrections that do not count: `correction_findings` lists the period's correction
+conflicts (an event_id reused with other content, both positions) and counts the dead-lettered
+corrections (streams/corrections_sync.py writes both).
 """
 
 from __future__ import annotations
@@ -26,11 +32,35 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+import orjson
+
 from billing_rules import energy_amount, rent_amount, round_fen
+from schemas.events import parse_ts
+from schemas.topics import TOPIC_CORRECTIONS
 from usage.rated import Coverage, coverage, grouped_sql, retained_periods, source_of
+
+# What the period's corrections make of a usage reading's tenant (usage/corrections.py), with
+# `on_it` the card's corrections covering the second in log order: '' (nobody) when any voids
+# the usage (a later reattribute brings nothing back), else the last reattribute's tenant, else
+# the reading's. The joins stay out of the WITH: ClickHouse's parser copies a UNION's WITH into
+# its later SELECTs, and the gateway (gpubill/devenv/gateway) checks those copies node for node.
+_CORRECTED_TENANT = ("if(arrayExists(x -> x.7, on_it), '', if(arrayExists(x -> x.5, on_it), "
+                     "arrayLast(x -> x.5, on_it).6, READING))")
+_ON_IT = "arrayFilter(x -> x.3 <= toUnixTimestamp(SECOND) AND toUnixTimestamp(SECOND) < x.4, c.cs) AS on_it"
 
 _RAW_SQL = """
 WITH
+    c AS (
+        -- the period's corrections per card, in log order (a card's are on one partition: offset order)
+        SELECT gpu_uuid,
+               arraySort(groupArray(tuple(src_partition, src_offset, toUnixTimestamp(from_s), toUnixTimestamp(to_s),
+                                          kind = 'reattribute', ifNull(tenant, ''),
+                                          kind = 'void_readings' AND stream IN ('usage', 'both'),
+                                          kind = 'void_readings' AND stream IN ('power', 'both')))) AS cs
+        FROM corrections FINAL
+        WHERE from_s < toDateTime({hi:UInt32}, 'UTC') AND to_s > toDateTime({lo:UInt32}, 'UTC')
+        GROUP BY gpu_uuid
+    ),
     u AS (
         SELECT gpu_uuid, second,
                argMin(tuple(ifNull(tenant, ''), gpu_model, site), (src_partition, src_offset)) AS first
@@ -44,17 +74,28 @@ WITH
         WHERE second >= toDateTime({lo:UInt32}, 'UTC') AND second < toDateTime({hi:UInt32}, 'UTC')
         GROUP BY gpu_uuid, second
     )
-SELECT 'rent' AS stream, first.1 AS tenant, first.2 AS gpu_model, first.3 AS site,
-       toUnixTimestamp(toStartOfMinute(second)) AS minute, count() AS n, toUInt64(0) AS mj
-FROM u WHERE first.1 != ''
+SELECT 'rent' AS stream, tenant, gpu_model, site, minute, count() AS n, toUInt64(0) AS mj
+FROM (
+    SELECT u.first.2 AS gpu_model, u.first.3 AS site, toUnixTimestamp(toStartOfMinute(u.second)) AS minute,
+           ON_IT_U, TENANT_U AS tenant
+    FROM u LEFT JOIN c ON u.gpu_uuid = c.gpu_uuid
+)
+WHERE tenant != ''
 GROUP BY tenant, gpu_model, site, minute
 UNION ALL
-SELECT 'energy', ifNull(u.first.1, ''), '', p.first.2, toUnixTimestamp(toStartOfMinute(p.second)) AS minute,
-       count(), sum(p.first.1)
-FROM p LEFT JOIN u ON p.gpu_uuid = u.gpu_uuid AND p.second = u.second
-GROUP BY 2, 4, minute
+SELECT 'energy', tenant, '', site, minute, count(), sum(mj)
+FROM (
+    SELECT p.first.1 AS mj, p.first.2 AS site, toUnixTimestamp(toStartOfMinute(p.second)) AS minute,
+           ON_IT_P, if(isNull(u.second), '', TENANT_P) AS tenant  -- energy without usage: nobody's
+    FROM p LEFT JOIN u ON p.gpu_uuid = u.gpu_uuid AND p.second = u.second LEFT JOIN c ON p.gpu_uuid = c.gpu_uuid
+    WHERE NOT arrayExists(x -> x.8, on_it)
+)
+GROUP BY tenant, site, minute
 SETTINGS join_use_nulls = 1
-"""
+""".replace("ON_IT_U", _ON_IT.replace("SECOND", "u.second")).replace(
+    "ON_IT_P", _ON_IT.replace("SECOND", "p.second")).replace(
+    "TENANT_U", _CORRECTED_TENANT.replace("READING", "u.first.1")).replace(
+    "TENANT_P", _CORRECTED_TENANT.replace("READING", "ifNull(u.first.1, '')"))
 
 _RATED_SQL = """
 SELECT stream, tenant, gpu_model, sum(seconds) AS n, sum(energy_mj) AS mj,
@@ -137,6 +178,63 @@ def conflicts_of(db: Any, rules: Any, period: str, *, examples: int = 5) -> Conf
              for reason, stream, gpu, second, kept, conflicting, partition, offset
              in db.query(_CONFLICT_EXAMPLES_SQL, {**bounds, "limit": examples})] if counts else []
     return Conflicts(counts, found)
+
+
+@dataclass(frozen=True)
+class CorrectionConflict:
+    """A correction refused because its event_id was first used with other content."""
+
+    event_id: str
+    kept_partition: int  # the correction that counts
+    kept_offset: int
+    src_partition: int  # the one refused
+    src_offset: int
+
+    def describe(self) -> str:
+        return (f"event_id reused with other content: correction {self.event_id!r} at partition {self.src_partition}, "
+                f"offset {self.src_offset} refused; kept the one at partition {self.kept_partition}, "
+                f"offset {self.kept_offset}")
+
+
+@dataclass(frozen=True)
+class CorrectionFindings:
+    """What the log of corrections holds that does not count: conflicts touching the period and
+    dead letters (all of them: a malformed correction may name no period at all)."""
+
+    conflicts: list[CorrectionConflict]
+    deadlettered: int
+
+
+_CORRECTION_CONFLICTS_SQL = """
+SELECT k.event_id, k.kept_partition, k.kept_offset, k.src_partition, k.src_offset, k.original,
+       toUnixTimestamp(c.from_s), toUnixTimestamp(c.to_s)
+FROM (SELECT * FROM correction_conflicts FINAL) AS k
+LEFT JOIN (SELECT src_partition, src_offset, from_s, to_s FROM corrections FINAL) AS c
+    ON c.src_partition = k.kept_partition AND c.src_offset = k.kept_offset
+ORDER BY k.src_partition, k.src_offset
+"""
+
+
+def correction_findings(db: Any, rules: Any, period: str) -> CorrectionFindings:
+    """The correction conflicts whose refused or kept correction touches `period` (log position
+    order), and how many corrections were dead-lettered (gpu.corrections.v1 in `deadletters`)."""
+    lo, hi = rules.period_bounds(period)
+    found = []
+    for event_id, kp, ko, p, o, original, kept_lo, kept_hi in db.query(_CORRECTION_CONFLICTS_SQL):
+        spans = [(int(kept_lo), int(kept_hi)), _span_of(original)]
+        if any(a < hi and b > lo for a, b in spans if b):
+            found.append(CorrectionConflict(str(event_id), int(kp), int(ko), int(p), int(o)))
+    dead = db.query("SELECT count() FROM deadletters FINAL WHERE source_topic = {t:String}", {"t": TOPIC_CORRECTIONS})
+    return CorrectionFindings(found, int(dead[0][0]))
+
+
+def _span_of(original: str) -> tuple[int, int]:
+    """[from, to) of a stored correction's message value; (0, 0) when it has none readable."""
+    try:
+        document = orjson.loads(original)
+        return parse_ts(document["from"]), parse_ts(document["to"])
+    except (ValueError, KeyError, TypeError):  # orjson's JSONDecodeError and parse_ts's errors are ValueErrors
+        return 0, 0
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def audit(period: str = typer.Option(..., help="Billing period YYYY-MM.")) -> No
     from rich.table import Table
 
     from reports.audit import audit as run_audit
-    from reports.audit import conflicts_of
+    from reports.audit import conflicts_of, correction_findings
 
     settings = load_settings()
     rules = read_rules(settings)
@@ -96,6 +96,7 @@ def audit(period: str = typer.Option(..., help="Billing period YYYY-MM.")) -> No
     with connect(settings) as database:
         figures, differences = run_audit(database, rules, check_period(period))
         conflicts = conflicts_of(database, rules, period)
+        corrections = correction_findings(database, rules, period)
         retained = period in retained_periods(database)
     source = "from rollups: retention dropped the raw readings after archiving them" if retained else "from raw readings"
     table = Table("tenant", "rented GPU-s", "energy mJ", "rent", "electricity", title=f"Audit {period} ({source})")
@@ -110,6 +111,15 @@ def audit(period: str = typer.Option(..., help="Billing period YYYY-MM.")) -> No
             out.print(f"  CONFLICT {terminal_text(example.describe())}", highlight=False)
     else:
         out.print(f"conflicts of {period}: none", highlight=False)
+    # corrections that do not count (streams/corrections_sync.py): shown like the readings' conflicts
+    if corrections.conflicts:
+        out.print(f"correction conflicts of {period}: {len(corrections.conflicts):,}", highlight=False)
+        for conflict in corrections.conflicts:
+            out.print(f"  CONFLICT {terminal_text(conflict.describe())}", highlight=False)
+    else:
+        out.print(f"correction conflicts of {period}: none", highlight=False)
+    out.print(f"corrections dead-lettered (any period): {corrections.deadlettered:,}"
+              + (" — `gpubill dlq list` shows them" if corrections.deadlettered else ""), highlight=False)
     if differences:
         for d in differences:
             who = terminal_text(d.tenant) if d.tenant else "(unallocated)"
