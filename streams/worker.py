@@ -35,10 +35,12 @@ from aiokafka.errors import KafkaError
 
 from billing_rules.periods import previous_period
 from schemas.topics import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE, spend_topic
+from streams.corrections_sync import take_corrections
 from streams.crash import crash
 from streams.deadletters import deadletter_row_from_record
 from streams.errors import StreamsError
 from streams.kafka import record_sets
+from streams.kafka.corrections import read_corrections
 from streams.kafka.feeder import Batch, Feeder
 from streams.kafka.logs import latest_spend_records
 from streams.kafka.spend_producer import SpendProducer
@@ -60,6 +62,7 @@ log = logging.getLogger("gpubill.worker")
 
 LAG_POLL_S = 5.0
 UNREGISTERED_POLL_S = 60.0
+CORRECTIONS_POLL_S = 5.0
 
 
 def _tune_garbage_collector() -> None:
@@ -256,6 +259,47 @@ async def _send_deadletters(topic: Any, result: BatchResult) -> None:
             log.exception("the broker refused a dead letter (it is in ClickHouse)")
 
 
+class _CorrectionsSync:
+    """The worker's turn at the log of corrections: the topic read in a thread of its own (a slow
+    broker must not hold up the writer), then its new messages written in the writer thread,
+    queued behind the batches as the other periodic jobs are. One sync at a time; a failure (Kafka
+    or ClickHouse) is logged once, retried at the next turn, and never stops the worker."""
+
+    def __init__(self, settings: KafkaSettings, pipeline: Pipeline) -> None:
+        self.settings, self.pipeline = settings, pipeline
+        self.first_done = asyncio.Event()  # set after the first attempt, failed or not
+        self._lock: asyncio.Lock | None = None
+        self._failing = False
+
+    async def sync(self) -> None:
+        self._lock = self._lock or asyncio.Lock()
+        async with self._lock:
+            try:
+                await self._sync()
+            finally:
+                self.first_done.set()
+
+    async def _sync(self) -> None:
+        loop = asyncio.get_running_loop()
+        now_s = int(utcnow().timestamp())
+        try:
+            logged = await loop.run_in_executor(None, read_corrections, self.settings, now_s)
+            report = await loop.run_in_executor(self.pipeline.writer, take_corrections,
+                                                self.pipeline.sink.database, logged, now_s)
+        except Exception:  # noqa: BLE001 - the corrections wait for the next turn; rating goes on
+            if not self._failing:
+                log.warning("could not sync gpu.corrections.v1 (retried every %.0f s)", CORRECTIONS_POLL_S,
+                            exc_info=True)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("gpu.corrections.v1 synced again")
+        self._failing = False
+        if report.changed:
+            log.info("corrections: %d stored, %d conflicts, %d dead-lettered (%d messages on the topic)",
+                     len(report.stored), len(report.conflicts), len(report.dead), report.read)
+
+
 class _Worker(faust.Worker):
     def _setup_logging(self) -> None:
         """The command's own log format when it set one up (gpubill/logs.py: one JSON object per
@@ -293,6 +337,7 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
         executor=tracker_executor or pipeline.writer, context_every_s=context_every_s, publish=publish_positions)
     outcome = {"code": 0}
     feeder: Feeder = app.gpubill_feeder
+    corrections = _CorrectionsSync(settings, pipeline) if pipeline.sink is not None else None
 
     if drain_targets is not None:
 
@@ -320,6 +365,8 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
                 log.warning("could not look for this drain's own dead letters: %s", exc)
                 own_deadletters = {}
             await reach(own_deadletters)
+            if corrections is not None:  # a drain takes the log of corrections as it stood at the start too
+                await corrections.first_done.wait()
             # Positions move only when the feeder has committed: everything is written.
             log.info("drained to the end offsets; committed")
             if tracker_app is not None:  # and the spend it produced is in the table, events emitted
@@ -360,6 +407,17 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
                 log.warning("could not count unregistered tenants for the metrics", exc_info=True)
                 return
             pipeline.metrics.unregistered(counts, current, previous)
+
+    if corrections is not None:
+
+        @app.task
+        async def sync_corrections_at_start() -> None:
+            await corrections.sync()
+
+        @app.timer(CORRECTIONS_POLL_S)
+        async def sync_corrections() -> None:
+            """New messages of gpu.corrections.v1 into the database (streams/corrections_sync.py)."""
+            await corrections.sync()
 
     for task in extra_tasks or []:
         app.task(task)

@@ -1,6 +1,7 @@
-"""`gpubill correct reattribute|void` and `gpubill corrections list`: compensating events on
-gpu.corrections.v1 (schemas/corrections.py; streams/kafka/corrections.py). The readings are never
-changed: a correction is an event of its own, checked here before it is produced."""
+"""`gpubill correct reattribute|void`, `gpubill corrections list` and `gpubill corrections sync`:
+compensating events on gpu.corrections.v1 (schemas/corrections.py; streams/kafka/corrections.py).
+The readings are never changed: a correction is an event of its own, checked here before it is
+produced; `sync` takes the log into the database as the worker does (streams/corrections_sync.py)."""
 
 from __future__ import annotations
 
@@ -119,3 +120,42 @@ def corrections_list(
         out.print(f"  {terminal_text(row['event_id'] + flag)}  {terminal_text(row['gpu_uuid'])}  {row['from']} – "
                   f"{row['to']}  {terminal_text(target)}  by {terminal_text(row['author'])}: "
                   f"{terminal_text(row['reason'])}", highlight=False)
+
+
+@list_app.command("sync")
+def corrections_sync(
+    as_json: bool = typer.Option(False, "--json", help="One JSON object."),
+) -> None:
+    """Take the topic into the database now, as the worker does every few seconds; prints what this sync wrote.
+
+    Corrections are stored, event ids reused with other content recorded as conflicts, malformed
+    ones and those of cards without readings dead-lettered with the reason; each message once."""
+    import orjson
+
+    from streams.corrections_sync import sync_corrections
+
+    settings = load_settings()
+    with connect(settings) as database:
+        report = sync_corrections(database, settings, int(time.time()))
+    if as_json:
+        def positions(entries) -> list[dict]:
+            return [{"partition": e.partition, "offset": e.offset, "reason": e.reason,
+                     **({"event_id": e.correction.event_id} if e.correction is not None else {})} for e in entries]
+
+        sys.stdout.write(orjson.dumps({
+            "read": report.read, "stored": positions(report.stored), "conflicts": positions(report.conflicts),
+            "deadlettered": positions(report.dead), "duplicates": report.duplicates, "earlier": report.earlier,
+        }).decode() + "\n")
+        return
+    out.print(f"synced {report.read:,} corrections from the log: {len(report.stored):,} stored, "
+              f"{len(report.conflicts):,} conflicts, {len(report.dead):,} dead-lettered now; "
+              f"{report.duplicates:,} duplicates, {report.earlier:,} taken before", highlight=False)
+    for entry in report.stored:
+        c = entry.correction
+        target = f"→ {getattr(c, 'tenant', None) or 'nobody'}" if c.kind == "reattribute" else f"void {c.stream}"
+        out.print(f"  STORED {terminal_text(c.event_id)}  {terminal_text(c.gpu_uuid)}  {c.from_} – {c.to}  "
+                  f"{terminal_text(target)}", highlight=False)
+    for label, entries in (("CONFLICT", report.conflicts), ("DEAD", report.dead)):
+        for entry in entries:
+            out.print(f"  {label} partition {entry.partition} offset {entry.offset}: {terminal_text(entry.reason)}",
+                      highlight=False)
