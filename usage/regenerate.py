@@ -3,6 +3,7 @@
     plan(db, rules, period) -> Plan                 what changes, hour by hour (writes only scratch terms)
     new_source(db, rules, plan) -> (sql, params)    the period's rated data as it would be (a usage.rated source)
     regenerate(db, rules, period) -> Regeneration   switch the period's rated data to it
+    correct_card_hours(db, rules, hours, corrections)   the live path: readings that arrived after a correction
 
 The rated rows keep the prices they were rated at and the tenant their readings named. A
 price correction for the past is an edit of the rule files; a wrong reading is corrected by
@@ -49,10 +50,11 @@ from usage.corrections import Correction, stored_corrections
 from usage.failpoints import pause_at
 from usage.rated import _GRAIN_NAMES, coverage, grouped_sql, rated_source, retained_periods, second_range
 from usage.rollup import drop_superseded, roll_up_hour
+from warehouse.writes import stamp_hours
 
 log = logging.getLogger("gpubill.rerate")
 
-__all__ = ["Plan", "Regeneration", "RegenerateRefused", "new_source", "plan", "regenerate"]
+__all__ = ["Plan", "Regeneration", "RegenerateRefused", "correct_card_hours", "new_source", "plan", "regenerate"]
 
 _HOUR = 3600
 _NATURAL = (1 << 48) - 1  # a row's natural version is _NATURAL − offset (streams/rating/reference.py)
@@ -215,6 +217,53 @@ def regenerate(db: Any, rules: Any, period: str, *, progress: Any = None) -> Reg
         return out
     finally:
         drop_terms(db, p.run)
+
+
+def correct_card_hours(db: Any, rules: Any, hours: list[tuple[str, int]], corrections: list[Correction]) -> int:
+    """Rate again, as corrected, the card-hours among `hours` ((period, UTC hour) a batch of the
+    worker just wrote) that `corrections` touch: a reading that arrives after a correction
+    covering its second is rated as corrected. The per-second rows are re-written (step 3 of
+    the module docstring, from the raw readings) and their hours stamped as written, so reads
+    take them from the per-second rows until the rollup rolls them up again. Returns the rows
+    re-written or deleted; nothing is read when no correction touches `hours`."""
+    done = 0
+    by_period: dict[str, set[int]] = {}
+    for period, hour in hours:
+        by_period.setdefault(period, set()).add(int(hour))
+    for period, mine in sorted(by_period.items()):
+        touched: dict[int, set[str]] = {}
+        for c in corrections:
+            for h in mine:
+                if c.from_s < h + _HOUR and c.to_s > h:
+                    touched.setdefault(h, set()).add(c.gpu_uuid)
+        if not touched:
+            continue
+        lo, hi = rules.period_bounds(period)
+        run = int(db.query("SELECT toUnixTimestamp64Nano(now64(9))")[0][0])
+        gpus = sorted({g for gs in touched.values() for g in gs})
+        p = Plan(period, run, [c for c in corrections if c.gpu_uuid in gpus], per_second=set(touched),
+                 rules_revision=rules.revision)
+        _place_corrections(p, touched, lo, hi)
+        where = " OR ".join(second_range(h, h + _HOUR) for h in sorted(touched))
+        tenants = {str(t) for (t,) in db.query(
+            f"SELECT DISTINCT ifNull(tenant, '') FROM readings_usage WHERE gpu_uuid IN {{g:Array(String)}} AND ({where})",
+            {"g": gpus})} | {c.tenant for c in p.corrections if c.tenant}
+        terms = []
+        for h in sorted(touched):
+            keys = [("rent", t, m, "", None) for t in sorted(tenants - {""}) for m in rules.model_ids]
+            keys += [("energy", "", "", site, None) for site in rules.site_ids]
+            terms += _hour_terms(rules, run, h, lo, hi, keys, set())[0]
+        try:
+            db.insert("rerate_terms", terms, _TERM_COLUMNS)
+            written, deleted = _rewrite_seconds(db, rules, p, {**p.params, "tz": str(rules.billing_tz)}, prices=False)
+        finally:
+            drop_terms(db, run)
+        if written or deleted:
+            stamp_hours(db, {(period, h) for h in touched})
+            log.info("rated %d rows of %s again as corrected (a reading arrived after a correction covering it)",
+                     written + deleted, period)
+        done += written + deleted
+    return done
 
 
 # -- the plan's pieces ---------------------------------------------------------------------
@@ -455,13 +504,15 @@ def _corrected_sql(p: Plan) -> str:
     return f"{rent} UNION ALL {energy}"
 
 
-def _rewrite_seconds(db: Any, rules: Any, p: Plan, params: dict) -> tuple[int, int]:
-    """Write again the per-second rows whose content changes; delete those that no longer count."""
+def _rewrite_seconds(db: Any, rules: Any, p: Plan, params: dict, *, prices: bool = True) -> tuple[int, int]:
+    """Write again the per-second rows whose content changes (re-priced ones unless `prices` is
+    False, and the corrected card-hours); delete those that no longer count."""
     written = deleted = 0
     hours = sorted(p.per_second)
     repriced = _repriced_sql("{hours:Array(UInt32)}", where="repriced")
     args = {**params, "hours": hours}
-    written += int(db.query(f"SELECT count() FROM ({repriced})", args)[0][0])
+    if prices:
+        written += int(db.query(f"SELECT count() FROM ({repriced})", args)[0][0])
     if written:
         db.command(f"INSERT INTO rated_seconds ({_SECONDS_COLUMNS}) SELECT stream, gpu_uuid, second, period, tenant, "
                    "instance, gpu_model, site, node, plan, rent_price, rent_per_s, discount_pct, util_pct, energy_mj, "

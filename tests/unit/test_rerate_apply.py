@@ -66,3 +66,25 @@ def test_an_invoice_the_correction_does_not_change_is_left_alone(db, tmp_path):
     assert issued == {"t01": ("GB-2026-000001", Decimal("7.42")),
                       "t02": ("GB-2026-000003", fen(Fraction(15) * (1 + VAT)))}
     assert report.hours == 1  # only t02's hour is published anew: t01's rows are priced as they were
+
+
+def test_a_rate_change_inside_an_hour_whose_seconds_retention_dropped_is_refused_naming_the_archive(db, tmp_path):
+    import pytest
+
+    from billing.rerate import RerateRefused
+    from usage.rollup import roll_up
+
+    seed_tenants(db, {"t01": 7})
+    roll_up(db, RULES, period=PERIOD)
+    # what `gpubill archive drop` leaves: the period's per-second rows gone, its archive recorded
+    db.command("ALTER TABLE rated_seconds DELETE WHERE period = {p:String} SETTINGS mutations_sync = 1", {"p": PERIOD})
+    db.insert("retention_runs", [[PERIOD, "/archives/2026-03", "ab" * 32, NOW]],
+              ["period", "archive", "manifest", "dropped_at"])
+    with pytest.raises(RerateRefused) as refused:
+        rerate_apply(db, corrected_rules(tmp_path, "2026-03-01T00:00:05"), PERIOD, now=NOW)
+    assert "/archives/2026-03" in str(refused.value) and "\n" not in str(refused.value)
+    assert "a rate changes inside the hour 2026-02-28T16:00Z" in str(refused.value)
+    # a correction on the hour edge needs no per-second row: re-priced from the rollup
+    report = rerate_apply(db, corrected_rules(tmp_path / "edge", "2026-03-01T00:00:00"), PERIOD, now=NOW)
+    assert report.hours == 1 and report.issued == ["GB-2026-000001"]
+    assert [h.total for h in headers(db, period=PERIOD, status="issued")] == [fen(Fraction(7, 2) * (1 + VAT))]
