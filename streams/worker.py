@@ -12,6 +12,9 @@ assignor gives partition p of both to the same worker: a card's usage and power 
 one process. Two threads do the heavy work (streams/pipeline.py): the rating thread rates
 batch n + 1 while the writer thread inserts batch n.
 
+The worker also takes the log of corrections, gpu.corrections.v1, into ClickHouse at start and
+every CORRECTIONS_POLL_S (streams/corrections_sync.py; a failure waits for the next turn).
+
 With live spend on, the same Faust worker also runs the spend tracker's app
 (streams/spend/app.py: a table keyed by tenant, its own consumer group). This module and
 that one are the two that know Faust: the rest of streams/ is plain Python and asyncio.
@@ -328,8 +331,9 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
     are watched and reloaded when they change; with `tracker` the process also runs its share
     of the spend tracker (streams/spend/app.py), which reads the warehouse with
     `refresh_contexts` and stores positions with `publish_positions`, both in
-    `tracker_executor` (default: the writer thread). Returns the process exit code (0 when a
-    drain completed).
+    `tracker_executor` (default: the writer thread). With a sink, the log of corrections is
+    synced at start and every CORRECTIONS_POLL_S; a drain ends after its first sync. Returns the
+    process exit code (0 when a drain completed).
     """
     app = build_app(settings, pipeline)
     tracker_app = None if tracker is None else build_tracker_app(
