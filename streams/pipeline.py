@@ -23,6 +23,8 @@ from schemas.spend import SpendRecord
 from streams.rating.protocol import BatchRater, BatchResult, utcnow
 from streams.sink import ClickHouseSink
 from streams.spend.ledger import SpendLedger
+from usage.corrections import stored_corrections
+from usage.regenerate import correct_card_hours
 from warehouse.errors import DatabaseError, StatementRefused
 
 
@@ -37,6 +39,9 @@ class Pipeline:
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     freshness: "Freshness | None" = None
     spend: SpendLedger | None = None  # live spend (streams/spend/ledger.py); None: not tracked
+    # The stored corrections (usage/corrections.py), reloaded after each sync of gpu.corrections.v1:
+    # a batch writing into an hour one of them touches is rated again as corrected (`persist`).
+    corrections: list = field(default_factory=list)
     # Two threads: one rates batch n + 1 while the other writes batch n to ClickHouse.
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="rating"))
     writer: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="writer"))
@@ -67,11 +72,19 @@ class Pipeline:
             started = time.monotonic()
             rows = [letter.row(now) for letter in result.deadletters]
             self.sink.write(result.outcome, rows)
+            if self.corrections:
+                correct_card_hours(self.sink.database, self.rules, result.outcome.hours, self.corrections)
             if self.metrics:
                 self.metrics.flushed(time.monotonic() - started, result.outcome, len(rows))
             if self.freshness is not None:
                 self.freshness.observe(result.timestamps)
         return result
+
+    def reload_corrections(self) -> int:
+        """Read the stored corrections again (in the writer thread, after a sync); returns how many."""
+        if self.sink:
+            self.corrections = stored_corrections(self.sink.database, 0, 2**32 - 1)
+        return len(self.corrections)
 
     def write(self, result: BatchResult, now: datetime) -> list[SpendRecord]:
         """`persist`, then account the batch's spend: the spend records to produce now, in batch

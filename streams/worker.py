@@ -299,6 +299,7 @@ class _CorrectionsSync:
             log.info("gpu.corrections.v1 synced again")
         self._failing = False
         if report.changed:
+            await loop.run_in_executor(self.pipeline.writer, self.pipeline.reload_corrections)
             log.info("corrections: %d stored, %d conflicts, %d dead-lettered (%d messages on the topic)",
                      len(report.stored), len(report.conflicts), len(report.dead), report.read)
 
@@ -342,6 +343,8 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
     outcome = {"code": 0}
     feeder: Feeder = app.gpubill_feeder
     corrections = _CorrectionsSync(settings, pipeline) if pipeline.sink is not None else None
+    if corrections is not None:  # before the first batch: a late reading in a corrected span is rated as corrected
+        pipeline.reload_corrections()
 
     if drain_targets is not None:
 

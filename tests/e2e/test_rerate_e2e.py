@@ -34,10 +34,15 @@ KWH = Fraction(1, 3_600_000)  # kWh per joule
 ELECTRICITY = Fraction(112, 100) * 330  # ¥ per kWh of IT energy
 
 
-def readings(path: Path) -> None:
+LATE = range(7200, 7210)  # GA1's seconds 12:00:00–12:00:09 arrive after the correction
+
+
+def readings(path: Path, late: bool = False) -> None:
     lines = []
     for gpu, tenant, instance, hours, watts in (("GA1", "acme", "i-acme-1", 3, 1000), ("GB1", "beta", "i-beta-1", 1, 500)):
         for s in range(hours * 3600):
+            if late != (gpu == "GA1" and s in LATE):
+                continue
             ts = f"2026-03-16T{10 + s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}Z"
             lines.append(json.dumps({"kind": "usage", "event_id": f"{gpu}-u-{s}", "ts": ts, "site": "gz-guian",
                                      "node": "gz-n1", "gpu_uuid": gpu, "gpu_model": "A800-80G", "tenant": tenant,
@@ -74,8 +79,8 @@ def test_a_price_correction_and_a_reattribution_are_previewed_applied_and_proved
     gpubill.run("worker", "--drain")
     gpubill.run("invoice", "run", "--period", "2026-03")
     before = {i["tenant"]: i for i in gpubill.json("invoice", "list", "--period", "2026-03", "--json")}
-    # acme: 10,800 s × ¥1 = 10,800.00; 3 h × 1 kW = 3 kWh → 3 × 1.12 × 330 = 1,108.80; less the 150.00 credit
-    acme_old = total(Fraction(10_800) + energy(10_800, 1000), Fraction(150))
+    # acme: 10,790 s × ¥1 = 10,790.00 (10 s of GA1 arrive late); 10,790 s × 1 kW → × 1.12 × 330; less the credit
+    acme_old = total(Fraction(10_790) + energy(10_790, 1000), Fraction(150))
     # beta: 3,600 s × ¥1 = 3,600.00; 0.5 kWh → 184.80
     beta_old = total(Fraction(3600) + energy(3600, 500))
     assert {t: Decimal(i["total"]) for t, i in before.items()} == {"acme": acme_old, "beta": beta_old}
@@ -89,16 +94,17 @@ def test_a_price_correction_and_a_reattribution_are_previewed_applied_and_proved
     # -- the dry run: old and new, line by line; nothing changes
     # acme: GA1 10:00–10:30 at ¥1 = 1,800.00, 10:30–11:00 at ¥0.5 = 900.00; 1 kWh = 369.60; credit 150.00
     acme_new = total(Fraction(1800) + Fraction(900) + energy(3600, 1000), Fraction(150))
-    # beta: GB1 1,800.00 + 900.00; GA1 11:00–13:00 at ¥0.5 = 3,600.00; 0.5 kWh (184.80) + 2 kWh (739.20)
-    beta_new = total(Fraction(1800) + Fraction(900) + Fraction(3600) + energy(3600, 500) + energy(7200, 1000))
+    # beta: GB1 1,800.00 + 900.00; GA1 11:00–13:00 (less the 10 late seconds) at ¥0.5 = 3,595.00;
+    # GB1's 0.5 kWh (184.80) and GA1's 7,190 s at 1 kW
+    beta_new = total(Fraction(1800) + Fraction(900) + Fraction(7190, 2) + energy(3600, 500) + energy(7190, 1000))
     preview = gpubill.json("rerate", "--period", "2026-03", "--dry-run", "--json")
     got = {t["tenant"]: t for t in preview["tenants"]}
     assert {t: (Decimal(x["old_total"]), Decimal(x["new_total"]), Decimal(x["difference"])) for t, x in got.items()} == {
         "acme": (acme_old, acme_new, acme_new - acme_old), "beta": (beta_old, beta_new, beta_new - beta_old)}
     rent = {t: sorted(((ln["old_amount"], ln["new_amount"]) for ln in x["lines"] if ln["kind"] == "rent"), key=str)
             for t, x in got.items()}
-    assert rent == {"acme": sorted([("10800.00", "1800.00"), (None, "900.00")], key=str),
-                    "beta": sorted([("3600.00", "1800.00"), (None, "4500.00")], key=str)}  # ¥0.5/s: 900 s + 7,200 s
+    assert rent == {"acme": sorted([("10790.00", "1800.00"), (None, "900.00")], key=str),
+                    "beta": sorted([("3600.00", "1800.00"), (None, "4495.00")], key=str)}  # ¥0.5/s: 900 s + 7,190 s
     assert gpubill.json("invoice", "list", "--period", "2026-03", "--json") == list(before.values())  # unchanged
 
     # -- the apply: void with a credit note (reason rerate) and a replacement, to the fen
@@ -121,3 +127,14 @@ def test_a_price_correction_and_a_reattribution_are_previewed_applied_and_proved
     # -- the log proves the projections: a fresh replay of readings and corrections into an empty database
     proved = gpubill.run("verify-log", "--period", "2026-03", check=False)
     assert proved.returncode == 0, proved.stdout + proved.stderr
+
+    # -- a reading that arrives after a correction covering its second is rated as corrected: GA1's
+    # late seconds are beta's (10 s at ¥0.5 = 5.00, 10 kJ): the audit of raw (corrected) and rated agrees
+    readings(tmp_path / "late.ndjson", late=True)
+    gpubill.run("replay", str(tmp_path / "late.ndjson"))
+    gpubill.run("worker", "--drain")
+    assert "audit of 2026-03: clean" in gpubill.run("audit", "--period", "2026-03").stdout
+    late = {t["tenant"]: t for t in gpubill.json("rerate", "--period", "2026-03", "--dry-run", "--json")["tenants"]}
+    assert Decimal(late["acme"]["difference"]) == 0
+    assert Decimal(late["beta"]["new_total"]) == total(
+        Fraction(1800) + Fraction(900) + Fraction(3600) + energy(3600, 500) + energy(7200, 1000))
