@@ -21,6 +21,11 @@ for topic in gpu.usage.v1 gpu.power.v1 gpu.deadletter.v1; do
         --create --if-not-exists --topic "$topic" --partitions "${KAFKA_PARTITIONS:-8}" --replication-factor 1
 done
 
+# The log of corrections (schemas/topics.py TOPIC_CORRECTIONS), kept for ever.
+"$bin/kafka-topics.sh" --bootstrap-server "$KAFKA_BOOTSTRAP" --command-config "$config" \
+    --create --if-not-exists --topic gpu.corrections.v1 --partitions "${KAFKA_PARTITIONS:-8}" --replication-factor 1 \
+    --config retention.ms=-1
+
 while read -r principal operation resource pattern name; do
     [[ -z "${principal:-}" || "$principal" == \#* ]] && continue
     case "$resource" in

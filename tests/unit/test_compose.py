@@ -443,7 +443,7 @@ def _acls() -> list[list[str]]:
 
 
 def test_acls_give_each_role_only_what_it_needs(services: dict) -> None:
-    from schemas.topics import PIPELINE_TOPICS, READING_TOPICS, TOPIC_DEADLETTER
+    from schemas.topics import PIPELINE_TOPICS, READING_TOPICS, TOPIC_CORRECTIONS, TOPIC_DEADLETTER
 
     rows = _acls()
     assert rows and all(len(row) == 5 for row in rows)
@@ -456,6 +456,8 @@ def test_acls_give_each_role_only_what_it_needs(services: dict) -> None:
     worker = {(op, res, pat, name) for who, op, res, pat, name in rows if who == "worker"}
     assert {("Read", "topic", "literal", topic) for topic in PIPELINE_TOPICS} <= worker
     assert ("Write", "topic", "literal", TOPIC_DEADLETTER) in worker
+    assert ("Read", "topic", "literal", TOPIC_CORRECTIONS) in worker  # its sync reads the log of corrections
+    assert not any(op in ("Write", "All") and name == TOPIC_CORRECTIONS for _, op, _, _, name in rows)
     assert not {("Write", "topic", "literal", topic) for topic in READING_TOPICS.values()} & worker
     group = env(services["worker"])["GPUBILL_GROUP"]
     assert any(res == "group" and op == "Read" and (name == group or (pat == "prefixed" and group.startswith(name)))
@@ -468,6 +470,7 @@ def test_kafka_init_creates_the_pipeline_topics() -> None:
     script = (DEPLOY / "kafka" / "init.sh").read_text(encoding="utf-8")
     listed = re.search(r"for topic in ([^;]+); do", script).group(1).split()
     assert tuple(listed) == PIPELINE_TOPICS
+    assert "--topic gpu.corrections.v1" in script and "retention.ms=-1" in script  # kept for ever
     assert "acls.txt" in script and "--if-not-exists" in script
 
 
