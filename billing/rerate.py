@@ -132,9 +132,14 @@ def rerate_apply(db: Any, rules: Any, period: str, *, tenant: str | None = None,
 
 
 def _changed(change: TenantChange) -> bool:
-    """Whether an issued invoice's figures differ from what it would be now (any line or total)."""
-    return change.old_total != change.new_total or any(
-        ln.old_amount != ln.new_amount or ln.old_quantity != ln.new_quantity for ln in change.lines)
+    """Whether an issued invoice asks other money than it would now: its total, or what it
+    charges before credits. Lines alone are not compared: late data another invoice already
+    charged shows in a replacement as more usage and a negative adjustment of the same sum
+    (billed_elsewhere), which is the same bill."""
+    def charged(which: str) -> Decimal:
+        return sum((getattr(ln, which) or Decimal(0) for ln in change.lines if ln.kind != "credit"), Decimal(0))
+
+    return change.old_total != change.new_total or charged("old_amount") != charged("new_amount")
 
 
 def rerate_preview(db: Any, rules: Any, period: str, tenant: str | None = None) -> RerateReport:

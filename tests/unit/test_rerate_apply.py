@@ -88,3 +88,18 @@ def test_a_rate_change_inside_an_hour_whose_seconds_retention_dropped_is_refused
     report = rerate_apply(db, corrected_rules(tmp_path / "edge", "2026-03-01T00:00:00"), PERIOD, now=NOW)
     assert report.hours == 1 and report.issued == ["GB-2026-000001"]
     assert [h.total for h in headers(db, period=PERIOD, status="issued")] == [fen(Fraction(7, 2) * (1 + VAT))]
+
+
+def test_under_the_rules_that_priced_it_an_apply_with_late_data_on_a_later_invoice_changes_nothing(db):
+    from datetime import UTC, datetime
+
+    seed_tenants(db, {"t01": 7})
+    run_period(db, RULES, PERIOD, now=NOW)
+    seed_tenants(db, {"t01": 12})  # late March usage (5 s more), charged on April's invoice as an adjustment
+    seed_tenants(db, {"t01": 3}, period="2026-04")
+    run_period(db, RULES, "2026-04", now=datetime(2026, 5, 10, tzinfo=UTC))
+    report = rerate_apply(db, RULES, PERIOD, now=NOW)
+    # March's replacement would be 12 s less the 5.00 April charged: the same 7.42, so it stands
+    assert (report.voided, report.issued) == ([], [])
+    assert [(h.number, h.total) for h in headers(db, period=PERIOD, status="issued")] == [("GB-2026-000001",
+                                                                                          Decimal("7.42"))]
