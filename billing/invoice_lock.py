@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 from billing.errors import BillingError
+from usage.failpoints import pause_at
 
 LEASE = "invoicing"
 TTL_S = 300.0  # a holder that crashed elsewhere blocks others this long at most
@@ -259,6 +260,7 @@ class InvoiceLease:
                 if self.on_wait and winner is not None and winner.holder != told:
                     told = winner.holder
                     self.on_wait(f"waiting for another invoice run to finish ({_who(winner)})")
+                    pause_at("invoice-lease-wait")  # usage/failpoints.py: a test sees that we wait
                 if not self.stale:
                     self.sleep(self.poll_s)
         except BaseException:

@@ -57,10 +57,12 @@ def create_acls(bootstrap: str) -> int:
     from kafka import KafkaAdminClient
     from kafka.admin import (
         ACL,
+        ACLFilter,
         ACLOperation,
         ACLPermissionType,
         ACLResourcePatternType,
         ResourcePattern,
+        ResourcePatternFilter,
         ResourceType,
     )
 
@@ -71,13 +73,22 @@ def create_acls(bootstrap: str) -> int:
                                              ACLResourcePatternType[pattern.upper()]))
         for principal, operation, resource, pattern, name in acl_lines()
     ]
+    every = ACLFilter(principal=None, host=None, operation=ACLOperation.ANY, permission_type=ACLPermissionType.ANY,
+                      resource_pattern=ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY))
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client_options(settings_as(bootstrap, "admin"),
                                                                           client="kafka-python"))
     try:
         result = admin.create_acls(acls)
+        assert not result["failed"], result["failed"]
+        # The controller has them; the broker's authorizer applies them from the metadata log a
+        # little later (under load, after a client's first request: a refused InitProducerId).
+        # DescribeAcls is answered from that authorizer: wait until it shows them all.
+        deadline = time.monotonic() + 60
+        while len(admin.describe_acls(every)[0]) < len(acls):
+            assert time.monotonic() < deadline, "the broker never applied the ACLs"
+            time.sleep(0.1)
     finally:
         admin.close()
-    assert not result["failed"], result["failed"]
     return len(result["succeeded"])
 
 

@@ -51,12 +51,17 @@ def apply(dsn: str, tmp_path: Path, rules: Path, failpoints: Path | None = None)
     return command(dsn, tmp_path, rules, "rerate", "--period", PERIOD, "--apply", failpoints=failpoints)
 
 
-def kill_at(process: subprocess.Popen, failpoints: Path, name: str) -> None:
+def reached(process: subprocess.Popen, failpoints: Path, name: str) -> None:
+    """Wait until `process` is paused at the failpoint `name` (usage/failpoints.py)."""
     deadline = time.monotonic() + 180
     while not (failpoints / f"{name}.reached").exists():
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline, f"never reached {name}"
         time.sleep(0.05)
+
+
+def kill_at(process: subprocess.Popen, failpoints: Path, name: str) -> None:
+    reached(process, failpoints, name)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     (failpoints / name).unlink()
@@ -114,12 +119,16 @@ def test_an_apply_racing_an_invoice_run_takes_turns_and_a_new_tenant_is_invoiced
         finished(command(dsn, tmp_path, ORIGINAL_RULES, "invoice", "run", "--period", PERIOD))
         with open_database(dsn) as db:
             seed_tenants(db, {"t03": 8}, period=PERIOD)  # t03: usage, no invoice yet
-        (failpoints / "rerate-publish").write_text("2")  # the apply holds the lease ≥ 2 s: they overlap
+        # The apply holds the lease at rerate-publish until the invoice run has seen it and waits
+        # (its failpoint invoice-lease-wait, armed for no time, only says so): they overlap.
+        (failpoints / "rerate-publish").write_text("180")
+        (failpoints / "invoice-lease-wait").write_text("0")
         racing = [apply(dsn, tmp_path, rules_dir, failpoints)]
-        while not (failpoints / "rerate-publish.reached").exists():
-            assert racing[0].poll() is None, racing[0].communicate()
-            time.sleep(0.05)
-        racing.append(command(dsn, tmp_path, rules_dir, "invoice", "run", "--period", PERIOD))
+        reached(racing[0], failpoints, "rerate-publish")
+        racing.append(command(dsn, tmp_path, rules_dir, "invoice", "run", "--period", PERIOD,
+                              failpoints=failpoints))
+        reached(racing[1], failpoints, "invoice-lease-wait")
+        (failpoints / "rerate-publish").unlink()  # the apply goes on, the invoice run has its turn after
         outputs = [finished(p) for p in racing]
         stored = documents(dsn)
     assert "waiting for another invoice run to finish" in outputs[1], outputs
