@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -122,7 +122,11 @@ class Settings(BaseSettings):
 
     # live spend and billing events (issue 15; streams/spend/, docs/balances.md)
     spend: bool = Field(True, description="track month-to-date spend in the stream and emit billing events "
-                        "(every worker runs its share of the tracker)")
+                        "(workers produce spend rounds; `gpubill spend-tracker` folds them and emits the events)")
+    spend_tracker: Literal["separate", "inline"] = Field(
+        "separate", description="where `gpubill worker` leaves the spend tracker: `separate` (its own process, "
+        "`gpubill spend-tracker`: rating never waits for it) or `inline` (in the worker's process; `gpubill up` "
+        "always runs it inline)")
     budget_alerts: str = Field("50,80,100", description="budget_threshold events at these percents of a tenant's "
                                "monthly budget, comma-separated whole percents 1-100")
     low_balance: str | None = Field(None, description="balance_low when a prepaid balance falls below this amount "

@@ -26,7 +26,7 @@ def spend_topic(group: str) -> str:
     """The compacted spend topic of the rating group `group` (schemas/spend.py, issue 15): its
     records are what that group's workers rated into that group's database, so a second
     pipeline on the same brokers (a bench, a rebuild) keeps its own."""
-    return f"{group}.spend.v1"
+    return f"{group}.spend.v2"
 
 
 # Kafka headers on a dead letter.

@@ -19,7 +19,7 @@ from streams.crash import crash
 from streams.freshness import Freshness
 from streams.lookup import StoredLookup
 from streams.metrics import Metrics
-from schemas.spend import SpendRecord
+from schemas.spend import SpendRound
 from streams.rating.protocol import BatchRater, BatchResult, utcnow
 from streams.sink import ClickHouseSink
 from streams.spend.ledger import SpendLedger
@@ -86,8 +86,8 @@ class Pipeline:
             self.corrections = stored_corrections(self.sink.database, 0, 2**32 - 1)
         return len(self.corrections)
 
-    def write(self, result: BatchResult, now: datetime) -> list[SpendRecord]:
-        """`persist`, then account the batch's spend: the spend records to produce now, in batch
+    def write(self, result: BatchResult, now: datetime) -> list[SpendRound]:
+        """`persist`, then account the batch's spend: the spend rounds to produce now, in batch
         order (both in the writer thread). The batch is in ClickHouse before its spend leaves
         the worker: see streams/spend/ledger.py for why that order."""
         self.persist(result, now)

@@ -2,7 +2,7 @@
 
     gpu.usage.v1 ┐            ┌─ channel ─► rate_readings ───┬─► ClickHouse readings_*, rated_seconds,
     gpu.power.v1 ┼─► Feeder ──┤                              │   conflicts, deadletters
-    gpu.dead…v1  ┘ (getmany)  └─ channel ─► store_deadletters ├─► <group>.spend.v1 (live spend, then commit)
+    gpu.dead…v1  ┘ (getmany)  └─ channel ─► store_deadletters ├─► <group>.spend.v2 (live spend, then commit)
                                                               └─► gpu.deadletter.v1 (bad input)
 
 The feeder (streams/kafka/feeder.py) consumes the topics in the worker's consumer group and
@@ -239,7 +239,7 @@ async def _take_over_spend(settings: KafkaSettings, pipeline: Pipeline, assigned
     except Exception:  # noqa: BLE001 - rating without the marks would count a predecessor's spend again
         crash("spend-takeover", "could not read the spend topic at an assignment (nothing of it was rated)")
     loaded = pipeline.spend.load(records, partitions)
-    log.info("took over the spend of %d partitions (%d tenant records)", len(partitions), loaded)
+    log.info("took over the spend of %d partitions (%d tenant entries)", len(partitions), loaded)
 
 
 async def _send_deadletters(topic: Any, result: BatchResult) -> None:
@@ -445,3 +445,35 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
         if exc.code not in (0, None):
             outcome["code"] = int(exc.code) if isinstance(exc.code, int) else 1
     return outcome["code"]
+
+
+def run_tracker(settings: KafkaSettings, tracker: SpendTracker, *, refresh_contexts: Callable[[], dict],
+                publish_positions: Callable[[list], None] | None, tracker_executor: Executor,
+                context_every_s: float = 10.0, drain: bool = False, loglevel: str = "WARN",
+                extra_tasks: list | None = None) -> int:
+    """Run the spend tracker alone (`gpubill spend-tracker`, streams/spend/app.py) until
+    interrupted, or with `drain` until every spend round produced before it started is applied
+    and the tenants it holds are re-evaluated (their due events emitted). Returns the exit code."""
+    tracker_app = build_tracker_app(settings, tracker, credentials=broker_credentials(settings),
+                                    refresh_contexts=refresh_contexts, executor=tracker_executor,
+                                    context_every_s=context_every_s, publish=publish_positions)
+    outcome = {"code": 0}
+    if drain:
+
+        @tracker_app.task
+        async def stop_when_caught_up() -> None:
+            await tracker_app.gpubill_caught_up()
+            log.info("spend tracker caught up with the spend topic; events emitted")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    for task in extra_tasks or []:
+        tracker_app.task(task)
+    worker = _Worker(tracker_app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker.spinner = None
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            outcome["code"] = int(exc.code) if isinstance(exc.code, int) else 1
+    return outcome["code"]
+

@@ -3,7 +3,7 @@
 This module only assembles the commands; each group lives in its own module:
 
     gpubill simulate | replay                 producers.py
-    gpubill worker | up | scheduler           processes.py
+    gpubill worker | spend-tracker | up | scheduler   processes.py
     gpubill serve                             serve.py
     gpubill kafka up | down                   kafka.py
     gpubill invoice run | show                invoice.py
@@ -59,6 +59,7 @@ app.command()(producers.simulate)
 app.command()(producers.replay)
 app.command()(processes.worker)
 app.command()(processes.up)
+app.command("spend-tracker")(processes.spend_tracker)
 app.command()(processes.scheduler)
 app.command()(serve.serve)
 app.command()(report.audit)

@@ -18,6 +18,7 @@ from typing import Optional
 import typer
 
 from gpubill.cli.common import connect, err, out, read_rules
+from gpubill.errors import GpubillError
 from gpubill.config import Settings, load_settings
 from gpubill.logs import setup_logging
 from schemas.topics import PIPELINE_TOPICS
@@ -36,7 +37,7 @@ def _pipeline(settings: Settings, rules, database, *, metrics: bool):
 def alert_policy(settings: Settings):
     """The billing events' thresholds from GPUBILL_BUDGET_ALERTS, _LOW_BALANCE and _LOW_RUNWAY_H."""
     from billing_rules.spend import AlertPolicy
-    from gpubill.errors import GpubillError
+
     from billing.balances import BalanceRefused, parse_amount
 
     try:
@@ -49,35 +50,48 @@ def alert_policy(settings: Settings):
         raise GpubillError(f"GPUBILL_BUDGET_ALERTS={settings.budget_alerts!r}: {exc}") from None
 
 
-def _track_spend(settings: Settings, pipeline, database) -> dict:
-    """Turn live spend on for `pipeline` (GPUBILL_SPEND): run_worker's tracker arguments."""
+def _track_spend(settings: Settings, pipeline, database, *, inline: bool) -> dict:
+    """Turn live spend on for `pipeline` (GPUBILL_SPEND): its ledger produces spend rounds; with
+    `inline` the tracker runs in this process too (run_worker's tracker arguments)."""
     if not settings.spend:
         return {}
-    from billing.live_spend import SpendContexts, store_positions
     from streams.kafka.admin import ensure_spend_topics
+    from streams.spend.ledger import SpendLedger
+
+    ensure_spend_topics(settings)
+    pipeline.spend = SpendLedger(partitions=settings.partitions)
+    if not inline:
+        logging.getLogger("gpubill.spend").info(
+            "live spend: this worker produces spend rounds; `gpubill spend-tracker` folds them and emits the "
+            "billing events (GPUBILL_SPEND_TRACKER=inline runs it in this process)")
+        return {}
+    return _tracker_arguments(settings, lambda: pipeline.rules, database, pipeline.metrics)
+
+
+def _tracker_arguments(settings: Settings, rules_now, database, metrics) -> dict:
+    """The tracker and what it needs (run_worker's and run_tracker's arguments); `rules_now()`
+    is the rule set in use (the pipeline's, or the tracker process's own, reloaded)."""
+    from billing.live_spend import SpendContexts, store_positions
+    from schemas.topics import TOPIC_BILLING_EVENTS
     from streams.kafka.logs import EmittedEvents
     from streams.kafka.settings import client_options
-    from streams.spend.ledger import SpendLedger
     from streams.spend.tracker import SpendTracker
-    from schemas.topics import TOPIC_BILLING_EVENTS
     from warehouse.connection import open_database
 
     policy = alert_policy(settings)
-    ensure_spend_topics(settings)
     # The tracker reads the warehouse in a thread of its own, never the writer's (a refresh
     # must not hold batches up), through a client of its own for a server DSN (an HTTP
     # client's session takes one query at a time: the rating thread's look-ups share the
     # pipeline's); chDB's embedded client serializes its callers and is shared.
     reads = database if database.embedded else open_database(settings.clickhouse, migrate=False)
-    pipeline.spend = SpendLedger()
     events = EmittedEvents(settings.kafka, TOPIC_BILLING_EVENTS, client_options(settings, client="aiokafka"),
                            settings.partitions)
     tracker = SpendTracker(partitions=settings.partitions, policy=policy, events=events, produce=None,
-                           period_of=lambda second: pipeline.rules.period_of(second), metrics=pipeline.metrics)
+                           period_of=lambda second: rules_now().period_of(second), metrics=metrics)
     contexts = SpendContexts()
     return {"tracker": tracker, "context_every_s": settings.spend_context_s,
             "tracker_executor": ThreadPoolExecutor(1, thread_name_prefix="spend"),
-            "refresh_contexts": lambda: contexts.read(reads, pipeline.rules),
+            "refresh_contexts": lambda: contexts.read(reads, rules_now()),
             "publish_positions": lambda positions: store_positions(reads, positions)}
 
 
@@ -113,6 +127,7 @@ def worker(
     settings = load_settings()
     setup_logging("WARNING" if drain else "INFO")
     rules = read_rules(settings)
+    inline = settings.spend_tracker == "inline"
     ensure_pipeline_topics(settings)
     targets = drain_targets(settings, PIPELINE_TOPICS) if drain else None
     database = connect(settings)
@@ -137,9 +152,9 @@ def worker(
             task = progress.add_task(f"draining {len(targets)} partitions", total=total)
             code = run_worker(settings, pipeline, drain_targets=targets,
                               on_progress=lambda done, _: progress.update(task, completed=done),
-                              **_track_spend(settings, pipeline, database))
+                              **_track_spend(settings, pipeline, database, inline=inline))
     else:
-        spend = _track_spend(settings, pipeline, database)
+        spend = _track_spend(settings, pipeline, database, inline=inline)
         report = os.environ.get("GPUBILL_BENCH_SPEND")  # set by `gpubill bench spend`
         tasks = [_spend_reporter(spend["tracker"], Path(report))] if report and spend else []
         code = run_worker(settings, pipeline, rules_dir=Path(settings.rules), extra_tasks=tasks, **spend)
@@ -148,6 +163,36 @@ def worker(
         raise typer.Exit(code)
     if drain:
         out.print(f"drained: {pipeline.sink.stats.rows} rows written in {pipeline.sink.stats.batches} batches")
+
+
+def spend_tracker(
+    drain: bool = typer.Option(False, "--drain", help="Apply every spend round produced until now, emit the billing events due, exit 0."),
+) -> None:
+    """Run the live spend tracker: fold the workers' spend rounds, price every tenant's month to date, emit billing events."""
+    from billing_rules.reloading import RuleFiles
+    from streams.worker import run_tracker
+
+    settings = load_settings()
+    if not settings.spend:
+        raise GpubillError("live spend is off (GPUBILL_SPEND=0): the workers produce no spend rounds to track")
+    setup_logging("WARNING" if drain else "INFO")
+    rules = RuleFiles(Path(settings.rules), read_rules(settings))  # reloaded when the files change
+    database = connect(settings)
+    try:
+        from streams.kafka.admin import ensure_spend_topics
+
+        ensure_spend_topics(settings)
+        arguments = _tracker_arguments(settings, rules, database, None)
+        report = os.environ.get("GPUBILL_BENCH_SPEND")  # set by `gpubill bench spend`
+        tasks = [_spend_reporter(arguments["tracker"], Path(report))] if report else []
+        code = run_tracker(settings, arguments.pop("tracker"), drain=drain, loglevel="WARN" if drain else "INFO",
+                           extra_tasks=tasks, **arguments)
+    finally:
+        database.close()
+    if code:
+        raise typer.Exit(code)
+    if drain:
+        out.print("spend tracker: caught up with the spend topic")
 
 
 def up(
@@ -193,7 +238,7 @@ def up(
         code = run_worker(settings, pipeline, loglevel="INFO", rules_dir=Path(settings.rules),
                           extra_tasks=[scheduler_task] + ([api_task] if api is not None else [])
                           + ([webhooks] if webhooks else []),
-                          **_track_spend(settings, pipeline, database))
+                          **_track_spend(settings, pipeline, database, inline=True))
     finally:
         if api is not None:
             api.stop()  # requests in flight finish and the access records are written, then the database closes

@@ -33,7 +33,7 @@ EVENTS_TOPIC_CONFIG = {"retention.ms": str(400 * 24 * 3600 * 1000)}
 
 
 def ensure_spend_topics(settings: KafkaSettings) -> None:
-    """Create <group>.spend.v1 (compacted) and gpu.billing-events.v1 when missing, with the
+    """Create <group>.spend.v2 (compacted) and gpu.billing-events.v1 when missing, with the
     readings topics' partition count (the tracker's table is co-partitioned with them)."""
     spend = spend_topic(settings.group)
     ensure_topics(settings.kafka, {spend: settings.partitions, TOPIC_BILLING_EVENTS: settings.partitions},

@@ -1,7 +1,7 @@
-"""Reading a topic to its end, outside any consumer group: the spend records a worker takes
+"""Reading a topic to its end, outside any consumer group: the spend rounds a worker takes
 over at an assignment, and the billing events already emitted for a tenant.
 
-    latest_spend_records(...)  every valid record of a spend topic, the latest per key
+    latest_spend_records(...)  every valid round of a spend topic, the latest per key
     EmittedEvents              the event ids on gpu.billing-events.v1, per partition,
                                read incrementally: asked before a new event is produced
 
@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas.billing_events import InvalidBillingEvent, parse_event
-from schemas.spend import InvalidSpendRecord, SpendRecord, parse_record
+from schemas.spend import InvalidSpendRecord, SpendRound, parse_round
 from streams.errors import StreamsError
 
 log = logging.getLogger("gpubill.spend")
@@ -88,27 +88,27 @@ async def _read_whole(bootstrap: str, security: dict[str, Any], topic: str, part
 
 
 async def latest_spend_records(bootstrap: str, topic: str, security: dict[str, Any], partitions: int
-                               ) -> list[SpendRecord]:
-    """The latest valid record per key on the spend topic, read to its end."""
-    latest: dict[bytes, SpendRecord] = {}
+                               ) -> list[SpendRound]:
+    """The latest valid round per key on the spend topic, read to its end."""
+    latest: dict[bytes, SpendRound] = {}
     bad = 0
 
     def take(message: Any) -> None:
         nonlocal bad
         try:
-            record = parse_record(message.value or b"")
+            spend_round = parse_round(message.value or b"")
         except InvalidSpendRecord as exc:
             bad += 1
             if bad <= 3:
                 log.warning("skipping an invalid spend record at %s:%s@%s: %s",
                             message.topic, message.partition, message.offset, exc)
             return
-        if message.key != record.key.encode():
+        if message.key != spend_round.key.encode() or message.partition != spend_round.spend_partition:
             bad += 1
-            log.warning("skipping a spend record whose key is not <tenant>/<partition> at %s:%s@%s",
-                        message.topic, message.partition, message.offset)
+            log.warning("skipping a spend record whose key is not <partition>/<spend partition>, or that is not "
+                        "on its spend partition, at %s:%s@%s", message.topic, message.partition, message.offset)
             return
-        latest[message.key] = record
+        latest[message.key] = spend_round
 
     await _read_whole(bootstrap, security, topic, partitions, take)
     if bad:

@@ -1,11 +1,11 @@
-"""The worker's producer of spend records: one batch per spend partition, acknowledged.
+"""The worker's producer of spend rounds: one batch per spend partition, acknowledged.
 
-After every batch a worker produces a record per (tenant, source partition) it changed —
-at 20,000 readings/s over sixteen tenants and eight partitions, about a hundred per batch.
-Sent one by one through Faust's producer they cost ≈ 0.2 ms each on the event loop that
-also feeds the raters, and a batch is committed only once they are acknowledged. Grouped
-by partition into one record batch each (aiokafka's `create_batch`/`send_batch`), they
-cost a few microseconds each and one round trip per partition.
+After every batch a worker produces a round per (source partition, spend partition) it
+changed (schemas/spend.py) — at most its source partitions × the spend partitions, whatever
+the number of tenants. Sent one by one through Faust's producer they would cost ≈ 0.2 ms
+each on the event loop that also feeds the raters, and a batch is committed only once they
+are acknowledged. Grouped by partition into one record batch each (aiokafka's
+`create_batch`/`send_batch`), they cost a round trip per partition.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from schemas.spend import MAX_RECORD_BYTES, SpendRecord, encode_record, spend_partition
+from schemas.spend import MAX_RECORD_BYTES, SpendRound, encode_round
 
 MAX_BATCH_BYTES = 2 * MAX_RECORD_BYTES  # a record the tracker accepts always fits a batch
 
 
 class SpendProducer:
-    """Produces spend records to `topic`, each on its tenant's partition; `send` returns once
+    """Produces spend rounds to `topic`, each on its spend partition; `send` returns once
     the broker acknowledged all of them (acks=all, idempotent: a retry never duplicates)."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, security: dict[str, Any]) -> None:
@@ -31,20 +31,24 @@ class SpendProducer:
                              max_batch_size=MAX_BATCH_BYTES, **security)
         self._producer: AIOKafkaProducer | None = None  # made on the worker's loop, at the first send
 
-    async def send(self, records: list[SpendRecord]) -> None:
+    async def send(self, records: list[SpendRound]) -> None:
         if not records:
             return
         if self._producer is None:
             self._producer = AIOKafkaProducer(**self._options)
             await self._producer.start()
-        by_partition: dict[int, list[SpendRecord]] = {}
+        by_partition: dict[int, list[SpendRound]] = {}
         for record in records:
-            by_partition.setdefault(spend_partition(record.tenant, self.partitions), []).append(record)
+            by_partition.setdefault(record.spend_partition, []).append(record)
         sent = []
         for partition, group in sorted(by_partition.items()):
             batch = self._producer.create_batch()
             for record in group:
-                key, value = record.key.encode(), encode_record(record)
+                key, value = record.key.encode(), encode_round(record)
+                if len(value) > MAX_RECORD_BYTES:
+                    raise ValueError(f"a spend round of {len(value)} bytes is over {MAX_RECORD_BYTES} "
+                                     f"({len(record.tenants)} tenants in spend partition {record.spend_partition}: "
+                                     f"give the spend topic more partitions)")
                 if batch.append(key=key, value=value, timestamp=None) is None:  # full: send it, start another
                     sent.append(await self._producer.send_batch(batch, self.topic, partition=partition))
                     batch = self._producer.create_batch()

@@ -1,18 +1,19 @@
 """The spend tracker as a Faust app: keyed state in a changelog-backed table, fed by a topic
 partitioned by tenant (issue 15; docs/balances.md).
 
-    <group>.spend.v1 ──► track_spend ──► spend_by_tenant (table, changelog <group>.spend-spend_by_tenant-changelog)
-    (records per                          │
-     tenant/partition)                    └──► gpu.billing-events.v1 (budget_threshold, balance_low,
+    <group>.spend.v2 ──► track_spend ──► spend_rounds (table, changelog <group>.spend-spend_rounds-changelog)
+    (a round per source                   │
+     and spend partition)                 └──► gpu.billing-events.v1 (budget_threshold, balance_low,
                                                 balance_exhausted: once each)
     refresh_context (timer) ── top-ups, invoices, credits, budgets, burn from the warehouse
                             └─ re-evaluates every tenant this worker holds (time moves runways)
 
-Every rating worker runs one alongside its own app (streams/worker.py), in the consumer
-group `<group>.spend`: the tenants are shared among the workers, and a tenant's table entry
-moves with its partition, recovered from the changelog. Faust commits an event's offset
-after the agent handled it (at least once); a record handled again replaces itself in the
-table (its value is each source's latest record, by marks), so nothing counts twice.
+It runs in `gpubill spend-tracker` (its own process: rating never waits for it) or beside
+the rating app in `gpubill up` (a small site, one process), in the consumer group
+`<group>.spend`: the spend partitions are shared among the trackers, and an entry moves with
+its partition, recovered from the changelog. Faust commits an event's offset after the agent
+handled it (at least once); a round handled again replaces itself in the table (its value is
+its key's latest round, by marks), so nothing counts twice.
 
 This module and streams/worker.py are the only ones that import Faust.
 """
@@ -27,7 +28,7 @@ from typing import Any, Callable
 import faust
 
 from schemas.billing_events import BillingEvent, encode_event
-from schemas.spend import InvalidSpendRecord, SpendRecord, parse_record, spend_partition
+from schemas.spend import InvalidSpendRecord, SpendRound, parse_round, spend_partition
 from schemas.topics import TOPIC_BILLING_EVENTS, spend_topic
 from streams.crash import crash
 from streams.kafka.logs import committed_offsets, end_offsets
@@ -36,7 +37,7 @@ from streams.spend.tracker import SpendTracker
 
 log = logging.getLogger("gpubill.spend")
 
-TABLE = "spend_by_tenant"
+TABLE = "spend_rounds"
 EVALUATE_EVERY_S = 1.0  # how often changed tenants are priced and their events emitted
 
 
@@ -71,8 +72,8 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
     applied: dict[int, int] = {}  # spend partition → the offset after the last record this process handled
     spend_records = app.topic(spend, key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
     events_topic = app.topic(TOPIC_BILLING_EVENTS, key_serializer="raw", value_serializer="raw")
-    # key: the tenant id (JSON); value: {"sources": {"<source partition>": "<its latest record>"}}
-    spend_by_tenant = app.Table(TABLE, default=None, partitions=settings.partitions,
+    # key: the round's key "<source partition>/<spend partition>" (JSON); value: {"round": "<its latest round>"}
+    spend_rounds = app.Table(TABLE, default=None, partitions=settings.partitions,
                                 schema=faust.Schema(key_type=str, key_serializer="json", value_serializer="json"))
 
     async def produce(event: BillingEvent, partition: int) -> None:
@@ -83,27 +84,27 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
 
     @app.agent(spend_records, name="track_spend")
     async def track_spend(stream):
-        """Fold each spend record into its tenant's entry (`evaluate_changed` emits what became due)."""
+        """Fold each spend round into its entry (`evaluate_changed` emits what became due)."""
         async for event in stream.events():
             try:
                 yield await _track(event)
             except Exception:  # noqa: BLE001 - a tracker that stopped tracking must not linger
                 crash("tracker-failed", "the spend tracker failed on a record (it is consumed again on restart)")
 
-    async def _track(event: Any) -> list[SpendRecord]:
+    async def _track(event: Any) -> list[SpendRound]:
         message = event.message
         applied[message.partition] = max(applied.get(message.partition, 0), message.offset + 1)
-        record = _accepted(tracker, event, settings.partitions)
-        if record is None:
+        spend_round = _accepted(tracker, event, settings.partitions)
+        if spend_round is None:
             return []
-        value = tracker.merge(spend_by_tenant.get(record.tenant), record, event.value.decode())
+        value = tracker.merge(spend_rounds.get(spend_round.key), spend_round, event.value.decode())
         if value is None:
             _refused(tracker, "older than the high-water mark", event)
             return []
-        spend_by_tenant[record.tenant] = value
-        tracker.observe(record)
-        tracker.dirty.add(record.tenant)
-        return [record]
+        spend_rounds[spend_round.key] = value
+        tracker.observe(spend_round)
+        tracker.dirty.update(spend_round.tenants)
+        return [spend_round]
 
     async def refresh() -> None:
         """Re-read the warehouse's side and re-evaluate every tenant held here: a top-up, a new
@@ -119,7 +120,7 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
         held = {tp.partition for tp in app.consumer.assignment() if tp.topic == spend}
         for tenant in sorted(tracker.contexts):
             if spend_partition(tenant, settings.partitions) in held:
-                await tracker.evaluate(tenant, spend_by_tenant.get(tenant))
+                await tracker.evaluate(tenant, spend_rounds.get)
         if publish is not None:
             positions = list(tracker.positions.items())
             try:
@@ -137,7 +138,7 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
         while True:
             await asyncio.sleep(EVALUATE_EVERY_S)
             try:
-                await tracker.evaluate_dirty(spend_by_tenant.get)
+                await tracker.evaluate_dirty(spend_rounds.get)
             except Exception:  # noqa: BLE001 - as the agent: a tracker that stopped must not linger
                 crash("tracker-failed", "the spend tracker failed to evaluate (its state is in the changelog)")
 
@@ -164,21 +165,24 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
     return app
 
 
-def _accepted(tracker: SpendTracker, event: Any, partitions: int):
-    """The event's record when it is valid, keyed as its content says and on its tenant's
-    partition (its state lives in that partition's table); None, counted and logged, otherwise."""
+def _accepted(tracker: SpendTracker, event: Any, partitions: int) -> SpendRound | None:
+    """The event's round when it is valid, keyed as its content says and on the spend partition
+    of every tenant in it (their state lives in that partition's table); None, counted and
+    logged, otherwise."""
     try:
-        record = parse_record(event.value or b"")
+        spend_round = parse_round(event.value or b"")
     except InvalidSpendRecord as exc:
         _refused(tracker, "invalid", event, str(exc))
         return None
-    if event.key != record.key.encode():
-        _refused(tracker, "key", event, "the key is not <tenant>/<partition> of the record")
+    if event.key != spend_round.key.encode():
+        _refused(tracker, "key", event, "the key is not <partition>/<spend partition> of the record")
         return None
-    if event.message.partition != spend_partition(record.tenant, partitions):
-        _refused(tracker, "partition", event, "not on its tenant's partition")
+    partition = event.message.partition
+    if partition != spend_round.spend_partition or any(
+            spend_partition(tenant, partitions) != partition for tenant in spend_round.tenants):
+        _refused(tracker, "partition", event, "not on its tenants' spend partition")
         return None
-    return record
+    return spend_round
 
 
 def _refused(tracker: SpendTracker, reason: str, event: Any, detail: str = "") -> None:

@@ -1,10 +1,16 @@
-"""The tracker's logic, without Faust: fold spend records into a tenant's table value, price
+"""The tracker's logic, without Faust: fold spend rounds into the table, price a tenant's
 month to date, and emit the billing events that are due, once (docs/balances.md).
 
-    merge(value, record, raw)   the table value after a record: each source partition's latest
-                                record, by its marks (the high-water marks per source
-                                partition); an older record is refused (None)
-    evaluate(tenant, value, …)  the tenant's position now and the events it newly calls for
+    merge(value, round, raw)    the table value of the round's key (<source partition>/<spend
+                                partition>) after a round: the latest, by its marks; an older
+                                round is refused (None)
+    spend_of(tenant, value_of)  the tenant's quantities: its part of each source partition's
+                                round in its spend partition, summed
+    evaluate(tenant, value_of)  the tenant's position now and the events it newly calls for
+
+The table holds one entry per round key, not per tenant (schemas/spend.py): a round of a
+thousand tenants is one event, one table write and one changelog record. A tenant is read
+from the entries of its spend partition, one per source partition.
 
 Once per (kind, tenant, period, threshold) across restarts, kill -9 and rebalances: the
 conditions are levels, evaluated after every change, so an event missed by a crash before
@@ -26,7 +32,7 @@ from typing import Any, Awaitable, Callable, Protocol
 
 from billing_rules.spend import AlertPolicy, PeriodSpend, SpendContext, TenantPosition, due_events, position
 from schemas.billing_events import BillingEvent, observed
-from schemas.spend import SpendRecord, parse_record, spend_partition
+from schemas.spend import SpendRecord, SpendRound, parse_round, round_key, spend_partition
 from streams.spend.ledger import periods_of
 
 
@@ -46,49 +52,64 @@ class SpendTracker:
     events: EventLog
     produce: Callable[[BillingEvent, int], Awaitable[None]]  # returns once the broker acknowledged
     metrics: Any = None
+    sources: int = 0  # partitions of the reading topics (0: as many as `partitions`)
     contexts: dict[str, SpendContext] = field(default_factory=dict)
     positions: dict[str, tuple[TenantPosition, int]] = field(default_factory=dict)  # tenant → (position, as of ms)
     freshness_s: deque = field(default_factory=lambda: deque(maxlen=100_000))
     transit_s: deque = field(default_factory=lambda: deque(maxlen=100_000))  # produced → applied
     emitted_count: int = 0
     _local: set[str] = field(default_factory=set)  # ids known to be on the topic
-    _parsed: dict[tuple[str, str], tuple[str, tuple[int, int], dict[str, PeriodSpend]]] = field(default_factory=dict)
+    _parsed: dict[str, tuple[str, SpendRound]] = field(default_factory=dict)  # round key → (raw, round)
+    _spent: dict[tuple[str, str], tuple[SpendRound, dict[str, PeriodSpend]]] = field(default_factory=dict)
+    _keys: set[str] = field(default_factory=set)  # round keys merged by this process
     dirty: set[str] = field(default_factory=set)  # tenants changed since they were last evaluated
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     # -- the table ---------------------------------------------------------------------------
 
-    def merge(self, value: dict | None, record: SpendRecord, raw: str) -> dict | None:
-        """The table value once `record` is in, or None when it is older than what is held
-        for its source partition (a record replayed after a newer one, or a zombie's)."""
-        sources = dict((value or {}).get("sources", {}))
-        held = sources.get(str(record.partition))
+    def merge(self, value: dict | None, spend_round: SpendRound, raw: str) -> dict | None:
+        """The table value of the round's key once `spend_round` is in, or None when it is older
+        than what is held (a round replayed after a newer one, or a zombie's)."""
+        key = spend_round.key
+        held = (value or {}).get("round")
         if held is not None:
-            marks = self._source(record.tenant, str(record.partition), held)[0]
-            if record.marks[0] < marks[0] or record.marks[1] < marks[1]:
+            marks = self._round(key, held).marks
+            if spend_round.marks[0] < marks[0] or spend_round.marks[1] < marks[1]:
                 return None
-        sources[str(record.partition)] = raw
-        self._parsed[(record.tenant, str(record.partition))] = (raw, record.marks, periods_of(record))
-        return {"sources": sources}
+        self._parsed[key] = (raw, spend_round)
+        self._keys.add(key)
+        return {"round": raw}
 
-    def spend_of(self, tenant: str, value: dict | None) -> dict[str, PeriodSpend]:
-        """Per period, the tenant's quantities summed over its source partitions."""
+    def spend_of(self, tenant: str, value_of: Callable[[str], dict | None]) -> dict[str, PeriodSpend]:
+        """Per period, the tenant's quantities summed over the rounds of its spend partition."""
+        own = spend_partition(tenant, self.partitions)
+        keys = {round_key(source, own) for source in range(self.sources or self.partitions)}
+        keys |= {key for key in self._keys if key.endswith(f"/{own}")}
         periods: dict[str, PeriodSpend] = {}
-        for source, raw in sorted((value or {}).get("sources", {}).items()):
-            for period, spend in self._source(tenant, source, raw)[1].items():
+        for key in sorted(keys):
+            value = value_of(key)
+            if not value:
+                continue
+            spend_round = self._round(key, value["round"])
+            if tenant not in spend_round.tenants:
+                continue
+            cached = self._spent.get((key, tenant))
+            if cached is None or cached[0] is not spend_round:
+                record = SpendRecord(tenant, spend_round.partition, spend_round.marks, spend_round.tenants[tenant])
+                cached = self._spent[(key, tenant)] = (spend_round, periods_of(record))
+            for period, spend in cached[1].items():
                 periods.setdefault(period, PeriodSpend()).add(spend)
         return periods
 
-    def _source(self, tenant: str, source: str, raw: str) -> tuple[tuple[int, int], dict[str, PeriodSpend]]:
-        """The marks and quantities of a source's record, parsed once per record."""
-        cached = self._parsed.get((tenant, source))
+    def _round(self, key: str, raw: str) -> SpendRound:
+        """The round held under `key`, parsed once per value."""
+        cached = self._parsed.get(key)
         if cached is None or cached[0] != raw:
-            record = parse_record(raw.encode())
-            cached = self._parsed[(tenant, source)] = (raw, record.marks, periods_of(record))
-        return cached[1], cached[2]
+            cached = self._parsed[key] = (raw, parse_round(raw.encode()))
+        return cached[1]
 
-    def observe(self, record: SpendRecord, now_ms: int | None = None) -> float:
-        """Record how fresh an applied record is: now − its batch's oldest reading, in s."""
+    def observe(self, record: SpendRound, now_ms: int | None = None) -> float:
+        """Record how fresh an applied round is: now − its batch's oldest reading, in s."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         lag_s = max(now_ms - record.oldest_ms, 0) / 1000 if record.oldest_ms else 0.0
         self.freshness_s.append(lag_s)
@@ -112,15 +133,16 @@ class SpendTracker:
     # -- events ------------------------------------------------------------------------------
 
     async def evaluate_dirty(self, value_of: Callable[[str], dict | None]) -> list[BillingEvent]:
-        """Evaluate every tenant changed since the last call (the agent only folds records in:
-        a batch brings a record per source partition of a tenant, one evaluation is enough)."""
+        """Evaluate every tenant changed since the last call (the agent only folds rounds in:
+        a batch brings a round per source partition, one evaluation is enough)."""
         tenants, self.dirty = sorted(self.dirty), set()
         emitted = []
         for tenant in tenants:
-            emitted += await self.evaluate(tenant, value_of(tenant))
+            emitted += await self.evaluate(tenant, value_of)
         return emitted
 
-    async def evaluate(self, tenant: str, value: dict | None, now: datetime | None = None) -> list[BillingEvent]:
+    async def evaluate(self, tenant: str, value_of: Callable[[str], dict | None],
+                       now: datetime | None = None) -> list[BillingEvent]:
         """Price `tenant`'s month to date from the table `value` and emit what is newly due.
 
         Without a context for the current period (the tenant is not registered, or the
@@ -131,7 +153,7 @@ class SpendTracker:
         context = self.contexts.get(tenant)
         if context is None or context.period != period:
             return []
-        spend = self.spend_of(tenant, value).get(period, PeriodSpend())
+        spend = self.spend_of(tenant, value_of).get(period, PeriodSpend())
         where = position(tenant, period, spend, context)
         self.positions[tenant] = (where, int(now.timestamp() * 1000))
         due = [event for event in due_events(where, self.policy, observed(now)) if event.event_id not in self._local]
@@ -162,10 +184,9 @@ def table_totals(values: dict[bytes, bytes | None]) -> dict[str, dict[str, Perio
     for key, raw in sorted(values.items()):
         if raw is None:
             continue
-        tenant = json.loads(key)
-        periods: dict[str, PeriodSpend] = {}
-        for source in json.loads(raw).get("sources", {}).values():
-            for period, spend in periods_of(parse_record(source.encode())).items():
+        spend_round = parse_round(json.loads(raw)["round"].encode())
+        for record in spend_round.records():
+            periods = totals.setdefault(record.tenant, {})
+            for period, spend in periods_of(record).items():
                 periods.setdefault(period, PeriodSpend()).add(spend)
-        totals[tenant] = periods
     return totals

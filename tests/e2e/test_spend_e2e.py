@@ -12,7 +12,10 @@ What each case shows:
 - a worker killed with SIGKILL three times while crossing thresholds emits no duplicate and
   misses none, and the table holds every second and millijoule once;
 - when a period is invoiced, the table's lines for it are the invoice's lines before credits.
-Two workers sharing the partitions are in test_spend_two_workers.py.
+The first two run twice: with the tracker in its own process (`gpubill spend-tracker
+--drain` after each worker drain, the default) and inline in the worker
+(GPUBILL_SPEND_TRACKER=inline, as `gpubill up` runs it). Two workers sharing the partitions
+are in test_spend_two_workers.py.
 """
 
 from __future__ import annotations
@@ -43,6 +46,20 @@ from tests.e2e.test_faults import SEED, drain, replay
 pytestmark = pytest.mark.e2e
 
 SHANGHAI = timedelta(hours=8)
+
+
+@pytest.fixture(params=["separate", "inline"])
+def tracker_mode(request, gpubill) -> str:
+    gpubill.env["GPUBILL_SPEND_TRACKER"] = request.param
+    return request.param
+
+
+def drain_and_track(gpubill) -> None:
+    """A worker drain, then — with the tracker in its own process — a tracker drain: every
+    spend round the worker produced is folded and the events due are emitted."""
+    drain(gpubill)
+    if gpubill.env.get("GPUBILL_SPEND_TRACKER", "separate") == "separate":
+        assert "caught up" in gpubill.run("spend-tracker", "--drain", timeout=240).stdout
 
 
 def current_start(seconds: int) -> datetime:
@@ -142,7 +159,7 @@ def assert_table_holds(gpubill, truth, period: str) -> None:
         assert charged["electricity"] == fen(truth.electricity(tenant))
 
 
-def test_thresholds_crossed_during_a_drain_are_emitted_once(gpubill, broker, tmp_path):
+def test_thresholds_crossed_during_a_drain_are_emitted_once(gpubill, broker, tmp_path, tracker_mode):
     start = current_start(600)
     period = period_of(start)
     cards = fleet(600)
@@ -157,18 +174,18 @@ def test_thresholds_crossed_during_a_drain_are_emitted_once(gpubill, broker, tmp
     expected = due(truth, acme_budget=budget, beta_top_up=top_up, period=period)
     assert len(expected) == 4
     replay(gpubill, tmp_path / "readings.ndjson", [dumps(r) for r in readings])
-    drain(gpubill)
+    drain_and_track(gpubill)
     seen = assert_emitted_once(broker.bootstrap, expected, period)
     assert_table_holds(gpubill, truth, period)
 
     # more usage later: nothing is emitted again
     more = readings_from(start, 660, cards, first=600)
     replay(gpubill, tmp_path / "more.ndjson", [dumps(r) for r in more])
-    drain(gpubill)
+    drain_and_track(gpubill)
     assert event_keys(billing_events(broker.bootstrap)) == seen
 
 
-def test_kill9_three_times_while_crossing_thresholds(gpubill, broker, tmp_path):
+def test_kill9_three_times_while_crossing_thresholds(gpubill, broker, tmp_path, tracker_mode):
     """SIGKILL the draining worker three times, 0–0.5 s after it committed progress, while
     the spend it produces crosses thresholds; then drain to the end. No event twice, none
     missing, and the table holds every second and millijoule once."""
@@ -198,7 +215,7 @@ def test_kill9_three_times_while_crossing_thresholds(gpubill, broker, tmp_path):
     assert 0 < at_kill[-1] < len(readings)
 
     del gpubill.env["GPUBILL_FAILPOINTS"]
-    drain(gpubill)
+    drain_and_track(gpubill)
     assert_emitted_once(broker.bootstrap, expected, period)
     assert_table_holds(gpubill, truth, period)
 
@@ -208,7 +225,7 @@ def test_table_totals_equal_the_invoice_at_period_end(gpubill, tmp_path):
     are the invoice's, to the fen and the sixth decimal of each quantity."""
     readings = make_readings(600)
     replay(gpubill, tmp_path / "readings.ndjson", [dumps(r) for r in readings])
-    drain(gpubill)
+    drain_and_track(gpubill)
     register(gpubill)
     assert "2 invoices created" in gpubill.run("invoice", "run", "--period", PERIOD).stdout
     for tenant in ("acme", "beta"):

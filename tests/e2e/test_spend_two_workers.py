@@ -43,7 +43,7 @@ def spend_members(bootstrap: str, rating_group: str) -> list[frozenset[int]]:
     if described["group_state"] != "Stable":
         return []
     return [frozenset(p for held in member["member_assignment"]["assigned_partitions"]
-                      if held["topic"] == f"{rating_group}.spend.v1" for p in held["partitions"])
+                      if held["topic"] == f"{rating_group}.spend.v2" for p in held["partitions"])
             for member in described["members"]]
 
 
@@ -57,6 +57,7 @@ def test_two_workers_sharing_the_partitions_agree(shared, broker, tmp_path):  # 
     register(shared, acme_budget=str(budget), beta_top_up=str(top_up))
     expected = due(truth, acme_budget=budget, beta_top_up=top_up, period=period)
     shared.env["GPUBILL_SPEND_CONTEXT_S"] = "1"
+    shared.env["GPUBILL_SPEND_TRACKER"] = "inline"  # each worker runs its share of the tracker (as `up` does)
 
     def logs() -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(tmp_path.glob("worker*.log")))

@@ -21,7 +21,7 @@ from billing_rules.spend import (
     spend_invoice,
 )
 from schemas.billing_events import event_id
-from schemas.spend import InvalidSpendRecord, SpendRecord, encode_record, parse_record, spend_partition
+from schemas.spend import InvalidSpendRecord, SpendRound, encode_round, parse_round, spend_partition
 from schemas.topics import TOPIC_POWER, TOPIC_USAGE
 from streams.spend.ledger import SpendLedger
 
@@ -104,18 +104,23 @@ def test_alert_policy_refuses_nonsense(kwargs):
 
 # -- the record --------------------------------------------------------------------------
 
-def _record(**overrides) -> SpendRecord:
-    fields = dict(tenant="acme", partition=3, marks=(10, 20),
-                  periods={"2026-03": (((A800.gpu_model, A800.plan, A800.list_price, 3600, A800.discount_pct, 7200),),
-                                       ((GZ.site, GZ.band, GZ.tariff_per_kwh, GZ.pue, KWH_MJ),))},
+ACME_PERIODS = {"2026-03": (((A800.gpu_model, A800.plan, A800.list_price, 3600, A800.discount_pct, 7200),),
+                            ((GZ.site, GZ.band, GZ.tariff_per_kwh, GZ.pue, KWH_MJ),))}
+
+
+def _round(**overrides) -> SpendRound:
+    fields = dict(partition=3, spend_partition=6, marks=(10, 20), tenants={"acme": ACME_PERIODS},
                   oldest_ms=1, produced_ms=2)
-    return SpendRecord(**(fields | overrides))
+    return SpendRound(**(fields | overrides))
 
 
 def test_record_round_trip():
-    record = _record()
-    assert parse_record(encode_record(record)) == record
-    assert record.key == "acme/3"
+    spend_round = _round(tenants={"acme": ACME_PERIODS, "zeta": {"2026-03": ((), ())}})
+    assert parse_round(encode_round(spend_round)) == spend_round
+    assert spend_round.key == "3/6"
+    assert [(r.tenant, r.partition, r.marks) for r in spend_round.records()] == [("acme", 3, (10, 20)),
+                                                                                ("zeta", 3, (10, 20))]
+
 
 def test_a_tenants_spend_partition_is_pinned():
     # CRC-32 (IEEE 802.3, as zlib) of the tenant's UTF-8, mod the partition count; a change would
@@ -127,36 +132,43 @@ def test_a_tenants_spend_partition_is_pinned():
 
 
 def test_record_decimal_never_written_with_an_exponent():
-    record = _record(periods={"2026-03": (((A800.gpu_model, "hourly", Decimal("9E+3"), 3600, Decimal("0"), 1),), ())})
-    raw = encode_record(record)
+    spend_round = _round(tenants={"acme": {"2026-03": (((A800.gpu_model, "hourly", Decimal("9E+3"), 3600, Decimal("0"), 1),), ())}})
+    raw = encode_round(spend_round)
     assert b'"9000"' in raw and b"E+" not in raw
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.update(version=2), "version"),
-    (lambda d: d.update(tenant="../x"), "tenant"),
+    (lambda d: d.update(version=1), "version"),
+    (lambda d: d["tenants"].update({"../x": {}}), "tenant"),
     (lambda d: d.update(extra=1), "unknown field"),
     (lambda d: d.pop("marks"), "missing field"),
+    (lambda d: d.update(spend_partition=-1), "spend_partition"),
     (lambda d: d["marks"].update(usage=-1), "marks.usage"),
-    (lambda d: d["marks"].update(usage=1.5), "not an integer"),
-    (lambda d: d["periods"].update({"2026-13": {"rent": [], "energy": []}}), "YYYY-MM"),
-    (lambda d: d["periods"]["2026-03"]["rent"][0].__setitem__(2, "1e9"), "decimal string"),
-    (lambda d: d["periods"]["2026-03"]["rent"][0].__setitem__(2, "NaN"), "decimal string"),
-    (lambda d: d["periods"]["2026-03"]["energy"][0].__setitem__(4, -5), "energy_mj"),
-    (lambda d: d["periods"]["2026-03"]["rent"][0].__setitem__(3, 0), "per_s"),
+    (lambda d: d["marks"].update(usage=1.5), "marks.usage"),
+    (lambda d: d["tenants"]["acme"].update({"2026-13": {"rent": [], "energy": []}}), "YYYY-MM"),
+    (lambda d: d["tenants"]["acme"]["2026-03"]["rent"][0].__setitem__(2, "1e9"), "decimal string"),
+    (lambda d: d["tenants"]["acme"]["2026-03"]["rent"][0].__setitem__(2, "NaN"), "decimal string"),
+    (lambda d: d["tenants"]["acme"]["2026-03"]["rent"][0].__setitem__(2, 9), "decimal string"),
+    (lambda d: d["tenants"]["acme"]["2026-03"]["rent"][0].__setitem__(0, 7), "gpu_model"),
+    (lambda d: d["tenants"]["acme"]["2026-03"]["energy"][0].__setitem__(4, -5), "energy_mj"),
+    (lambda d: d["tenants"]["acme"]["2026-03"]["energy"][0].__setitem__(4, 2.5), "energy_mj"),
+    (lambda d: d["tenants"]["acme"]["2026-03"]["rent"][0].__setitem__(3, 0), "per_s"),
+    (lambda d: d["tenants"].update(acme=[]), "periods"),
 ])
 def test_record_refuses_hostile_input(mutate, message):
-    document = json.loads(encode_record(_record()))
+    document = json.loads(encode_round(_round()))
     mutate(document)
     with pytest.raises(InvalidSpendRecord, match=message):
-        parse_record(json.dumps(document).encode())
+        parse_round(json.dumps(document).encode())
 
 
 def test_record_refuses_non_json_and_huge():
     with pytest.raises(InvalidSpendRecord, match="not JSON"):
-        parse_record(b"\xff")
+        parse_round(b"\xff")
     with pytest.raises(InvalidSpendRecord, match="at most"):
-        parse_record(b" " * (600 * 1024))
+        parse_round(b" " * (600 * 1024))
+    with pytest.raises(InvalidSpendRecord, match="not JSON"):
+        parse_round(b'{"version": 2, "partition": 1e999}')
 
 
 # -- the ledger --------------------------------------------------------------------------
@@ -172,33 +184,53 @@ def _rent(tenant, partition, seconds, period="2026-03"):
 
 
 def test_ledger_accumulates_and_marks_with_consumed_positions():
-    ledger = SpendLedger()
+    ledger = SpendLedger(partitions=8)
     records = ledger.apply(_Contributions(rent=_rent("acme", 0, 100)), {(TOPIC_USAGE, 0): 50, (TOPIC_POWER, 0): 40})
-    assert [(r.key, r.marks) for r in records] == [("acme/0", (50, 40))]
+    # acme's spend partition is 6 of 8 (test_a_tenants_spend_partition_is_pinned): key "0/6"
+    assert [(r.key, r.marks, sorted(r.tenants)) for r in records] == [("0/6", (50, 40), ["acme"])]
     # a batch of power only: the usage mark stays at 50, power moves to 90; 100 + 20 s
     records = ledger.apply(_Contributions(rent=_rent("acme", 0, 20)), {(TOPIC_POWER, 0): 90})
     assert records[0].marks == (50, 90)
-    assert records[0].periods["2026-03"][0][0][-1] == 120
+    assert records[0].tenants["acme"]["2026-03"][0][0][-1] == 120
     # nothing for the tenant: no record, but the positions still move
     assert ledger.apply(_Contributions(), {(TOPIC_USAGE, 0): 70}) == []
     assert ledger.apply(_Contributions(rent=_rent("acme", 0, 1)), {})[0].marks == (70, 90)
 
 
+def test_a_round_carries_every_tenant_of_its_spend_partition_and_no_other():
+    # crc32 mod 8: acme 6, beta 3 (pinned above); crc32(b"t-7") = 875,488,894 = 8 × 109,436,111 + 6
+    assert spend_partition("t-7", 8) == 6
+    ledger = SpendLedger(partitions=8)
+    ledger.apply(_Contributions(rent=_rent("acme", 0, 100) | _rent("beta", 0, 5) | _rent("t-7", 0, 7)), {})
+    # a batch that changes t-7 alone: one round, "0/6", with acme (unchanged, 100 s) and t-7 (7 + 3 s)
+    (only,) = ledger.apply(_Contributions(rent=_rent("t-7", 0, 3)), {(TOPIC_USAGE, 0): 9})
+    assert only.key == "0/6" and only.marks == (9, 0)
+    assert {t: p["2026-03"][0][0][-1] for t, p in only.tenants.items()} == {"acme": 100, "t-7": 10}
+    # the records per batch do not grow with tenants: 400 tenants t-0 … t-399 on source n mod 2
+    # (200 per source; their crc32 mod 8 takes all 8 values on each): 2 × 8 rounds, carrying
+    # the 400 and the three held on source 0 (acme, beta, t-7), whose rounds the batch touches
+    assert {spend_partition(f"t-{n}", 8) for n in range(0, 400, 2)} == set(range(8))
+    assert {spend_partition(f"t-{n}", 8) for n in range(1, 400, 2)} == set(range(8))
+    many = _Contributions(rent={k: v for n in range(400) for k, v in _rent(f"t-{n}", n % 2, 1).items()})
+    rounds = ledger.apply(many, {})
+    assert len(rounds) == 16 and sum(len(r.tenants) for r in rounds) == 400 + 3
+
+
 def test_ledger_takes_over_from_the_topic_and_filters_with_loaded_marks():
-    ledger = SpendLedger()
-    before = _record(tenant="acme", partition=1, marks=(500, 400))
-    other = _record(tenant="acme", partition=2, marks=(9, 9))
+    ledger = SpendLedger(partitions=8)
+    before = _round(partition=1, marks=(500, 400))
+    other = _round(partition=2, marks=(9, 9))
     assert ledger.load([before, other], {1}) == 1
     assert ledger.filter_marks == {("acme", 1): (500, 400)}
     # this worker restarts below the marks (committed offsets are older): its marks never go back
     records = ledger.apply(_Contributions(rent=_rent("acme", 1, 10)), {(TOPIC_USAGE, 1): 450, (TOPIC_POWER, 1): 410})
     assert records[0].marks == (500, 410)
-    assert records[0].periods["2026-03"][0][0][-1] == 7200 + 10
+    assert records[0].tenants["acme"]["2026-03"][0][0][-1] == 7200 + 10
     assert ledger.filter_marks == {("acme", 1): (500, 400)}  # as loaded, for the rater, until the next load
 
 
 def test_ledger_keeps_three_periods():
-    ledger = SpendLedger()
+    ledger = SpendLedger(partitions=8)
     for period in ("2026-01", "2026-02", "2026-03", "2026-04"):
         records = ledger.apply(_Contributions(rent=_rent("acme", 0, 1, period)), {})
-    assert sorted(records[0].periods) == ["2026-02", "2026-03", "2026-04"]
+    assert sorted(records[0].tenants["acme"]) == ["2026-02", "2026-03", "2026-04"]

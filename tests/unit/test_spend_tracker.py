@@ -1,5 +1,6 @@
-"""The tracker's logic without Faust or Kafka: the high-water marks per source partition, and
-events emitted once whatever re-evaluates them (issue 15)."""
+"""The tracker's logic without Faust or Kafka: the high-water marks per round key (source
+partition, spend partition), a tenant summed over its spend partition's rounds, and events
+emitted once whatever re-evaluates them (issues 15, 26)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,31 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from billing_rules.spend import AlertPolicy, SpendContext
-from schemas.spend import SpendRecord, encode_record
+from schemas.spend import SpendRound, encode_round, spend_partition
 from streams.spend.tracker import SpendTracker
 
 NOW = datetime(2026, 3, 10, tzinfo=UTC)
 RENT = ("A800-80G", "hourly", Decimal("10"), 3600, Decimal("0"))
 
 
-def _record(partition: int, marks: tuple[int, int], seconds: int) -> tuple[SpendRecord, str]:
-    record = SpendRecord("acme", partition, marks, {"2026-03": ((RENT + (seconds,),), ())})
-    return record, encode_record(record).decode()
+ACME = spend_partition("acme", 4)  # crc32(b"acme") = 96,778,814 = 4 × 24,194,703 + 2
+# crc32(b"omega") = 1,243,192,634 = 4 × 310,798,158 + 2: the same spend partition
+
+
+def _record(partition: int, marks: tuple[int, int], seconds: int, **others: int) -> tuple[SpendRound, str]:
+    tenants = {tenant: {"2026-03": ((RENT + (s,),), ())} for tenant, s in (others | {"acme": seconds}).items()}
+    record = SpendRound(partition, ACME, marks, tenants)
+    return record, encode_round(record).decode()
+
+
+class _Table(dict):
+    """The tracker's table: round key → value."""
+
+    def fold(self, tracker: SpendTracker, record: SpendRound, raw: str) -> dict | None:
+        value = tracker.merge(self.get(record.key), record, raw)
+        if value is not None:
+            self[record.key] = value
+        return value
 
 
 class _Log:
@@ -46,31 +62,35 @@ def _tracker(log: _Log, produced: list) -> SpendTracker:
     return tracker
 
 
-def test_merge_keeps_each_source_partitions_latest_record_by_marks():
+def test_merge_keeps_each_round_keys_latest_record_by_marks():
+    assert ACME == 2
     tracker = _tracker(_Log(), [])
-    value = None
+    table = _Table()
     for partition, marks, seconds in ((0, (10, 10), 100), (1, (5, 5), 50), (0, (20, 15), 300)):
-        record, raw = _record(partition, marks, seconds)
-        value = tracker.merge(value, record, raw)
-    # partition 0's latest (300 s) + partition 1's (50 s): records are cumulative, never added twice
-    assert list(tracker.spend_of("acme", value)["2026-03"].rent_s.values()) == [350]
-    # the same record again (a replay) is accepted and changes nothing; an older one is refused
-    record, raw = _record(0, (20, 15), 300)
-    assert tracker.merge(value, record, raw) == value
-    record, raw = _record(0, (20, 14), 999)
-    assert tracker.merge(value, record, raw) is None
+        table.fold(tracker, *_record(partition, marks, seconds, omega=1))
+    # partition 0's latest (300 s) + partition 1's (50 s): rounds are cumulative, never added twice
+    assert list(tracker.spend_of("acme", table.get)["2026-03"].rent_s.values()) == [350]
+    assert list(tracker.spend_of("omega", table.get)["2026-03"].rent_s.values()) == [2]  # 1 from each source
+    # the same round again (a replay) is accepted and changes nothing; an older one is refused
+    before = dict(table)
+    assert table.fold(tracker, *_record(0, (20, 15), 300, omega=1)) == before["0/2"]
+    assert table.fold(tracker, *_record(0, (20, 14), 999)) is None
+    assert table == before
+    # a tracker that recovered the table (a restart: nothing merged in this process) reads the same
+    successor = _tracker(_Log(), [])
+    assert list(successor.spend_of("acme", table.get)["2026-03"].rent_s.values()) == [350]
 
 
 def test_events_are_emitted_once_across_re_evaluations():
     produced: list = []
     log = _Log()
     tracker = _tracker(log, produced)
-    record, raw = _record(0, (1, 1), 7200)  # ¥20.00 of ¥40.00: 50 %
-    value = tracker.merge(None, record, raw)
+    table = _Table()
+    table.fold(tracker, *_record(0, (1, 1), 7200))  # ¥20.00 of ¥40.00: 50 %
 
     async def run():
-        first = await tracker.evaluate("acme", value, NOW)
-        again = await asyncio.gather(*(tracker.evaluate("acme", value, NOW) for _ in range(5)))
+        first = await tracker.evaluate("acme", table.get, NOW)
+        again = await asyncio.gather(*(tracker.evaluate("acme", table.get, NOW) for _ in range(5)))
         return first, again
 
     first, again = asyncio.run(run())
@@ -83,13 +103,14 @@ def test_events_are_emitted_once_across_re_evaluations():
 def test_an_event_already_on_the_topic_is_not_produced_again():
     produced: list = []
     tracker = _tracker(_Log(), produced)
-    record, raw = _record(0, (1, 1), 14400)  # ¥40.00: 50, 80 and 100 %
-    first = asyncio.run(tracker.evaluate("acme", tracker.merge(None, record, raw), NOW))
+    table = _Table()
+    table.fold(tracker, *_record(0, (1, 1), 14400))  # ¥40.00: 50, 80 and 100 %
+    first = asyncio.run(tracker.evaluate("acme", table.get, NOW))
     assert [e.threshold for e in first] == ["50", "80", "100"]
     # a new tracker (a restart, or the tenant's new owner) finds them on the topic
     again: list = []
     successor = _tracker(_Log({e.event_id for e in produced}), again)
-    assert asyncio.run(successor.evaluate("acme", tracker.merge(None, record, raw), NOW)) == []
+    assert asyncio.run(successor.evaluate("acme", table.get, NOW)) == []
     assert again == []
 
 
@@ -97,6 +118,7 @@ def test_no_context_no_events():
     produced: list = []
     tracker = _tracker(_Log(), produced)
     tracker.contexts.clear()
-    record, raw = _record(0, (1, 1), 14400)
-    assert asyncio.run(tracker.evaluate("acme", tracker.merge(None, record, raw), NOW)) == []
+    table = _Table()
+    table.fold(tracker, *_record(0, (1, 1), 14400))
+    assert asyncio.run(tracker.evaluate("acme", table.get, NOW)) == []
     assert produced == []
