@@ -26,6 +26,16 @@ done
     --create --if-not-exists --topic gpu.corrections.v1 --partitions "${KAFKA_PARTITIONS:-8}" --replication-factor 1 \
     --config retention.ms=-1
 
+# Live spend (schemas/topics.py spend_topic of GPUBILL_GROUP, compacted: each round replaces
+# the one before it under its key) and the billing events it emits, configured as
+# streams/kafka/admin.py SPEND_TOPIC_CONFIG and EVENTS_TOPIC_CONFIG (400 days).
+"$bin/kafka-topics.sh" --bootstrap-server "$KAFKA_BOOTSTRAP" --command-config "$config" \
+    --create --if-not-exists --topic gpubill-rating.spend.v2 --partitions "${KAFKA_PARTITIONS:-8}" --replication-factor 1 \
+    --config cleanup.policy=compact --config segment.ms=600000 --config min.cleanable.dirty.ratio=0.1
+"$bin/kafka-topics.sh" --bootstrap-server "$KAFKA_BOOTSTRAP" --command-config "$config" \
+    --create --if-not-exists --topic gpu.billing-events.v1 --partitions "${KAFKA_PARTITIONS:-8}" --replication-factor 1 \
+    --config retention.ms=34560000000
+
 while read -r principal operation resource pattern name; do
     [[ -z "${principal:-}" || "$principal" == \#* ]] && continue
     case "$resource" in

@@ -9,6 +9,11 @@ On a private broker (fresh topics) and a private chDB in a temporary directory:
    process's peak resident memory (from wait4);
 4. freshness — `gpubill worker` runs while a producer sends fresh readings at a steady
    rate; the worker samples, per message, produce time → insert acknowledged.
+
+With live spend on (GPUBILL_SPEND, the default) the workers produce their spend rounds; with
+`gateway` a `gpubill spend-tracker` runs beside them from the drain on, on the same cores,
+as a site on one machine would run it (`spend_tracker` says whether it ran; without the
+gateway the embedded database admits one process, and the rounds wait on their topic).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
         work = Path(tmp)
         broker = LocalBroker(work / "kafka", bootstrap=f"localhost:{port}", port=port, controller_port=port + 1)
         broker.up(progress=say)
-        server = None
+        server = tracker = None
         try:
             embedded = f"chdb://{work / 'ch'}"
             # The bench's own broker is plaintext on loopback, whatever GPUBILL_KAFKA_* security is set.
@@ -74,6 +79,12 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
             say("raw consume: a plain consumer reading every message")
             raw_s = asyncio.run(_raw_consume(settings, total))
 
+            env["GPUBILL_SPEND_TRACKER"] = "separate"
+            if gateway and env.get("GPUBILL_SPEND", "1") not in ("0", "false", "False"):
+                say("live spend on: gpubill spend-tracker runs beside the worker")
+                tracker = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "spend-tracker"], env=env,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
             say("pipeline: gpubill worker --drain")
             began = time.perf_counter()
             # GPUBILL_BENCH_PREFIX wraps the drained worker for a profile, e.g. "py-spy record
@@ -90,6 +101,12 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
             say(f"freshness: {freshness_rate:,} readings/s for {freshness_s} s into a running worker")
             p50, p99 = _freshness(settings, env, work, freshness_rate, freshness_s, gpus, say)
         finally:
+            if tracker is not None:
+                tracker.send_signal(signal.SIGTERM)
+                try:
+                    tracker.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    tracker.kill()
             if server is not None:
                 server.process.send_signal(signal.SIGTERM)
                 server.process.wait(timeout=60)
@@ -101,6 +118,7 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
         "freshness_p50_s": p50,
         "freshness_p99_s": p99,
         "worker_rss_mb": round(rss_mb, 1),
+        "spend_tracker": tracker is not None,
     }
 
 

@@ -1,20 +1,32 @@
 """`gpubill bench spend`: how fresh the stream's month-to-date spend is at a steady rate.
 
-On a private broker and a private chDB in a temporary directory:
+On a private broker and a private chDB in a temporary directory, served from its own process
+(`gpubill clickhouse serve`: the worker and the tracker are two processes, as a ClickHouse
+server would serve them):
 
-1. register the simulated fleet's tenants, each with a small monthly budget and a top-up,
-   so that billing events are due while the benchmark runs;
-2. start `gpubill worker` (rating and its share of the spend tracker, GPUBILL_SPEND on);
+1. register the simulated fleet's tenants, each with a monthly budget and a top-up sized so
+   that it runs out about a quarter into the run (the bench's rules are the defaults
+   without the new-tenant trial credit, so a small balance can run out), so that billing
+   events are due while the benchmark runs;
+2. start `gpubill worker` (rating; its spend rounds produced, GPUBILL_SPEND on) and
+   `gpubill spend-tracker` (the tracker, its own process);
 3. produce fresh readings at `rate` per second for `duration_s` seconds;
 4. wait until every reading is committed and its spend applied in the tracker's table.
 
-Figures (the worker writes its own to GPUBILL_BENCH_SPEND every second):
+Figures (the tracker writes its own to GPUBILL_BENCH_SPEND every second):
 
-    freshness_p50_s / _p99_s   per spend record applied in the table: now − the Kafka
+    freshness_p50_s / _p99_s   per spend round applied in the table: now − the Kafka
                                timestamp of the oldest reading of the batch that produced it,
                                an upper bound for every reading it carries
+    spend_records_per_s        spend rounds applied by the tracker per second of the run
+    tracker_cpu_pct            the tracker process's CPU (user + system) over the run, in %
+                               of one core; worker_cpu_pct the same for the worker
+    exhausted_p50_s / _p99_s   per balance_exhausted event: its emission − the Kafka timestamp
+                               of the oldest reading of the batches that changed the tenant
+                               since its previous evaluation (an upper bound of reading →
+                               event on the topic); exhausted_events how many
     events_emitted             billing events on gpu.billing-events.v1 at the end (read from
-                               the topic, not from the worker)
+                               the topic, not from the tracker)
     readings_per_s             readings / (first produced → last committed and applied)
 """
 
@@ -23,12 +35,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 import zlib
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
@@ -45,11 +60,11 @@ Say = Callable[[str], None]
 
 
 def bench_spend(*, rate: int = 20_000, duration_s: int = 30, tenants: int = 16, port: int = 39292,
-                spend: bool = True, gateway: bool = False, say: Say = lambda _: None) -> dict:
+                spend: bool = True, say: Say = lambda _: None) -> dict:
     """Run the benchmark; returns the fields `gpubill bench spend --json` prints. With `spend`
-    off the worker runs with GPUBILL_SPEND=0: only the rating figures (the baseline). With
-    `gateway` the chDB database is served by `gpubill clickhouse serve` from its own process
-    (port + 2), as a ClickHouse server would be: the worker's process then holds no database."""
+    off the worker runs with GPUBILL_SPEND=0 and no tracker runs: only the rating figures
+    (the baseline). The chDB database is served by `gpubill clickhouse serve` from its own
+    process (port + 2)."""
     with tempfile.TemporaryDirectory(prefix="gpubill-bench-spend-") as tmp:
         work = Path(tmp)
         broker = LocalBroker(work / "kafka", bootstrap=f"localhost:{port}", port=port, controller_port=port + 1)
@@ -59,21 +74,24 @@ def bench_spend(*, rate: int = 20_000, duration_s: int = 30, tenants: int = 16, 
             settings = Settings(kafka=broker.bootstrap, clickhouse=f"chdb://{work / 'ch'}", home=str(work),
                                 group="bench-spend", metrics_port=0, kafka_security_protocol="PLAINTEXT",
                                 kafka_username=None, kafka_password=None, kafka_cafile=None)
+            rules = _rules_without_trial_credit(work / "rules")
             env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPUBILL_KAFKA_")},
                    "GPUBILL_KAFKA": settings.kafka, "GPUBILL_CLICKHOUSE": settings.clickhouse,
+                   "GPUBILL_RULES": str(rules), "GPUBILL_SPEND_TRACKER": "separate",
                    "GPUBILL_HOME": str(work), "GPUBILL_GROUP": settings.group, "GPUBILL_METRICS_PORT": "0",
                    "GPUBILL_SPEND": "1" if spend else "0",
                    "GPUBILL_BENCH_SPEND": str(work / "spend.json"),
                    "GPUBILL_BENCH_FRESHNESS": str(work / "rated.json")}
             ensure_pipeline_topics(settings)
             ensure_spend_topics(settings)  # the events topic, read at the end, exists either way
-            say(f"registering {tenants} tenants with a ¥20 budget and a ¥25 top-up each")
-            _register(settings, tenants)
-            if gateway:
-                say(f"serving the private chDB on 127.0.0.1:{port + 2} (gpubill clickhouse serve)")
-                server = spawn_gateway(env, port + 2)
-                env["GPUBILL_CLICKHOUSE"] = server.dsn
-            return {"spend": spend, "gateway": gateway, **_run(settings, env, work, rate, duration_s, tenants, spend, say)}
+            top_up = _top_up(rate, duration_s, tenants)
+            say(f"registering {tenants:,} tenants with a ¥{top_up} top-up each (and a budget of 80 % of it)")
+            _register(settings, tenants, top_up)
+            say(f"serving the private chDB on 127.0.0.1:{port + 2} (gpubill clickhouse serve)")
+            server = spawn_gateway(env, port + 2)
+            env["GPUBILL_CLICKHOUSE"] = server.dsn
+            return {"spend": spend, "tenants": tenants, "top_up": str(top_up),
+                    **_run(settings, env, work, rate, duration_s, tenants, spend, say)}
         finally:
             if server is not None:
                 server.process.send_signal(signal.SIGTERM)
@@ -81,33 +99,77 @@ def bench_spend(*, rate: int = 20_000, duration_s: int = 30, tenants: int = 16, 
             broker.down()
 
 
-def _register(settings: Settings, tenants: int) -> None:
-    from billing.balances import set_budget, top_up
+def _rules_without_trial_credit(directory: Path) -> Path:
+    """The default rules, less `[[new_tenant_credit]]`: a ¥10 trial credit would outlast a
+    small tenant's whole run, and no balance would run out."""
+    from billing_rules import DEFAULT_RULES_DIR
+
+    shutil.copytree(DEFAULT_RULES_DIR, directory)
+    billing = directory / "billing.toml"
+    lines, kept, skipping = billing.read_text(encoding="utf-8").splitlines(), [], False
+    for line in lines:
+        if line.strip() == "[[new_tenant_credit]]":
+            skipping = True
+            continue
+        if skipping and line.startswith("["):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    billing.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    return directory
+
+
+def _top_up(rate: int, duration_s: int, tenants: int) -> Decimal:
+    """A balance that a tenant's share of the fleet spends in about a quarter of the run:
+    (rate / 2) cards shared by `tenants`, A800 hourly at ¥10/h (¥1/360 per second), for
+    duration_s / 4 seconds — cards are idle at times, so it runs out later for some."""
+    cards = Fraction(max(rate // 2, 1), tenants)
+    amount = cards * Fraction(duration_s, 4) / 360
+    return max(Decimal("0.01"), Decimal(int(amount * 100)) / 100)
+
+
+def _register(settings: Settings, tenants: int, top_up: Decimal) -> None:
+    from billing.balances import set_budget, top_up as add_top_up
     from billing.tenants import add_tenant
     from warehouse.connection import open_database
 
+    budget = max(Decimal("0.01"), (top_up * Decimal("0.8")).quantize(Decimal("0.01")))
     with open_database(settings.clickhouse) as database:
         for k in range(tenants):
             tenant = f"tenant-{k + 1:02d}"
             add_tenant(database, tenant, f"Tenant {k + 1}")
-            set_budget(database, tenant, "20")
-            top_up(database, tenant, "25", f"bench-{k + 1}")
+            set_budget(database, tenant, str(budget))
+            add_top_up(database, tenant, str(top_up), f"bench-{k + 1}")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (/proc/<pid>/stat; 0 where unreadable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, tenants: int, spend: bool,
          say: Say) -> dict:
     report = work / "spend.json"
-    log = open(work / "worker.log", "ab")
-    worker = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "worker"], env=env, stdout=log,
-                              stderr=subprocess.STDOUT)
+    logs = [open(work / "worker.log", "ab"), open(work / "tracker.log", "ab")]
+    processes = {"worker": subprocess.Popen([sys.executable, "-m", "gpubill.cli", "worker"], env=env, stdout=logs[0],
+                                            stderr=subprocess.STDOUT)}
+    if spend:
+        processes["tracker"] = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "spend-tracker"], env=env,
+                                                stdout=logs[1], stderr=subprocess.STDOUT)
     try:
-        time.sleep(10)  # let the worker join both groups before the clock starts
+        time.sleep(10)  # let the worker and the tracker join their groups before the clock starts
         gpus = max(rate // 2, 1)  # one usage and one power reading per card and second
-        say(f"preparing {rate * duration_s:,} readings ({gpus:,} cards, {tenants} tenants)")
+        say(f"preparing {rate * duration_s:,} readings ({gpus:,} cards, {tenants:,} tenants)")
         ticks = _ticks(simulate_fleet(gpus=gpus, gpu_model="A800-80G", minutes=duration_s // 60 + 1,
                                       start=int(time.time()), tenants=tenants), rate, duration_s, settings.partitions)
         total = rate * duration_s
         say(f"producing {rate:,} readings/s for {duration_s} s")
+        cpu_before = {name: _cpu_s(process.pid) for name, process in processes.items()}
+        applied_before = _applied(report)
         began = time.perf_counter()
         asyncio.run(_produce(settings, ticks))
         produced_s = time.perf_counter() - began
@@ -120,18 +182,24 @@ def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, 
             time.sleep(0.5)
         done_s = time.perf_counter() - began
         if spend:
-            say("waiting for the tracker to apply every spend record")
+            say("waiting for the tracker to apply every spend round")
             asyncio.run(_tracker_caught_up(settings))
+        spent_s = time.perf_counter() - began
+        cpu = {name: _cpu_s(process.pid) - cpu_before[name] for name, process in processes.items()}
         time.sleep(2)  # its evaluation of the last changes, and one more report
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-        log.close()
+        for process in processes.values():
+            process.send_signal(signal.SIGTERM)
+        for process in processes.values():
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        for log in logs:
+            log.close()
     figures = orjson.loads(report.read_bytes()) if report.exists() else {}
     rated = orjson.loads((work / "rated.json").read_bytes()) if (work / "rated.json").exists() else {}
+    applied = (figures.get("applied") or 0) - applied_before
     return {
         "rate_per_s": rate,
         "duration_s": duration_s,
@@ -142,12 +210,26 @@ def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, 
         "rated_p99_s": None if rated.get("p99_s") is None else round(rated["p99_s"], 3),
         "freshness_p50_s": figures.get("freshness_p50_s"),
         "freshness_p99_s": figures.get("freshness_p99_s"),
-        "spend_records": figures.get("records"),
+        "spend_records": applied if spend else None,
+        "spend_records_per_s": round(applied / spent_s, 1) if spend else None,
         "transit_p50_s": figures.get("transit_p50_s"),
         "transit_p99_s": figures.get("transit_p99_s"),
+        "worker_cpu_pct": round(100 * cpu["worker"] / spent_s, 1),
+        "tracker_cpu_pct": round(100 * cpu["tracker"] / spent_s, 1) if spend else None,
+        "exhausted_events": figures.get("exhausted_events"),
+        "exhausted_p50_s": figures.get("exhausted_p50_s"),
+        "exhausted_p99_s": figures.get("exhausted_p99_s"),
         "events_emitted": _events_on_topic(settings),
-        "events_emitted_by_worker": figures.get("events_emitted"),
+        "events_emitted_by_tracker": figures.get("events_emitted"),
     }
+
+
+def _applied(report: Path) -> int:
+    """Rounds the tracker applied so far (its report; 0 before the first)."""
+    try:
+        return int(orjson.loads(report.read_bytes()).get("applied") or 0)
+    except (OSError, ValueError):
+        return 0
 
 
 TICK_S = 0.1

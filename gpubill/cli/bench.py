@@ -36,20 +36,19 @@ def bench_pipeline_command(
 def bench_spend_command(
     rate: int = typer.Option(20_000, min=100, help="Readings/s of the steady producer."),
     duration_s: int = typer.Option(30, min=5, help="How long it produces (s)."),
-    tenants: int = typer.Option(16, min=1, max=99, help="Tenants of the simulated fleet, each with a budget and a top-up."),
-    port: int = typer.Option(39292, min=1024, max=65534, help="Port of the private broker (and port + 1)."),
-    gateway: bool = typer.Option(False, "--gateway", help=(
-        "Serve the private chDB from its own process (`gpubill clickhouse serve`), as a ClickHouse server.")),
+    tenants: int = typer.Option(16, min=1, max=5000, help="Tenants of the simulated fleet, each with a budget and a top-up."),
+    port: int = typer.Option(39292, min=1024, max=65534, help="Port of the private broker (and port + 1, + 2)."),
     compare: bool = typer.Option(False, "--compare", help=(
         "Run it twice, with GPUBILL_SPEND=0 first (the rating alone) then on, and print both: the cost of live "
         "spend on the pipeline's own freshness, side by side.")),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
-    """Live spend at a steady rate on a private broker and chDB: freshness of month to date, events emitted."""
+    """Live spend at a steady rate on a private broker and a served chDB: freshness of month to date, spend
+    rounds per second, the tracker's CPU, exhaustion to event, events emitted."""
     from gpubill.bench.spend import bench_spend
 
     def run(spend: bool) -> dict:
-        return bench_spend(rate=rate, duration_s=duration_s, tenants=tenants, port=port, spend=spend, gateway=gateway,
+        return bench_spend(rate=rate, duration_s=duration_s, tenants=tenants, port=port, spend=spend,
                            say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
 
     if compare:

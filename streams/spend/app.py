@@ -103,7 +103,7 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
             return []
         spend_rounds[spend_round.key] = value
         tracker.observe(spend_round)
-        tracker.dirty.update(spend_round.tenants)
+        tracker.changed(spend_round)
         return [spend_round]
 
     async def refresh() -> None:

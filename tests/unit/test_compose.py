@@ -474,6 +474,32 @@ def test_kafka_init_creates_the_pipeline_topics() -> None:
     assert "acls.txt" in script and "--if-not-exists" in script
 
 
+def test_live_spend_has_its_tracker_service_its_topics_and_its_acls(services: dict) -> None:
+    """The spend tracker runs as its own service (issue 26) with the worker's Kafka user; the
+    topics it and the workers use exist as streams/kafka/admin.py would create them, and
+    acls.txt lets that user produce and read them."""
+    from schemas.topics import TOPIC_BILLING_EVENTS, spend_topic
+    from streams.kafka.admin import EVENTS_TOPIC_CONFIG, SPEND_TOPIC_CONFIG
+
+    tracker = services["spend-tracker"]
+    assert tracker["command"] == ["spend-tracker"]
+    assert env(tracker)["GPUBILL_KAFKA_USERNAME"] == env(services["worker"])["GPUBILL_KAFKA_USERNAME"] == "worker"
+    group = env(services["worker"])["GPUBILL_GROUP"]
+    spend = spend_topic(group)
+    script = (DEPLOY / "kafka" / "init.sh").read_text(encoding="utf-8")
+    assert f"--topic {spend} " in script and f"--topic {TOPIC_BILLING_EVENTS} " in script
+    for name, value in SPEND_TOPIC_CONFIG.items():
+        assert f"--config {name}={value}" in script
+    assert f"retention.ms={EVENTS_TOPIC_CONFIG['retention.ms']}" in script
+    rows = [line.split() for line in (DEPLOY / "kafka" / "acls.txt").read_text(encoding="utf-8").splitlines()
+            if line.strip() and not line.startswith("#")]
+    worker = {(op, res, pat, name) for who, op, res, pat, name in rows if who == "worker"}
+    for topic in (spend, TOPIC_BILLING_EVENTS):
+        assert {("Write", "topic", "literal", topic), ("Read", "topic", "literal", topic)} <= worker
+    changelog = f"{group}.spend-spend_rounds-changelog"  # streams/spend/app.py changelog_topic
+    assert any(op == "All" and pat == "prefixed" and changelog.startswith(name) for op, res, pat, name in worker)
+
+
 def test_kafka_scripts_are_bash_that_parses() -> None:
     import shutil
     import subprocess
