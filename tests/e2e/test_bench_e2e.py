@@ -1,5 +1,5 @@
-"""`gpubill bench pipeline --json` runs end to end and prints exactly its fields (tiny sizes:
-this checks the command, it measures nothing)."""
+"""`gpubill bench pipeline --json` and `gpubill bench spend --json` run end to end and print
+exactly their fields (tiny sizes: this checks the commands, it measures nothing)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def test_bench_pipeline_prints_its_fields(tmp_path, where):
     assert done.returncode == 0, done.stderr
     figures = json.loads(done.stdout)
     assert list(figures) == ["raw_consume_per_s", "pipeline_per_s", "ratio", "freshness_p50_s", "freshness_p99_s",
-                             "worker_rss_mb"]
+                             "worker_rss_mb", "spend_tracker"]
+    assert figures["spend_tracker"] is (where == "gateway")  # a tracker process beside the worker
     assert figures["raw_consume_per_s"] > 0 and figures["pipeline_per_s"] > 0 and figures["worker_rss_mb"] > 0
     # the rates are rounded to whole readings/s, the ratio is not: compare loosely (at these tiny
     # sizes a drain takes seconds for 80 readings, so half a reading/s of rounding is several %)
@@ -35,3 +36,21 @@ def test_bench_pipeline_prints_its_fields(tmp_path, where):
     assert 0 < figures["ratio"] == pytest.approx(figures["pipeline_per_s"] / figures["raw_consume_per_s"],
                                                  rel=0.02 + rounding)
     assert figures["freshness_p50_s"] is not None and figures["freshness_p50_s"] <= figures["freshness_p99_s"]
+
+
+def test_bench_spend_prints_its_fields(tmp_path):
+    port = free_port_pair()
+    done = subprocess.run(
+        [sys.executable, "-m", "gpubill.cli", "bench", "spend", "--rate", "400", "--duration-s", "5", "--tenants", "2",
+         "--port", str(port), "--json"],
+        capture_output=True, text=True, timeout=400, cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert {"freshness_p99_s", "spend_records_per_s", "tracker_cpu_pct", "worker_cpu_pct", "exhausted_events",
+            "exhausted_p99_s", "events_emitted"} <= set(figures)
+    # 200 cards over 2 tenants, A800 at ¥1/360 a second, a quarter of 5 s: 100 × 1.25 / 360 = 0.347… → ¥0.34
+    assert (figures["tenants"], figures["top_up"]) == (2, "0.34")
+    assert figures["spend_records"] > 0 and figures["spend_records_per_s"] > 0
+    assert figures["events_emitted"] == figures["events_emitted_by_tracker"] > 0
+

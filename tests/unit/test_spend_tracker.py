@@ -122,3 +122,19 @@ def test_no_context_no_events():
     table.fold(tracker, *_record(0, (1, 1), 14400))
     assert asyncio.run(tracker.evaluate("acme", table.get, NOW)) == []
     assert produced == []
+
+
+def test_changed_tenants_are_emitted_together_one_look_at_the_topic_per_partition():
+    # acme and omega share spend partition 2 (above): both cross 50 % of ¥40.00 in one round
+    produced: list = []
+    log = _Log()
+    tracker = _tracker(log, produced)
+    tracker.contexts["omega"] = SpendContext("omega", "2026-03", Decimal("0"), budget=Decimal("40.00"))
+    table = _Table()
+    spend_round, raw = _record(0, (1, 1), 7200, omega=7200)  # ¥20.00 each
+    table.fold(tracker, spend_round, raw)
+    tracker.changed(spend_round)
+    emitted = asyncio.run(tracker.evaluate_dirty(table.get))
+    assert sorted((e.tenant, e.threshold) for e in emitted) == [("acme", "50"), ("omega", "50")]
+    assert log.reads == 1 and len(produced) == 2
+    assert tracker.dirty == set() and asyncio.run(tracker.evaluate_dirty(table.get)) == []
