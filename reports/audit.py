@@ -30,14 +30,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import Any, Iterable
 
 import orjson
 
 from billing_rules import energy_amount, rent_amount, round_fen
 from schemas.events import parse_ts
 from schemas.topics import TOPIC_CORRECTIONS
-from usage.rated import Coverage, coverage, grouped_sql, retained_periods, source_of
+from reports.audit_hours import Exact, HourFigures, clean_hours, hour_prints, store_clean_hours
+from usage.rated import Coverage, coverage, grouped_sql, hours_range, retained_periods, source_of
 
 # What the period's corrections make of a usage reading's tenant (usage/corrections.py), with
 # `on_it` the card's corrections covering the second in log order: '' (nobody) when any voids
@@ -48,7 +49,7 @@ _CORRECTED_TENANT = ("if(arrayExists(x -> x.7, on_it), '', if(arrayExists(x -> x
                      "arrayLast(x -> x.5, on_it).6, READING))")
 _ON_IT = "arrayFilter(x -> x.3 <= toUnixTimestamp(SECOND) AND toUnixTimestamp(SECOND) < x.4, c.cs) AS on_it"
 
-_RAW_SQL = """
+_RAW_TEMPLATE = """
 WITH
     c AS (
         -- the period's corrections per card, in log order (a card's are on one partition: offset order)
@@ -65,13 +66,13 @@ WITH
         SELECT gpu_uuid, second,
                argMin(tuple(ifNull(tenant, ''), gpu_model, site), (src_partition, src_offset)) AS first
         FROM readings_usage
-        WHERE second >= toDateTime({lo:UInt32}, 'UTC') AND second < toDateTime({hi:UInt32}, 'UTC')
+        WHERE SECONDS
         GROUP BY gpu_uuid, second
     ),
     p AS (
         SELECT gpu_uuid, second, argMin(tuple(power_mw, site), (src_partition, src_offset)) AS first
         FROM readings_power
-        WHERE second >= toDateTime({lo:UInt32}, 'UTC') AND second < toDateTime({hi:UInt32}, 'UTC')
+        WHERE SECONDS
         GROUP BY gpu_uuid, second
     )
 SELECT 'rent' AS stream, tenant, gpu_model, site, minute, count() AS n, toUInt64(0) AS mj
@@ -96,12 +97,23 @@ SETTINGS join_use_nulls = 1
     "ON_IT_P", _ON_IT.replace("SECOND", "p.second")).replace(
     "TENANT_U", _CORRECTED_TENANT.replace("READING", "u.first.1")).replace(
     "TENANT_P", _CORRECTED_TENANT.replace("READING", "ifNull(u.first.1, '')"))
+_PERIOD_SECONDS = "second >= toDateTime({lo:UInt32}, 'UTC') AND second < toDateTime({hi:UInt32}, 'UTC')"
+
+
+def raw_sql(hours: Iterable[int] | None = None) -> str:
+    """The raw side's statement for the period [lo, hi) (parameters), or only for its seconds in `hours`."""
+    where = _PERIOD_SECONDS if hours is None else f"{_PERIOD_SECONDS} AND ({hours_range(hours)})"
+    return _RAW_TEMPLATE.replace("SECONDS", where)
+
+
+_RAW_SQL = raw_sql()  # the whole period: what `--full` runs
 
 _RATED_SQL = """
-SELECT stream, tenant, gpu_model, sum(seconds) AS n, sum(energy_mj) AS mj,
+SELECT toUnixTimestamp(hour) AS h, stream, tenant, sum(seconds) AS n, sum(energy_mj) AS mj,
        rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue
 FROM {source}
-GROUP BY stream, tenant, gpu_model, rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue
+WHERE {where}
+GROUP BY h, stream, tenant, rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue
 """
 
 # Per hour, a fingerprint of its rows at the rollup grain (count and the sum of a hash of each
@@ -245,41 +257,98 @@ class Difference:
     rated: Any
 
 
-def audit(db: Any, rules: Any, period: str) -> tuple[dict[str, Figures], list[Difference]]:
-    """(figures per tenant from the raw readings, differences against the rated data and rollups).
+@dataclass(frozen=True)
+class Audit:
+    """What `audit_period` found, and how much it recomputed."""
+
+    figures: dict[str, Figures]  # per tenant, from the raw readings (from the rollups when retention dropped them)
+    differences: list[Difference]
+    mode: str  # "full", "incremental", or "rollups" (retention dropped the raw readings)
+    hours: int = 0  # hours of the period (and any other hour its rated rows name)
+    recomputed: int = 0  # recomputed from the raw readings now
+    taken: int = 0  # taken from the last clean audit (reports/audit_hours.py)
+    stored: int = 0  # found clean now, kept for the next audit
+
+
+def audit(db: Any, rules: Any, period: str, *, full: bool = False) -> tuple[dict[str, Figures], list[Difference]]:
+    """(figures per tenant from the raw readings, differences against the rated data and rollups):
+    `audit_period`'s figures and differences."""
+    found = audit_period(db, rules, period, full=full)
+    return found.figures, found.differences
+
+
+def audit_period(db: Any, rules: Any, period: str, *, full: bool = False) -> Audit:
+    """Audit `period`: the raw side against the rated side per tenant, and every rollup.
+
+    Incremental (the default): the hours whose prints, rules and audit version are those of their
+    last clean audit are taken from it (their exact per-tenant figures), the others recomputed —
+    all of them the first time. `full` recomputes every hour. Either way the figures of all hours
+    are summed exactly and rounded once per tenant, and compared as they always were; the hours
+    recomputed and found clean (raw equals rated per tenant exactly, rollup equals its per-second
+    rows) are stored with the prints taken before anything was read, so a write during the audit
+    makes its hour differ from the stored print and be recomputed next time. An hour that
+    differs is not stored.
 
     For a period whose per-second rows retention dropped (after archiving and verifying them)
     the figures are the rollups' and the only check left is for rows written after the drop."""
     lo, hi = rules.period_bounds(period)
     cov = coverage(db, rules, period)
-    rated = _rated_figures(db, source_of(cov, rules))
     if period in retained_periods(db):  # the raw readings are in the verified archive, no longer here
-        return rated, rollup_differences(db, rules, cov)
-    raw = _raw_figures(db, rules, lo, hi)
-    differences = rollup_differences(db, rules, cov)
-    for tenant in sorted(set(raw) | set(rated)):
-        a, b = raw.get(tenant, Figures()), rated.get(tenant, Figures())
+        rated = _rated_by_hour(db, source_of(cov, rules), None)
+        return Audit(_rounded(_total(rated.values())), rollup_differences(db, rules, cov), "rollups")
+    generation = int(db.query("SELECT toUnixTimestamp64Nano(now64(9))")[0][0])
+    prints = hour_prints(db, cov, lo, hi)  # first: what is stored must be what was there before the reads
+    taken = {} if full else clean_hours(db, rules, period, prints)
+    again = sorted(set(prints) - set(taken))
+    every = full or not taken  # the whole period: the statements of today, no list of hours
+    raw = _raw_by_hour(db, rules, lo, hi, None if every else again)
+    rated = _rated_by_hour(db, source_of(cov, rules), None if every else again)
+    rollups = _rollups_differing(db, rules, cov, None if every else again)
+    clean = {h: (prints[h], raw.get(h, {})) for h in again
+             if h not in rollups and _same(raw.get(h, {}), rated.get(h, {}))}
+    store_clean_hours(db, rules, period, generation, clean)
+
+    raw_total = _rounded(_total([*taken.values(), *(raw.get(h, {}) for h in again)]))
+    rated_total = _rounded(_total([*taken.values(), *(rated.get(h, {}) for h in again)]))
+    differences = [Difference("", f"rollup of hour {_iso(h)}", f"{a[0]} groups", f"{b[0]} groups")
+                   for h, (a, b) in sorted(rollups.items())]
+    for tenant in sorted(set(raw_total) | set(rated_total)):
+        a, b = raw_total.get(tenant, Figures()), rated_total.get(tenant, Figures())
         for what in ("rent_seconds", "energy_mj", "rent", "electricity"):
             if getattr(a, what) != getattr(b, what):
                 differences.append(Difference(tenant, what, getattr(a, what), getattr(b, what)))
-    return raw, differences
+    return Audit(raw_total, differences, "full" if full else "incremental", len(prints), len(again), len(taken),
+                 len(clean))
 
 
-def _raw_figures(db: Any, rules: Any, lo: int, hi: int) -> dict[str, Figures]:
-    seconds: dict[str, int] = defaultdict(int)
-    energy: dict[str, int] = defaultdict(int)
-    rent: dict[str, Fraction] = defaultdict(Fraction)
-    electricity: dict[str, Fraction] = defaultdict(Fraction)
-    for stream, tenant, model, site, minute, n, mj in db.query(_RAW_SQL, {"lo": lo, "hi": hi}):
+def _raw_by_hour(db: Any, rules: Any, lo: int, hi: int, hours: list[int] | None) -> dict[int, HourFigures]:
+    """Per hour and tenant, the exact figures of the raw readings (corrections applied) of `hours`
+    (None: the whole period), each minute priced by the rules in force at it."""
+    out: dict[int, dict[str, Exact]] = defaultdict(lambda: defaultdict(Exact))
+    if hours is not None and not hours:
+        return out
+    for stream, tenant, model, site, minute, n, mj in db.query(raw_sql(hours), {"lo": lo, "hi": hi}):
+        hour = int(minute) - int(minute) % 3600
         if stream == "rent":
-            rate = rules.rent_rate(tenant, model, int(minute))
-            seconds[tenant] += int(n)
-            rent[tenant] += rate.cost(int(n))
+            out[hour][tenant] += Exact(int(n), 0, rules.rent_rate(tenant, model, int(minute)).cost(int(n)))
         else:
-            rate = rules.energy_rate(site, int(minute))
-            energy[tenant] += int(mj)
-            electricity[tenant] += rate.cost(int(mj))
-    return _figures(seconds, energy, rent, electricity)
+            out[hour][tenant] += Exact(0, int(mj), Fraction(0), rules.energy_rate(site, int(minute)).cost(int(mj)))
+    return out
+
+
+def _rated_by_hour(db: Any, source: tuple[str, dict], hours: list[int] | None) -> dict[int, HourFigures]:
+    """Per hour and tenant, the exact figures of the rated data as every report reads it (usage.rated)."""
+    out: dict[int, dict[str, Exact]] = defaultdict(lambda: defaultdict(Exact))
+    if hours is not None and not hours:
+        return out
+    where = "1" if hours is None else hours_range(hours, "hour")
+    for h, stream, tenant, n, mj, price, per_s, pct, tariff, pue in db.query(
+            _RATED_SQL.format(source=source[0], where=where), source[1]):
+        if stream == "rent":
+            out[int(h)][tenant] += Exact(int(n), 0, rent_amount(int(n), price, int(per_s), pct))
+        else:
+            out[int(h)][tenant] += Exact(0, int(mj), Fraction(0), energy_amount(int(mj), pue, tariff))
+    return out
 
 
 def rollup_differences(db: Any, rules: Any, cov: Coverage) -> list[Difference]:
@@ -289,16 +358,44 @@ def rollup_differences(db: Any, rules: Any, cov: Coverage) -> list[Difference]:
                    for h in cov.frozen]
     if cov.period in retained_periods(db):
         return differences  # the per-second rows are archived; `gpubill archive verify` checks them
+    return differences + [Difference("", f"rollup of hour {_iso(h)}", f"{a[0]} groups", f"{b[0]} groups")
+                          for h, (a, b) in sorted(_rollups_differing(db, rules, cov, None).items())]
+
+
+def _rollups_differing(db: Any, rules: Any, cov: Coverage,
+                       hours: list[int] | None) -> dict[int, tuple[tuple[int, int], tuple[int, int]]]:
+    """Hours (of `hours`, None: all) read from their rollup whose published rows differ from the
+    per-second rows grouped now: hour → ((groups, print) per second, (groups, print) published)."""
+    if hours is not None and not hours:
+        return {}
     params = {"period": cov.period, "tz": str(rules.billing_tz)}
     skip = f" HAVING h NOT IN ({', '.join(str(int(h)) for h in cov.live)})" if cov.live else ""  # read live anyway
-    rolled = {h: (n, f) for h, n, f in db.query(_FINGERPRINT.format(rows=_PUBLISHED_SQL) + skip, params)}
-    per_second = grouped_sql("period = {period:String}", minutes=True)
-    grouped = {h: (n, f) for h, n, f in db.query(_FINGERPRINT.format(rows=per_second) + skip, params)}
-    for hour in sorted(set(rolled) | set(grouped)):
-        a, b = grouped.get(hour, (0, 0)), rolled.get(hour, (0, 0))
-        if a != b:
-            differences.append(Difference("", f"rollup of hour {_iso(hour)}", f"{a[0]} groups", f"{b[0]} groups"))
-    return differences
+    published, per_second = _PUBLISHED_SQL, grouped_sql("period = {period:String}", minutes=True)
+    if hours is not None:
+        published += f" AND ({hours_range(hours, 'hour')})"
+        per_second = grouped_sql(f"period = {{period:String}} AND ({hours_range(hours)})", minutes=True)
+    rolled = {int(h): (int(n), int(f)) for h, n, f in db.query(_FINGERPRINT.format(rows=published) + skip, params)}
+    grouped = {int(h): (int(n), int(f)) for h, n, f in db.query(_FINGERPRINT.format(rows=per_second) + skip, params)}
+    return {hour: (grouped.get(hour, (0, 0)), rolled.get(hour, (0, 0))) for hour in set(rolled) | set(grouped)
+            if grouped.get(hour, (0, 0)) != rolled.get(hour, (0, 0))}
+
+
+def _same(a: HourFigures, b: HourFigures) -> bool:
+    """Equal per tenant, exactly (a tenant with nothing is no tenant)."""
+    return ({t: f for t, f in a.items() if not f.is_zero()} == {t: f for t, f in b.items() if not f.is_zero()})
+
+
+def _total(hours: Iterable[HourFigures]) -> dict[str, Exact]:
+    total: dict[str, Exact] = defaultdict(Exact)
+    for figures in hours:
+        for tenant, f in figures.items():
+            total[tenant] += f
+    return total
+
+
+def _rounded(total: dict[str, Exact]) -> dict[str, Figures]:
+    """Rounded once per tenant (billing_rules.round_fen): the only rounding of the audit."""
+    return {t: Figures(f.rent_seconds, f.energy_mj, round_fen(f.rent), round_fen(f.electricity)) for t, f in total.items()}
 
 
 def _iso(second: int) -> str:
@@ -307,26 +404,3 @@ def _iso(second: int) -> str:
 
 def _iso_s(second: int) -> str:
     return datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _rated_figures(db: Any, source: tuple[str, dict]) -> dict[str, Figures]:
-    seconds: dict[str, int] = defaultdict(int)
-    energy: dict[str, int] = defaultdict(int)
-    rent: dict[str, Fraction] = defaultdict(Fraction)
-    electricity: dict[str, Fraction] = defaultdict(Fraction)
-    for stream, tenant, _, n, mj, price, per_s, pct, tariff, pue in db.query(_RATED_SQL.format(source=source[0]), source[1]):
-        if stream == "rent":
-            seconds[tenant] += int(n)
-            rent[tenant] += rent_amount(int(n), price, int(per_s), pct)
-        else:
-            energy[tenant] += int(mj)
-            electricity[tenant] += energy_amount(int(mj), pue, tariff)
-    return _figures(seconds, energy, rent, electricity)
-
-
-def _figures(seconds, energy, rent, electricity) -> dict[str, Figures]:
-    return {
-        tenant: Figures(seconds.get(tenant, 0), energy.get(tenant, 0), round_fen(rent.get(tenant, Fraction(0))),
-                        round_fen(electricity.get(tenant, Fraction(0))))
-        for tenant in set(seconds) | set(energy)
-    }

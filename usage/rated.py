@@ -17,7 +17,7 @@ of the hour: rented seconds or mJ, for re-pricing under other rules).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from warehouse import writes
 
@@ -54,6 +54,12 @@ def second_range(lo: int, hi: int, column: str = "second") -> str:
 
 def hour_range(hour: int) -> str:
     return second_range(hour, hour + 3600)
+
+
+def hours_range(hours: Iterable[int], column: str = "second") -> str:
+    """SQL: rows whose `column` is in one of `hours` (UTC starts, epoch s), consecutive hours as one
+    range; `0` (no row) when there are none."""
+    return " OR ".join(second_range(lo, hi, column) for lo, hi in _runs(tuple(sorted(set(hours))))) or "0"
 
 
 def grouped_sql(where: str, *, minutes: bool = False, relation: str = "rated_seconds FINAL") -> str:

@@ -82,19 +82,26 @@ def check_choice(option: str, value: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def audit(period: str = typer.Option(..., help="Billing period YYYY-MM.")) -> None:
-    """Recompute the period from raw readings and compare with the rated data; exit 1 on differences."""
+def audit(
+    period: str = typer.Option(..., help="Billing period YYYY-MM."),
+    full: bool = typer.Option(False, "--full", help="Recompute every hour from the raw readings, none taken from "
+                              "the last clean audit."),
+) -> None:
+    """Recompute the period from raw readings and compare with the rated data; exit 1 on differences.
+
+    Hours unchanged since the last clean audit (their raw and rated rows, corrections and rules)
+    are taken from it; the others are recomputed. --full recomputes all of them."""
     from rich.table import Table
 
-    from reports.audit import audit as run_audit
-    from reports.audit import conflicts_of, correction_findings
+    from reports.audit import audit_period, conflicts_of, correction_findings
 
     settings = load_settings()
     rules = read_rules(settings)
     from usage.rated import retained_periods
 
     with connect(settings) as database:
-        figures, differences = run_audit(database, rules, check_period(period))
+        found = audit_period(database, rules, check_period(period), full=full)
+        figures, differences = found.figures, found.differences
         conflicts = conflicts_of(database, rules, period)
         corrections = correction_findings(database, rules, period)
         retained = period in retained_periods(database)
@@ -120,6 +127,7 @@ def audit(period: str = typer.Option(..., help="Billing period YYYY-MM.")) -> No
         out.print(f"correction conflicts of {period}: none", highlight=False)
     out.print(f"corrections dead-lettered (any period): {corrections.deadlettered:,}"
               + (" — `gpubill dlq list` shows them" if corrections.deadlettered else ""), highlight=False)
+    out.print(_audit_mode(found), highlight=False)
     if differences:
         for d in differences:
             who = terminal_text(d.tenant) if d.tenant else "(unallocated)"
@@ -131,3 +139,12 @@ def audit(period: str = typer.Option(..., help="Billing period YYYY-MM.")) -> No
                   "`gpubill archive verify`")
     else:
         out.print(f"audit of {period}: clean — rated data equals the batch join of the raw readings")
+
+
+def _audit_mode(found) -> str:
+    """One line: which audit ran and how many hours it recomputed, took from the last clean audit and kept."""
+    if found.mode == "rollups":
+        return "audit mode: rollups only (retention dropped the raw readings); nothing recomputed"
+    taken = f", {found.taken:,} taken from the last clean audit" if found.mode == "incremental" else ""
+    return (f"audit mode: {found.mode} — {found.recomputed:,} of {found.hours:,} hours recomputed{taken}; "
+            f"{found.stored:,} stored as clean")

@@ -523,6 +523,20 @@ def test_the_audits_own_statement_passes(gateway):
     assert (status, text) == (200, ""), text  # no readings in that hour: no rows
 
 
+def test_the_incremental_audits_statements_pass(gateway):
+    """The prints and stored hours `gpubill audit` reads (reports/audit_hours.py) and its raw side for a
+    list of hours, through the gateway."""
+    from reports import audit_hours as hours
+    from reports.audit import raw_sql
+
+    where = "second >= toDateTime(1780000000, 'UTC') AND second < toDateTime(1780003600, 'UTC')"
+    params = "param_period=2026-06&param_lo=1780000000&param_hi=1780003600"
+    for sql in (hours._USAGE_PRINT, hours._POWER_PRINT, hours._SECONDS_PRINT, hours._ROLLUP_PRINT,
+                hours._CORRECTIONS, hours._STORED, raw_sql([1780000000, 1780003600, 1780010800])):
+        status, _, text = gateway.request(sql.replace("SECONDS", where), params=params)
+        assert (status, text) == (200, ""), text  # nothing stored in those hours: no rows
+
+
 def test_a_with_name_shadows_a_file_of_the_same_name(gateway):
     # the guard lets a WITH name in scope through unchecked as a table: ClickHouse must read the
     # subquery, never the file `secret` in the gateway's working directory
