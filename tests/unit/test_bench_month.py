@@ -164,9 +164,16 @@ def test_a_small_month_end_to_end(monkeypatch, tmp_path) -> None:
     # 16 cards, 4-card tenants: 4 tenants; 2 hours of per-second rows, the other 22 of the day as rollups
     result = bench_month(16, 1, per_second_hours=2, tenant_cards=4, settle_s=5, margin_s=1.1,
                          keep=tmp_path / "month")
-    for key in ("rollup_s_per_hour", "invoice_run_s", "cost_share_s", "usage_report_s", "finance_view_s", "audit_s",
-                "bytes_per_gpu_second", "gpus", "days"):
+    for key in ("rollup_s_per_hour", "invoice_run_s", "cost_share_s", "usage_report_s", "finance_view_s",
+                "audit_first_s", "audit_incremental_s", "audit_full_s", "audit_prints_s", "bytes_per_gpu_second",
+                "gpus", "days"):
         assert key in result, key
+    # the day's 24 hours (and none other of April): the 2 per-second hours agree and are stored the
+    # first time, taken the second; the 22 synthetic hours (rollups, no readings) differ every time
+    assert result["audit_hours"] == {"first": {"hours": 720, "recomputed": 720, "taken": 0, "stored": 698},
+                                     "incremental": {"hours": 720, "recomputed": 22, "taken": 698, "stored": 0},
+                                     "full": {"hours": 720, "recomputed": 720, "taken": 0, "stored": 698}}
+    assert len(set(result["audit_differences"].values())) == 1 and result["audit_differences"]["first"] > 0
     assert (result["gpus"], result["days"], result["per_second_hours"]) == (16, 1, 2)
     assert result["invoices"] == 4
     assert set(result["usage_report_s"]) == set(FORMATS)
