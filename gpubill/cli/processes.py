@@ -68,9 +68,10 @@ def _track_spend(settings: Settings, pipeline, database, *, inline: bool) -> dic
     return _tracker_arguments(settings, lambda: pipeline.rules, database, pipeline.metrics)
 
 
-def _tracker_arguments(settings: Settings, rules_now, database, metrics) -> dict:
+def _tracker_arguments(settings: Settings, rules_now, database, metrics, reload_rules=lambda: None) -> dict:
     """The tracker and what it needs (run_worker's and run_tracker's arguments); `rules_now()`
-    is the rule set in use (the pipeline's, or the tracker process's own, reloaded)."""
+    is the rule set in use (the pipeline's, or the tracker process's own, which
+    `reload_rules()` reloads before each read of the warehouse when its files changed)."""
     from billing.live_spend import SpendContexts, store_positions
     from schemas.topics import TOPIC_BILLING_EVENTS
     from streams.kafka.logs import EmittedEvents
@@ -89,9 +90,14 @@ def _tracker_arguments(settings: Settings, rules_now, database, metrics) -> dict
     tracker = SpendTracker(partitions=settings.partitions, policy=policy, events=events, produce=None,
                            period_of=lambda second: rules_now().period_of(second), metrics=metrics)
     contexts = SpendContexts()
+
+    def refresh_contexts() -> dict:
+        reload_rules()
+        return contexts.read(reads, rules_now())
+
     return {"tracker": tracker, "context_every_s": settings.spend_context_s,
             "tracker_executor": ThreadPoolExecutor(1, thread_name_prefix="spend"),
-            "refresh_contexts": lambda: contexts.read(reads, rules_now()),
+            "refresh_contexts": refresh_contexts,
             "publish_positions": lambda positions: store_positions(reads, positions)}
 
 
@@ -182,7 +188,7 @@ def spend_tracker(
         from streams.kafka.admin import ensure_spend_topics
 
         ensure_spend_topics(settings)
-        arguments = _tracker_arguments(settings, rules, database, None)
+        arguments = _tracker_arguments(settings, lambda: rules.rules, database, None, reload_rules=rules.reload)
         report = os.environ.get("GPUBILL_BENCH_SPEND")  # set by `gpubill bench spend`
         tasks = [_spend_reporter(arguments["tracker"], Path(report))] if report else []
         code = run_tracker(settings, arguments.pop("tracker"), drain=drain, loglevel="WARN" if drain else "INFO",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -142,7 +142,7 @@ async def committed_offsets(bootstrap: str, security: dict[str, Any], group: str
 class EmittedEvents:
     """Which billing event ids are already on the events topic, per partition.
 
-    `seen(ids, partition)` answers from memory when it can and reads the partition's new
+    `seen_all({partition: ids})` answers from memory when it can and reads the partitions' new
     records otherwise: an event that another worker produced before this one took its
     tenant over is found, because it was acknowledged before the partition changed hands.
     """
@@ -154,24 +154,25 @@ class EmittedEvents:
         self._ids: set[str] = set()
         self._positions: dict[int, int] = {}
 
-    async def seen(self, ids: Iterable[str], partition: int) -> set[str]:
-        """The ids of `ids` already on the topic's `partition`."""
-        wanted = set(ids)
-        if wanted <= self._ids:
-            return wanted
-        await self._catch_up(partition)
+    async def seen_all(self, ids: dict[int, set[str]]) -> set[str]:
+        """The ids of `ids` (partition → ids) already on the topic: the partitions that must be
+        read are read together, in one pass (`seen` one after the other waited a fetch each)."""
+        wanted = set().union(*ids.values()) if ids else set()
+        unknown = sorted(partition for partition, some in ids.items() if not some <= self._ids)
+        if unknown:
+            await self._catch_up(*unknown)
         return wanted & self._ids
 
     def emitted(self, event_id: str) -> None:
         """Remember an event this process produced (acknowledged)."""
         self._ids.add(event_id)
 
-    async def _catch_up(self, partition: int) -> None:
+    async def _catch_up(self, *partitions: int) -> None:
         if self._consumer is None:
             self._consumer = _consumer(self._bootstrap, self._security)
             await self._consumer.start()
             self._consumer.assign(_partitions(self.topic, self.partitions))
-        tp = TopicPartition(self.topic, partition)
+        tps = {partition: TopicPartition(self.topic, partition) for partition in partitions}
 
         def take(message: Any) -> None:
             try:
@@ -180,8 +181,9 @@ class EmittedEvents:
                 log.warning("an invalid billing event at %s:%s@%s: %s", message.topic, message.partition,
                             message.offset, exc)
 
-        positions = await _read(self._consumer, {tp: self._positions.get(partition, 0)}, take)
-        self._positions[partition] = positions[tp]
+        positions = await _read(self._consumer, {tp: self._positions.get(p, 0) for p, tp in tps.items()}, take)
+        for partition, tp in tps.items():
+            self._positions[partition] = positions[tp]
 
     async def close(self) -> None:
         if self._consumer is not None:

@@ -102,7 +102,7 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
             _refused(tracker, "older than the high-water mark", event)
             return []
         spend_rounds[spend_round.key] = value
-        tracker.observe(spend_round)
+        tracker.observe(spend_round, sent_ms=int(message.timestamp * 1000) if message.timestamp else None)
         tracker.changed(spend_round)
         return [spend_round]
 
@@ -118,9 +118,9 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
             log.warning("could not read balances for the spend tracker", exc_info=True)
             return
         held = {tp.partition for tp in app.consumer.assignment() if tp.topic == spend}
-        for tenant in sorted(tracker.contexts):
-            if spend_partition(tenant, settings.partitions) in held:
-                await tracker.evaluate(tenant, spend_rounds.get)
+        tracker.know(spend_rounds.keys())  # what the table recovered from its changelog, too
+        await tracker.evaluate_many([tenant for tenant in sorted(tracker.contexts)
+                                     if spend_partition(tenant, settings.partitions) in held], spend_rounds.get)
         if publish is not None:
             positions = list(tracker.positions.items())
             try:

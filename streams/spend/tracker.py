@@ -28,7 +28,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 from billing_rules.spend import AlertPolicy, PeriodSpend, SpendContext, TenantPosition, due_events, position
 from schemas.billing_events import BillingEvent, observed
@@ -37,7 +37,7 @@ from streams.spend.ledger import periods_of
 
 
 class EventLog(Protocol):
-    async def seen(self, ids: set[str], partition: int) -> set[str]: ...
+    async def seen_all(self, ids: dict[int, set[str]]) -> set[str]: ...
 
     def emitted(self, event_id: str) -> None: ...
 
@@ -57,6 +57,7 @@ class SpendTracker:
     positions: dict[str, tuple[TenantPosition, int]] = field(default_factory=dict)  # tenant → (position, as of ms)
     freshness_s: deque = field(default_factory=lambda: deque(maxlen=100_000))
     transit_s: deque = field(default_factory=lambda: deque(maxlen=100_000))  # produced → applied
+    consume_s: deque = field(default_factory=lambda: deque(maxlen=100_000))  # on the topic → applied
     exhausted_s: deque = field(default_factory=lambda: deque(maxlen=100_000))  # reading → balance_exhausted
     emitted_count: int = 0
     applied_count: int = 0
@@ -121,9 +122,12 @@ class SpendTracker:
                 if held is None or spend_round.oldest_ms < held:
                     self._oldest[tenant] = spend_round.oldest_ms
 
-    def observe(self, record: SpendRound, now_ms: int | None = None) -> float:
-        """Record how fresh an applied round is: now − its batch's oldest reading, in s."""
+    def observe(self, record: SpendRound, now_ms: int | None = None, sent_ms: int | None = None) -> float:
+        """Record how fresh an applied round is: now − its batch's oldest reading, in s (and
+        now − its Kafka timestamp `sent_ms`: how long it waited on the tracker's side)."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        if sent_ms:
+            self.consume_s.append(max(now_ms - sent_ms, 0) / 1000)
         lag_s = max(now_ms - record.oldest_ms, 0) / 1000 if record.oldest_ms else 0.0
         self.freshness_s.append(lag_s)
         self.applied_count += 1
@@ -143,7 +147,8 @@ class SpendTracker:
         return {"records": len(self.freshness_s), "applied": self.applied_count,
                 "freshness_p50_s": pick(self.freshness_s, 0.50),
                 "freshness_p99_s": pick(self.freshness_s, 0.99), "transit_p50_s": pick(self.transit_s, 0.50),
-                "transit_p99_s": pick(self.transit_s, 0.99), "events_emitted": self.emitted_count,
+                "transit_p99_s": pick(self.transit_s, 0.99), "consume_p50_s": pick(self.consume_s, 0.50),
+                "consume_p99_s": pick(self.consume_s, 0.99), "events_emitted": self.emitted_count,
                 "exhausted_events": len(self.exhausted_s), "exhausted_p50_s": pick(self.exhausted_s, 0.50),
                 "exhausted_p99_s": pick(self.exhausted_s, 0.99)}
 
@@ -155,9 +160,17 @@ class SpendTracker:
         became due for all of them at once: one look at the events topic per partition, the
         events produced together (a thousand tenants' events, one by one, took half a minute)."""
         tenants, self.dirty = sorted(self.dirty), set()
+        return await self.evaluate_many(tenants, value_of)
+
+    async def evaluate_many(self, tenants: list[str], value_of: Callable[[str], dict | None]) -> list[BillingEvent]:
+        """Evaluate `tenants` now and emit what became due for all of them at once."""
         now = datetime.now(UTC)
-        due = [found for tenant in tenants for found in self._due(tenant, value_of, now)]
-        return await self._emit(due)
+        return await self._emit([found for tenant in tenants for found in self._due(tenant, value_of, now)])
+
+    def know(self, keys: Iterable[str]) -> None:
+        """Round keys held in the table (recovered from its changelog, not merged here), so
+        that a tenant is read from every source partition's round of its spend partition."""
+        self._keys.update(keys)
 
     async def evaluate(self, tenant: str, value_of: Callable[[str], dict | None],
                        now: datetime | None = None) -> list[BillingEvent]:
@@ -192,8 +205,9 @@ class SpendTracker:
             for event, oldest_ms in due:
                 by_partition.setdefault(spend_partition(event.tenant, self.partitions), []).append((event, oldest_ms))
             fresh = []
+            already = await self.events.seen_all({partition: {event.event_id for event, _ in events}
+                                                  for partition, events in by_partition.items()})
             for partition, events in sorted(by_partition.items()):
-                already = await self.events.seen({event.event_id for event, _ in events}, partition)
                 for event, oldest_ms in events:
                     if event.event_id in self._local or event.event_id in already:
                         self._local.add(event.event_id)

@@ -168,8 +168,9 @@ def test_a_small_month_end_to_end(monkeypatch, tmp_path) -> None:
                 "audit_first_s", "audit_incremental_s", "audit_full_s", "audit_prints_s", "bytes_per_gpu_second",
                 "gpus", "days"):
         assert key in result, key
-    # the day's 24 hours (and none other of April): the 2 per-second hours agree and are stored the
-    # first time, taken the second; the 22 synthetic hours (rollups, no readings) differ every time
+    # April's 720 hours: the 2 per-second hours and the 696 hours after the built day (no rows on
+    # either side) agree and are stored the first time, taken the second; the day's 22 synthetic
+    # hours (rollups, no readings) differ every time, so every run recomputes them
     assert result["audit_hours"] == {"first": {"hours": 720, "recomputed": 720, "taken": 0, "stored": 698},
                                      "incremental": {"hours": 720, "recomputed": 22, "taken": 698, "stored": 0},
                                      "full": {"hours": 720, "recomputed": 720, "taken": 0, "stored": 698}}
