@@ -18,6 +18,9 @@ Figures (the tracker writes its own to GPUBILL_BENCH_SPEND every second):
     freshness_p50_s / _p99_s   per spend round applied in the table: now − the Kafka
                                timestamp of the oldest reading of the batch that produced it,
                                an upper bound for every reading it carries
+    transit_p50_s / _p99_s     per spend round: applied − made (the worker's clock after
+                               its batch was written); consume_p50_s / _p99_s applied − its
+                               Kafka timestamp (the wait on the tracker's side alone)
     spend_records_per_s        spend rounds applied by the tracker per second of the run
     tracker_cpu_pct            the tracker process's CPU (user + system) over the run, in %
                                of one core; worker_cpu_pct the same for the worker
@@ -214,6 +217,8 @@ def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, 
         "spend_records_per_s": round(applied / spent_s, 1) if spend else None,
         "transit_p50_s": figures.get("transit_p50_s"),
         "transit_p99_s": figures.get("transit_p99_s"),
+        "consume_p50_s": figures.get("consume_p50_s"),
+        "consume_p99_s": figures.get("consume_p99_s"),
         "worker_cpu_pct": round(100 * cpu["worker"] / spent_s, 1),
         "tracker_cpu_pct": round(100 * cpu["tracker"] / spent_s, 1) if spend else None,
         "exhausted_events": figures.get("exhausted_events"),

@@ -154,6 +154,13 @@ def test_record_decimal_never_written_with_an_exponent():
     (lambda d: d["tenants"]["acme"]["2026-03"]["energy"][0].__setitem__(4, 2.5), "energy_mj"),
     (lambda d: d["tenants"]["acme"]["2026-03"]["rent"][0].__setitem__(3, 0), "per_s"),
     (lambda d: d["tenants"].update(acme=[]), "periods"),
+    # each goes past the one-test fast path of a row to the checks that name the field
+    (lambda d: d["tenants"]["acme"]["2026-03"]["rent"][0].pop(), "a rent row is"),
+    (lambda d: d["tenants"]["acme"]["2026-03"]["rent"][0].__setitem__(5, True), "seconds"),
+    (lambda d: d["tenants"]["acme"]["2026-03"]["energy"][0].__setitem__(1, "../x"), "band"),
+    (lambda d: d["tenants"]["acme"]["2026-03"]["energy"][0].__setitem__(3, "1.12.1"), "pue"),
+    (lambda d: d["tenants"]["acme"]["2026-03"].update(credits=[]), "unknown field"),
+    (lambda d: d["tenants"]["acme"]["2026-03"].pop("energy"), "missing field"),
 ])
 def test_record_refuses_hostile_input(mutate, message):
     document = json.loads(encode_round(_round()))
