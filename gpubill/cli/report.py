@@ -115,30 +115,30 @@ def audit(
         reasons = ", ".join(f"{n:,} {terminal_text(reason)}" for reason, n in conflicts.by_reason.items())
         out.print(f"conflicts of {period}: {conflicts.count:,} ({reasons}); first {len(conflicts.examples)}:", highlight=False)
         for example in conflicts.examples:
-            out.print(f"  CONFLICT {terminal_text(example.describe())}", highlight=False)
+            out.print(f"  CONFLICT {terminal_text(example.describe())}", highlight=False, soft_wrap=True)
     else:
         out.print(f"conflicts of {period}: none", highlight=False)
     # corrections that do not count (streams/corrections_sync.py): shown like the readings' conflicts
     if corrections.conflicts:
         out.print(f"correction conflicts of {period}: {len(corrections.conflicts):,}", highlight=False)
         for conflict in corrections.conflicts:
-            out.print(f"  CONFLICT {terminal_text(conflict.describe())}", highlight=False)
+            out.print(f"  CONFLICT {terminal_text(conflict.describe())}", highlight=False, soft_wrap=True)
     else:
         out.print(f"correction conflicts of {period}: none", highlight=False)
     out.print(f"corrections dead-lettered (any period): {corrections.deadlettered:,}"
               + (" — `gpubill dlq list` shows them" if corrections.deadlettered else ""), highlight=False)
-    out.print(_audit_mode(found), highlight=False)
+    out.print(_audit_mode(found), highlight=False, soft_wrap=True)
     if differences:
         for d in differences:
             who = terminal_text(d.tenant) if d.tenant else "(unallocated)"
             out.print(f"DIFFERENCE {who} {terminal_text(d.what)}: raw {terminal_text(d.raw)} vs rated "
-                      f"{terminal_text(d.rated)}", highlight=False)
+                      f"{terminal_text(d.rated)}", highlight=False, soft_wrap=True)
         raise GpubillError(f"audit of {period}: {len(differences)} differences between raw readings and rated data")
     if retained:
         out.print(f"audit of {period}: clean — no rows written after retention; the raw readings are checked by "
-                  "`gpubill archive verify`")
+                  "`gpubill archive verify`", soft_wrap=True)
     else:
-        out.print(f"audit of {period}: clean — rated data equals the batch join of the raw readings")
+        out.print(f"audit of {period}: clean — rated data equals the batch join of the raw readings", soft_wrap=True)
 
 
 def _audit_mode(found) -> str:
