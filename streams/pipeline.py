@@ -60,18 +60,22 @@ class Pipeline:
         """Validate, deduplicate, attribute and price a batch — `Message`s and `RecordSet`s —
         in the rating thread (the only user of the rater). Returns the result and its time."""
         now = utcnow()
+        revision = getattr(self.rules, "revision", "")  # the rules the rater prices with (use_rules swaps both)
         lookup = StoredLookup(self.sink.database, before_read=self.writes_done) if self.sink else None
         if self.spend is None:
-            return self.rater.rate_batch(items, now=now, lookup=lookup, timestamps=self.freshness is not None), now
-        return self.rater.rate_batch(items, now=now, lookup=lookup, timestamps=True,
-                                     spend_marks=self.spend.filter_marks), now
+            result = self.rater.rate_batch(items, now=now, lookup=lookup, timestamps=self.freshness is not None)
+        else:
+            result = self.rater.rate_batch(items, now=now, lookup=lookup, timestamps=True,
+                                           spend_marks=self.spend.filter_marks)
+        result.rules_revision = revision
+        return result, now
 
     def persist(self, result: BatchResult, now: datetime) -> BatchResult:
         """Write a rated batch to ClickHouse, in the writer thread; returns once acknowledged."""
         if self.sink:
             started = time.monotonic()
             rows = [letter.row(now) for letter in result.deadletters]
-            self.sink.write(result.outcome, rows)
+            self.sink.write(result.outcome, rows, result.rules_revision)
             if self.corrections:
                 correct_card_hours(self.sink.database, self.rules, result.outcome.hours, self.corrections)
             if self.metrics:

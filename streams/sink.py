@@ -48,8 +48,9 @@ class ClickHouseSink:
     stats: SinkStats = field(default_factory=SinkStats)
     stamps: HourStamps = field(default_factory=HourStamps)
 
-    def write(self, outcome: RatedBatch, deadletters: list[tuple] | None = None) -> None:
+    def write(self, outcome: RatedBatch, deadletters: list[tuple] | None = None, revision: str = "") -> None:
         """Insert every row of the batch; returns only when ClickHouse acknowledged all.
+        `revision`: the revision of the rules that priced it, stamped with its hours.
 
         The three hot tables go as the Native blocks the rater encoded (≈ 8× less CPU than
         the client's generic insert); conflicts and dead letters are rare and go plainly."""
@@ -67,21 +68,22 @@ class ClickHouseSink:
         rows_written = 0
         for table, rows, columns in plan:
             if rows:
-                self._insert_with_retry(table, rows, columns, outcome.hours if table == "rated_seconds" else ())
+                self._insert_with_retry(table, rows, columns, outcome.hours if table == "rated_seconds" else (),
+                                        revision)
                 rows_written += rows[1] if isinstance(rows, tuple) else len(rows)
         self.stats.batches += 1
         self.stats.rows += rows_written
         self.stats.last_flush_s = time.monotonic() - started
 
     def _insert_with_retry(self, table: str, rows: "list[tuple] | tuple[bytes, int]", columns: tuple[str, ...],
-                           hours: list[tuple[str, int]] | tuple = ()) -> None:
+                           hours: list[tuple[str, int]] | tuple = (), revision: str = "") -> None:
         """Insert plain rows, or a (Native block, row count); retried with backoff while the error
         may pass (`DatabaseError.permanent` False), raised at once when it cannot. Rated rows'
         hours are stamped first, before each attempt (warehouse/writes.py)."""
         delay_s, waited_s = 0.5, 0.0
         while True:
             try:
-                self.stamps.before_write(self.database, hours)
+                self.stamps.before_write(self.database, hours, revision)
                 if isinstance(rows, tuple):
                     self.database.insert_native(table, columns, rows[0])
                 else:

@@ -203,8 +203,9 @@ def regenerate(db: Any, rules: Any, period: str, *, progress: Any = None) -> Reg
             "WHERE period = {period:String} AND generation = {g:UInt64} GROUP BY hour",
             {"period": period, "g": int(generation)})}
         db.insert("rollup_runs", [[period, datetime.fromtimestamp(h, UTC), int(generation), started_at, tz,
-                                   *counts.get(h, (0, 0, 0))] for h in out.hours],
-                  ["period", "hour", "generation", "started_at", "billing_tz", "rows", "seconds", "energy_mj"])
+                                   *counts.get(h, (0, 0, 0)), [p.rules_revision]] for h in out.hours],
+                  ["period", "hour", "generation", "started_at", "billing_tz", "rows", "seconds", "energy_mj",
+                   "rules_revisions"])
         out.generation = int(generation)
         drop_superseded(db, [period])
         db.insert("rerate_runs", [[period, out.generation, p.rules_revision, len(p.corrections), len(out.hours),
@@ -259,7 +260,7 @@ def correct_card_hours(db: Any, rules: Any, hours: list[tuple[str, int]], correc
         finally:
             drop_terms(db, run)
         if written or deleted:
-            stamp_hours(db, {(period, h) for h in touched})
+            stamp_hours(db, {(period, h) for h in touched}, revision=rules.revision)
             log.info("rated %d rows of %s again as corrected (a reading arrived after a correction covering it)",
                      written + deleted, period)
         done += written + deleted

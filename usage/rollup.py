@@ -11,7 +11,9 @@ and read an hour from the per-second rows while it has writes newer than its rol
   and deleted by a later rollup of the hour;
 - energy moving from unallocated to a tenant (a late usage reading) re-writes per-second
   rows, whose hour the sink stamps in `rated_writes` (the database's clock; warehouse/writes.py),
-  which makes the hour stale until it is rolled up again.
+  which makes the hour stale until it is rolled up again;
+- a published generation names the revisions of the rules that priced its hour's rows
+  (`rollup_runs.rules_revisions`, from the sink's stamps in `rated_revisions`).
 
 `roll_up` is the job: `gpubill rollup`, and every few minutes in `gpubill up` and
 `gpubill scheduler`. It rolls up every hour that is stale or new and whose last write is
@@ -99,9 +101,13 @@ def roll_up_hour(db: Any, tz: str, period: str, hour: int) -> int:
         "WHERE period = {period:String} AND hour = toDateTime({hour:UInt32}, 'UTC') AND generation = {g:UInt64}",
         {"period": period, "hour": hour, "g": int(generation)},
     )[0]
+    revisions = sorted(str(r) for (r,) in db.query(
+        "SELECT DISTINCT rules_revision FROM rated_revisions "
+        "WHERE period = {period:String} AND hour = toDateTime({hour:UInt32}, 'UTC')", {"period": period, "hour": hour}))
     db.insert("rollup_runs", [[period, datetime.fromtimestamp(hour, timezone.utc), int(generation), started_at, tz,
-                               int(rows), int(seconds or 0), int(energy or 0)]],
-              ["period", "hour", "generation", "started_at", "billing_tz", "rows", "seconds", "energy_mj"])
+                               int(rows), int(seconds or 0), int(energy or 0), revisions]],
+              ["period", "hour", "generation", "started_at", "billing_tz", "rows", "seconds", "energy_mj",
+               "rules_revisions"])
     return int(generation)
 
 

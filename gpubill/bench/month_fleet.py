@@ -287,7 +287,7 @@ def write_seconds(db: Any, fleet: Fleet, lo: int, hi: int) -> None:
     stamps after its write)."""
     for _, statement in row_statements(fleet, lo, hi):
         db.command(statement)
-    stamp_hours(db, [(fleet.period, hour) for hour in range(lo - lo % HOUR_S, hi, HOUR_S)])
+    stamp_hours(db, [(fleet.period, hour) for hour in range(lo - lo % HOUR_S, hi, HOUR_S)], revision=fleet.rules.revision)
 
 
 def iso(second: int) -> str:

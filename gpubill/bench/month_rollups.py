@@ -108,8 +108,10 @@ def write_rollups(db: Any, fleet: Fleet, lo: int, hi: int, *, generation: int, s
         db.command(f"INSERT INTO rated_hours ({HOUR_COLUMNS}) SELECT *, {generation} FROM ({rollup_sql(fleet, a, b)})")
         say(f"rollups of {iso(a)} … {iso(b)}: {time.perf_counter() - t0:.1f} s")
     where = f"period = '{fleet.period}' AND generation = {generation}"
-    db.command(f"INSERT INTO rollup_runs SELECT period, hour, {generation}, fromUnixTimestamp64Milli({started_ms}, 'UTC'), "
-               f"'{fleet.tz}', count(), sum(seconds), sum(energy_mj) FROM rated_hours WHERE {where} GROUP BY period, hour")
+    db.command("INSERT INTO rollup_runs (period, hour, generation, started_at, billing_tz, rows, seconds, energy_mj, "
+               f"rules_revisions) SELECT period, hour, {generation}, fromUnixTimestamp64Milli({started_ms}, 'UTC'), "
+               f"'{fleet.tz}', count(), sum(seconds), sum(energy_mj), ['{fleet.rules.revision}'] FROM rated_hours "
+               f"WHERE {where} GROUP BY period, hour")
     db.command(f"INSERT INTO rated_writes SELECT DISTINCT period, hour, fromUnixTimestamp64Milli({written_ms}, 'UTC') "
                f"FROM rated_hours WHERE {where}")
     db.command(f"INSERT INTO card_models SELECT u, m FROM (WITH {', '.join(card_arrays(fleet)[:3])} "

@@ -108,6 +108,7 @@ class BatchResult:
     positions: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic, partition) → next offset
     timestamps: list[int] = field(default_factory=list)  # of every record, in ms, when asked (freshness)
     spend: SpendContributions | None = None  # when asked with spend marks
+    rules_revision: str = ""  # the rules that priced it (RuleSet.revision), set by the pipeline
 
 
 class BatchRater(Protocol):
