@@ -51,8 +51,8 @@ import orjson
 from schemas.errors import SchemaError
 from schemas.ids import is_id
 
-__all__ = ["InvalidSpendRecord", "SpendRecord", "SpendRound", "encode_round", "parse_round", "round_key",
-           "spend_partition"]
+__all__ = ["InvalidSpendRecord", "SpendRecord", "SpendRound", "encode_round", "parse_round", "round_header",
+           "round_key", "spend_partition"]
 
 VERSION = 2
 MAX_RECORD_BYTES = 512 * 1024
@@ -123,6 +123,23 @@ def encode_round(spend_round: SpendRound) -> bytes:
         "tenants": {tenant: encode_periods(periods) for tenant, periods in spend_round.tenants.items()},
     }
     return orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
+
+
+# What encode_round writes before the tenants (its keys sorted): the marks and the two times.
+_HEADER = re.compile(rb'\{"marks":\{"power":([0-9]{1,19}),"usage":([0-9]{1,19})\},"oldest_ms":([0-9]{1,19}),'
+                     rb'"partition":[0-9]{1,10},"produced_ms":([0-9]{1,19}),')
+
+
+def round_header(raw: bytes) -> tuple[tuple[int, int], int, int] | None:
+    """((usage mark, power mark), oldest_ms, produced_ms) read off the start of a round as
+    `encode_round` writes it, without reading the rest; None when it does not start so. Nothing
+    in it is checked: it says which of several waiting rounds is the newest, and the one taken
+    is then parsed whole (`parse_round`)."""
+    found = _HEADER.match(raw)
+    if found is None:
+        return None
+    power, usage, oldest, produced = (int(g) for g in found.groups())
+    return (usage, power), oldest, produced
 
 
 def encode_periods(periods: Periods) -> dict:

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import faust
 
 from schemas.billing_events import BillingEvent, encode_event
-from schemas.spend import InvalidSpendRecord, SpendRound, parse_round, spend_partition
+from schemas.spend import InvalidSpendRecord, SpendRound, parse_round, round_header, spend_partition
 from schemas.topics import TOPIC_BILLING_EVENTS, spend_topic
 from streams.crash import crash
 from streams.kafka.logs import committed_offsets, end_offsets
@@ -39,6 +39,20 @@ log = logging.getLogger("gpubill.spend")
 
 TABLE = "spend_rounds"
 EVALUATE_EVERY_S = 1.0  # how often changed tenants are priced and their events emitted
+# The agent takes the rounds waiting on the topic together, at most TAKE_MAX, waiting at most
+# TAKE_WITHIN_S for more; of the rounds of one key among them only the newest is folded.
+TAKE_MAX = 2000
+TAKE_WITHIN_S = 0.05
+
+
+def check_faust() -> None:
+    """The start-up self-check of what this adapter uses of Faust beyond its documented API:
+    a stream's `take_events`, and `_set_current_event` (a table written while a buffer of
+    events is handled must know which event it is written for: its changelog partition)."""
+    missing = [name for name in ("take_events", "_set_current_event") if not callable(getattr(faust.Stream, name, None))]
+    if missing:
+        raise RuntimeError(f"faust-streaming {faust.__version__} lacks Stream.{', Stream.'.join(missing)}, which the "
+                           "spend tracker uses (streams/spend/app.py): install the version pyproject.toml names")
 
 
 def changelog_topic(settings: KafkaSettings) -> str:
@@ -52,6 +66,7 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
                       publish: Callable[[list], None] | None = None) -> faust.App:
     """The tracker app; `refresh_contexts` (run in `executor`) reads the warehouse's side of
     every tenant's balance, `publish` (same thread) stores the positions for the surfaces."""
+    check_faust()
     app = faust.App(
         f"{settings.group}.spend",
         broker=[f"kafka://{server.strip()}" for server in settings.kafka.split(",")],
@@ -84,16 +99,45 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
 
     @app.agent(spend_records, name="track_spend")
     async def track_spend(stream):
-        """Fold each spend round into its entry (`evaluate_changed` emits what became due)."""
-        async for event in stream.events():
+        """Fold the spend rounds waiting together into their entries (`evaluate_changed` emits
+        what became due). Rounds are cumulative: of the rounds of one key waiting together only
+        the newest is parsed and folded, and it holds everything the older ones do, so a tracker
+        that fell behind catches up by skipping work instead of doing all of it (a thousand
+        tenants: hundreds of rounds a second, a round of 125 tenants 0.6 ms to parse). Their
+        offsets are committed after the whole take is handled, as one by one."""
+        async for events in stream.take_events(TAKE_MAX, within=TAKE_WITHIN_S):
             try:
-                yield await _track(event)
+                yield _track_many(stream, events)
             except Exception:  # noqa: BLE001 - a tracker that stopped tracking must not linger
                 crash("tracker-failed", "the spend tracker failed on a record (it is consumed again on restart)")
 
-    async def _track(event: Any) -> list[SpendRound]:
-        message = event.message
-        applied[message.partition] = max(applied.get(message.partition, 0), message.offset + 1)
+    def _track_many(stream: Any, events: list) -> list[SpendRound]:
+        by_key: dict[tuple[int, bytes], list] = {}
+        for event in events:
+            message = event.message
+            applied[message.partition] = max(applied.get(message.partition, 0), message.offset + 1)
+            by_key.setdefault((message.partition, bytes(event.key or b"")), []).append(event)
+        folded: list[SpendRound] = []
+        for group in by_key.values():
+            newest = _newest(group)
+            if newest is not None:
+                event, oldest_ms = newest
+                found = _track(stream, event, oldest_ms)
+                if found:
+                    for older in group:
+                        if older is not event:  # replaced unread: applied with the newest
+                            _, first_ms, produced_ms = round_header(older.value)
+                            tracker.observe_times(first_ms, produced_ms, sent_ms=_sent_ms(older))
+                    folded += found
+                    continue
+            # Not all rounds of the key are as the workers write them, or the newest was refused:
+            # one by one in offset order, as they arrived.
+            for event in group:
+                if newest is None or event is not newest[0]:
+                    folded += _track(stream, event)
+        return folded
+
+    def _track(stream: Any, event: Any, oldest_ms: int | None = None) -> list[SpendRound]:
         spend_round = _accepted(tracker, event, settings.partitions)
         if spend_round is None:
             return []
@@ -101,9 +145,10 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
         if value is None:
             _refused(tracker, "older than the high-water mark", event)
             return []
+        stream._set_current_event(event)  # the table's changelog goes to this event's partition (check_faust)
         spend_rounds[spend_round.key] = value
-        tracker.observe(spend_round, sent_ms=int(message.timestamp * 1000) if message.timestamp else None)
-        tracker.changed(spend_round)
+        tracker.observe(spend_round, sent_ms=_sent_ms(event))
+        tracker.changed(spend_round, oldest_ms)
         return [spend_round]
 
     async def refresh() -> None:
@@ -163,6 +208,27 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
     app.gpubill_caught_up = caught_up
     app.gpubill_agents = (track_spend,)
     return app
+
+
+def _newest(group: list) -> tuple[Any, int] | None:
+    """Of the rounds of one key (in offset order), the last whose marks are at least every
+    other's, with the oldest reading behind any of them; None when one does not start as the
+    workers write rounds (schemas/spend.py `round_header`) or no round's marks are the highest."""
+    headers = [round_header(event.value or b"") for event in group]
+    if any(header is None for header in headers):
+        return None
+    for at in range(len(group) - 1, -1, -1):
+        marks = headers[at][0]
+        if all(marks[0] >= other[0][0] and marks[1] >= other[0][1] for other in headers):
+            # the oldest reading behind the rounds it replaces (0: unknown, as in the round)
+            oldest = min((header[1] for header in headers if header[1]), default=0)
+            return group[at], oldest
+    return None
+
+
+def _sent_ms(event: Any) -> int | None:
+    timestamp = event.message.timestamp
+    return int(timestamp * 1000) if timestamp else None
 
 
 def _accepted(tracker: SpendTracker, event: Any, partitions: int) -> SpendRound | None:

@@ -112,27 +112,34 @@ class SpendTracker:
             cached = self._parsed[key] = (raw, parse_round(raw.encode()))
         return cached[1]
 
-    def changed(self, spend_round: SpendRound) -> None:
+    def changed(self, spend_round: SpendRound, oldest_ms: int | None = None) -> None:
         """The round's tenants are to be evaluated (the next `evaluate_dirty`); remember the
-        oldest reading behind their change, for the time from a reading to its event."""
+        oldest reading behind their change (`oldest_ms`, when older rounds it replaced bring
+        older readings), for the time from a reading to its event."""
         self.dirty.update(spend_round.tenants)
-        if spend_round.oldest_ms:
+        oldest = spend_round.oldest_ms if oldest_ms is None else oldest_ms
+        if oldest:
             for tenant in spend_round.tenants:
                 held = self._oldest.get(tenant)
-                if held is None or spend_round.oldest_ms < held:
-                    self._oldest[tenant] = spend_round.oldest_ms
+                if held is None or oldest < held:
+                    self._oldest[tenant] = oldest
 
     def observe(self, record: SpendRound, now_ms: int | None = None, sent_ms: int | None = None) -> float:
         """Record how fresh an applied round is: now − its batch's oldest reading, in s (and
         now − its Kafka timestamp `sent_ms`: how long it waited on the tracker's side)."""
+        return self.observe_times(record.oldest_ms, record.produced_ms, now_ms, sent_ms)
+
+    def observe_times(self, oldest_ms: int, produced_ms: int, now_ms: int | None = None,
+                      sent_ms: int | None = None) -> float:
+        """`observe` of a round known by its times alone (one a newer round replaced unread)."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         if sent_ms:
             self.consume_s.append(max(now_ms - sent_ms, 0) / 1000)
-        lag_s = max(now_ms - record.oldest_ms, 0) / 1000 if record.oldest_ms else 0.0
+        lag_s = max(now_ms - oldest_ms, 0) / 1000 if oldest_ms else 0.0
         self.freshness_s.append(lag_s)
         self.applied_count += 1
-        if record.produced_ms:
-            self.transit_s.append(max(now_ms - record.produced_ms, 0) / 1000)
+        if produced_ms:
+            self.transit_s.append(max(now_ms - produced_ms, 0) / 1000)
         if self.metrics is not None:
             self.metrics.spend_freshness.observe(lag_s)
         return lag_s

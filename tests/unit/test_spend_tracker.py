@@ -138,3 +138,49 @@ def test_changed_tenants_are_emitted_together_one_look_at_the_topic_per_partitio
     assert sorted((e.tenant, e.threshold) for e in emitted) == [("acme", "50"), ("omega", "50")]
     assert log.reads == 1 and len(produced) == 2  # one look at the topic, for both
     assert tracker.dirty == set() and asyncio.run(tracker.evaluate_dirty(table.get)) == []
+
+
+# -- rounds waiting together: only the newest of a key is folded (streams/spend/app.py) ----------
+
+class _Message:
+    def __init__(self, offset: int) -> None:
+        self.partition, self.offset, self.timestamp = ACME, offset, None
+
+
+class _Event:
+    def __init__(self, offset: int, raw: bytes) -> None:
+        self.message, self.key, self.value = _Message(offset), b"0/2", raw
+
+
+def _waiting(*rounds: tuple[tuple[int, int], int]) -> list[_Event]:
+    """Events of one key in offset order: each round's marks and oldest reading (ms)."""
+    return [_Event(n, encode_round(SpendRound(0, ACME, marks, {"acme": {}}, oldest_ms=oldest)))
+            for n, (marks, oldest) in enumerate(rounds)]
+
+
+def test_the_header_of_a_round_is_read_off_its_start_and_nothing_else_is_taken_for_it():
+    from schemas.spend import round_header
+
+    raw = encode_round(SpendRound(3, 1, (120, 7), {"acme": {}}, oldest_ms=5, produced_ms=6))
+    assert round_header(raw) == ((120, 7), 5, 6)
+    # not as the workers write rounds: no header, so the rounds of its key are folded one by one
+    assert round_header(b" " + raw) is None
+    assert round_header(raw.replace(b'"marks":{"power":7,"usage":120}', b'"marks":{"usage":120,"power":7}')) is None
+    assert round_header(b'{"tenants":{"x":{}},"marks":{"power":9,"usage":9},"oldest_ms":1,"partition":0,'
+                        b'"produced_ms":1,') is None  # marks further in are not the round's
+
+
+def test_of_rounds_waiting_together_the_newest_by_marks_is_folded_with_the_oldest_reading_behind_them():
+    from streams.spend.app import _newest
+
+    events = _waiting(((10, 10), 1_000), ((20, 25), 900), ((30, 30), 1_100))
+    event, oldest = _newest(events)
+    assert event is events[2] and oldest == 900
+    # a zombie's round after the live worker's (lower marks, later offset) does not win
+    events = _waiting(((30, 30), 1_100), ((12, 12), 800))
+    assert _newest(events)[0] is events[0]
+    # marks that no round dominates, or a round not as the workers write them: one by one
+    assert _newest(_waiting(((30, 10), 1), ((10, 30), 1))) is None
+    odd = _waiting(((1, 1), 1))
+    odd[0].value = b" " + odd[0].value
+    assert _newest(_waiting(((2, 2), 1)) + odd) is None
