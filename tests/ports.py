@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 
 LOCKS = Path(tempfile.gettempdir()) / "gpubill-test-ports"
-PAIR_RANGE = range(29092, 29900, 2)  # brokers: port and controller port, side by side
+PORT_RANGE = range(29092, 29900)  # ports side by side: a broker's and its controller's, a bench's gateway
+SINGLE_RANGE = range(29900, 32700)  # one port each: gateways, the API, metrics
 _held: list[int] = []  # the lock files' descriptors: released when this process exits
 
 
@@ -48,22 +49,33 @@ def _free(port: int) -> bool:
 
 
 def free_port() -> int:
-    """A port nothing listens on, reserved for this process (the kernel picks it)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if _reserve(port):
+    """A port nothing listens on, reserved for this process.
+
+    Taken below Linux's ephemeral range (32768 up), where the kernel picks the source ports of
+    outgoing connections: a port in that range, free when probed, can become some client
+    socket's source port before the test's server binds it."""
+    for port in SINGLE_RANGE:
+        if _reserve(port) and _free(port):
             return port
     raise RuntimeError("no free port could be reserved for a test server")
 
 
+def free_port_run(count: int) -> int:
+    """`port` such that `port` … `port + count - 1` are free and reserved for this process.
+
+    Everything a test's servers bind must be reserved: a bench with a gateway serves it on
+    the broker's port + 2, so its test asks for three (two broker ports reserved and a third
+    merely used once let another test process's broker take it and fail to start)."""
+    for start in range(PORT_RANGE.start, PORT_RANGE.stop - count + 1, count):
+        run = range(start, start + count)
+        if all(_reserve(port) for port in run) and all(_free(port) for port in run):
+            return start
+        # some port of the run is reserved by another process or taken by something outside the
+        # tests: keep what this process reserved (released at its exit) and try the next run
+    raise RuntimeError(f"no {count} free ports side by side for a test's servers")
+
+
 def free_port_pair() -> int:
-    """`port` such that `port` and `port + 1` are free and reserved for this process."""
-    for port in PAIR_RANGE:
-        if _reserve(port):
-            if _reserve(port + 1):
-                if _free(port) and _free(port + 1):
-                    return port
-                # taken by something outside the tests: keep the reservation, try the next pair
-    raise RuntimeError("no free port pair for a test broker")
+    """`port` such that `port` and `port + 1` are free and reserved for this process: a
+    broker's port and its controller port."""
+    return free_port_run(2)

@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from tests.ports import free_port_pair
+from tests.ports import free_port_run
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.parametrize("where", ["embedded", "gateway"])
 def test_bench_pipeline_prints_its_fields(tmp_path, where):
-    port = free_port_pair()
+    port = free_port_run(3)  # the broker, its controller and the gateway (port + 2)
     done = subprocess.run(
         [sys.executable, "-m", "gpubill.cli", "bench", "pipeline", "--gpus", "8", "--seconds", "5",
          "--freshness-rate", "400", "--freshness-s", "2", "--port", str(port), "--json"]
@@ -39,7 +39,7 @@ def test_bench_pipeline_prints_its_fields(tmp_path, where):
 
 
 def test_bench_spend_prints_its_fields(tmp_path):
-    port = free_port_pair()
+    port = free_port_run(3)  # the broker, its controller and the gateway (port + 2)
     done = subprocess.run(
         [sys.executable, "-m", "gpubill.cli", "bench", "spend", "--rate", "400", "--duration-s", "5", "--tenants", "2",
          "--port", str(port), "--json"],
