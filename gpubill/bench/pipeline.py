@@ -5,8 +5,10 @@ On a private broker (fresh topics) and a private chDB in a temporary directory:
 1. pre-produce G × S usage and power readings (single-reading messages);
 2. raw_consume_per_s — an aiokafka consumer reads them all and does nothing: the limit;
 3. pipeline_per_s — readings / wall time of `gpubill worker --drain`, from its start until
-   it exits with every raw reading and rated second in ClickHouse; worker_rss_mb is that
-   process's peak resident memory (from wait4);
+   it exits with every raw reading and rated second in ClickHouse (`pipeline_s`: that wall
+   time); worker_rss_mb is that process's peak resident memory and worker_cpu_s its CPU
+   seconds, user + system (from wait4); tracker_cpu_s the CPU seconds the spend tracker
+   beside it used meanwhile (None when none ran);
 4. freshness — `gpubill worker` runs while a producer sends fresh readings at a steady
    rate; the worker samples, per message, produce time → insert acknowledged.
 
@@ -31,6 +33,7 @@ from typing import Callable
 
 import orjson
 
+from gpubill.bench.processes import cpu_s
 from gpubill.devenv.ch_gateway import spawn as spawn_gateway
 from gpubill.config import Settings
 from schemas.topics import READING_TOPICS, TOPIC_POWER, TOPIC_USAGE
@@ -87,6 +90,7 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
 
             say("pipeline: gpubill worker --drain")
             began = time.perf_counter()
+            tracker_before = cpu_s(tracker.pid) if tracker is not None else None
             # GPUBILL_BENCH_PREFIX wraps the drained worker for a profile, e.g. "py-spy record
             # -o prof.txt -f raw --" or "/usr/bin/time -v -o time.txt" (worker_rss_mb is then the wrapper's).
             wrapper = os.environ.get("GPUBILL_BENCH_PREFIX", "").split()
@@ -94,9 +98,11 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             _, status, usage = os.wait4(child.pid, 0)
             pipeline_s = time.perf_counter() - began
+            tracker_cpu = cpu_s(tracker.pid) - tracker_before if tracker is not None else None
             if os.waitstatus_to_exitcode(status) != 0:
                 raise RuntimeError(f"the worker failed: {child.stderr.read().decode()[-2000:]}")
             rss_mb = usage.ru_maxrss / 1024
+            worker_cpu = usage.ru_utime + usage.ru_stime
 
             say(f"freshness: {freshness_rate:,} readings/s for {freshness_s} s into a running worker")
             p50, p99 = _freshness(settings, env, work, freshness_rate, freshness_s, gpus, say)
@@ -119,6 +125,9 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
         "freshness_p99_s": p99,
         "worker_rss_mb": round(rss_mb, 1),
         "spend_tracker": tracker is not None,
+        "pipeline_s": round(pipeline_s, 3),
+        "worker_cpu_s": round(worker_cpu, 3),
+        "tracker_cpu_s": round(tracker_cpu, 3) if tracker_cpu is not None else None,
     }
 
 

@@ -53,6 +53,7 @@ from typing import Callable
 import orjson
 
 from gpubill.config import Settings
+from gpubill.bench.processes import cpu_s
 from gpubill.devenv.ch_gateway import spawn as spawn_gateway
 from gpubill.devenv.kafka_broker import LocalBroker
 from gpubill.devenv.simulator import simulate_fleet
@@ -145,15 +146,6 @@ def _register(settings: Settings, tenants: int, top_up: Decimal) -> None:
             add_top_up(database, tenant, str(top_up), f"bench-{k + 1}")
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far (/proc/<pid>/stat; 0 where unreadable)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
 def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, tenants: int, spend: bool,
          say: Say) -> dict:
     report = work / "spend.json"
@@ -171,7 +163,7 @@ def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, 
                                       start=int(time.time()), tenants=tenants), rate, duration_s, settings.partitions)
         total = rate * duration_s
         say(f"producing {rate:,} readings/s for {duration_s} s")
-        cpu_before = {name: _cpu_s(process.pid) for name, process in processes.items()}
+        cpu_before = {name: cpu_s(process.pid) for name, process in processes.items()}
         applied_before = _applied(report)
         began = time.perf_counter()
         asyncio.run(_produce(settings, ticks))
@@ -188,7 +180,7 @@ def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, 
             say("waiting for the tracker to apply every spend round")
             asyncio.run(_tracker_caught_up(settings))
         spent_s = time.perf_counter() - began
-        cpu = {name: _cpu_s(process.pid) - cpu_before[name] for name, process in processes.items()}
+        cpu = {name: cpu_s(process.pid) - cpu_before[name] for name, process in processes.items()}
         time.sleep(2)  # its evaluation of the last changes, and one more report
     finally:
         for process in processes.values():

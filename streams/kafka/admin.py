@@ -36,25 +36,14 @@ def ensure_spend_topics(settings: KafkaSettings) -> None:
     """Create <group>.spend.v2 (compacted) and gpu.billing-events.v1 when missing, with the
     readings topics' partition count (the tracker's table is co-partitioned with them)."""
     spend = spend_topic(settings.group)
-    ensure_topics(settings.kafka, {spend: settings.partitions, TOPIC_BILLING_EVENTS: settings.partitions},
-                  options=client_options(settings, client="kafka-python"),
-                  configs={spend: SPEND_TOPIC_CONFIG, TOPIC_BILLING_EVENTS: EVENTS_TOPIC_CONFIG})
-    try:
-        consumer = KafkaConsumer(bootstrap_servers=settings.kafka.split(","), request_timeout_ms=TIMEOUT_MS + 1000,
-                                 bootstrap_timeout_ms=TIMEOUT_MS, **client_options(settings, client="kafka-python"))
-    except KafkaError as exc:
-        raise KafkaUnreachable(settings.kafka, str(exc)) from exc
-    try:
-        for topic in (spend, TOPIC_BILLING_EVENTS):
-            count = len(consumer.partitions_for_topic(topic) or ())
-            if count != settings.partitions:
-                raise TopicsNotCreated(
-                    f"{topic} has {count} partitions and GPUBILL_PARTITIONS is {settings.partitions}: live spend "
-                    "places each tenant by that count; set GPUBILL_PARTITIONS to the topics' count")
-    except KafkaError as exc:
-        raise KafkaUnreachable(settings.kafka, str(exc)) from exc
-    finally:
-        consumer.close()
+    counts = ensure_topics(settings.kafka, {spend: settings.partitions, TOPIC_BILLING_EVENTS: settings.partitions},
+                           options=client_options(settings, client="kafka-python"),
+                           configs={spend: SPEND_TOPIC_CONFIG, TOPIC_BILLING_EVENTS: EVENTS_TOPIC_CONFIG})
+    for topic in (spend, TOPIC_BILLING_EVENTS):
+        if counts.get(topic) != settings.partitions:
+            raise TopicsNotCreated(
+                f"{topic} has {counts.get(topic, 0)} partitions and GPUBILL_PARTITIONS is {settings.partitions}: live "
+                "spend places each tenant by that count; set GPUBILL_PARTITIONS to the topics' count")
 
 
 def group_offsets(settings: KafkaSettings, topics: Iterable[str]) -> dict[tuple[str, int], tuple[int, int]]:
@@ -89,12 +78,12 @@ def drain_targets(settings: KafkaSettings, topics: Iterable[str]) -> dict[tuple[
 
 
 def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.0, *,
-                  options: dict | None = None, configs: dict[str, dict[str, str]] | None = None) -> None:
+                  options: dict | None = None, configs: dict[str, dict[str, str]] | None = None) -> dict[str, int]:
     """Create the topics that do not exist yet ({name: partitions}, replication 1).
 
-    Existing topics are left as they are, whatever their partition count. Returns once
-    every topic is visible in the cluster metadata; raises KafkaUnreachable when no broker
-    answers within `timeout_s`. `options`: the client's security (`client_options`);
+    Existing topics are left as they are, whatever their partition count. Returns each
+    one's partition count once every topic is visible in the cluster metadata; raises
+    KafkaUnreachable when no broker answers within `timeout_s`. `options`: the client's security (`client_options`);
     `configs`: topic configs of the topics created here ({name: {key: value}}).
     """
     from kafka import KafkaAdminClient
@@ -131,7 +120,7 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.
         while True:
             absent = sorted(set(topics) - set(admin.list_topics()))
             if not absent:
-                return
+                return _partition_counts(admin, sorted(topics))
             if time.monotonic() >= deadline:
                 raise TopicsNotCreated(
                     f"topics {', '.join(absent)} did not appear at {bootstrap} within {timeout_s:.0f} s"
@@ -142,3 +131,10 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.
     finally:
         with contextlib.suppress(Exception):
             admin.close()
+
+
+def _partition_counts(admin, topics: list[str]) -> dict[str, int]:
+    """{topic: partition count} from the admin client's metadata (kafka-python names a topic
+    `name` since 3.0, `topic` before)."""
+    return {described.get("name", described.get("topic")): len(described["partitions"])
+            for described in admin.describe_topics(topics)}

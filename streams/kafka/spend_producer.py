@@ -30,10 +30,13 @@ class SpendProducer:
                              linger_ms=0,
                              max_batch_size=MAX_BATCH_BYTES, **security)
         self._producer: AIOKafkaProducer | None = None  # made on the worker's loop, at the first send
+        self._stopped = False
 
     async def send(self, records: list[SpendRound]) -> None:
         if not records:
             return
+        if self._stopped:
+            raise RuntimeError("the spend producer is stopped")
         if self._producer is None:
             self._producer = AIOKafkaProducer(**self._options)
             await self._producer.start()
@@ -58,5 +61,7 @@ class SpendProducer:
         await asyncio.gather(*sent)
 
     async def stop(self) -> None:
+        """Flush and close; a `send` after this raises."""
+        self._stopped = True
         if self._producer is not None:
             await self._producer.stop()

@@ -236,3 +236,16 @@ def test_table_totals_equal_the_invoice_at_period_end(gpubill, tmp_path):
                     for line in stream_figures(gpubill, tenant, PERIOD)["lines"]]
         assert sorted(streamed) == sorted(charged), (streamed, charged)
         assert len(charged) == (3 if tenant == "beta" else 2)
+
+
+def test_a_spend_topic_with_another_partition_count_is_refused(gpubill, broker):
+    # The tracker places each tenant by GPUBILL_PARTITIONS (4 here): a spend topic made with 2
+    # would put rounds where no tracker looks for them, so nothing starts on it.
+    from schemas.topics import spend_topic
+    from streams.kafka.admin import ensure_topics
+
+    assert ensure_topics(broker.bootstrap, {spend_topic(broker.group): 2}) == {spend_topic(broker.group): 2}
+    done = gpubill.run("spend-tracker", "--drain", check=False)
+    assert done.returncode == 1, done.stderr
+    assert f"{spend_topic(broker.group)} has 2 partitions and GPUBILL_PARTITIONS is 4" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -241,3 +241,22 @@ def test_ledger_keeps_three_periods():
     for period in ("2026-01", "2026-02", "2026-03", "2026-04"):
         records = ledger.apply(_Contributions(rent=_rent("acme", 0, 1, period)), {})
     assert sorted(records[0].tenants["acme"]) == ["2026-02", "2026-03", "2026-04"]
+
+
+def test_the_spend_producer_refuses_to_send_once_stopped():
+    # A worker that stops closes its spend producer (streams/worker.py, close_spend_producer);
+    # a batch still in flight then fails to produce and stays uncommitted — it must not open
+    # a new producer that nobody closes.
+    import asyncio
+
+    from streams.kafka.spend_producer import SpendProducer
+
+    async def scenario() -> None:
+        producer = SpendProducer("localhost:1", "g.spend.v2", 4, {})
+        await producer.stop()  # never started: nothing to close
+        await producer.send([])  # nothing to send: fine
+        with pytest.raises(RuntimeError, match="stopped"):
+            await producer.send([SpendRound(0, 1, (0, 0), {}, 0, 0)])
+        assert producer._producer is None
+
+    asyncio.run(scenario())
