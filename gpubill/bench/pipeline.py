@@ -7,14 +7,15 @@ On a private broker (fresh topics) and a private chDB in a temporary directory:
 3. pipeline_per_s — readings / wall time of `gpubill worker --drain`, from its start until
    it exits with every raw reading and rated second in ClickHouse (`pipeline_s`: that wall
    time); worker_rss_mb is that process's peak resident memory and worker_cpu_s its CPU
-   seconds, user + system (from wait4); tracker_cpu_s the CPU seconds the spend tracker
-   beside it used meanwhile (None when none ran);
+   seconds, user + system (from wait4); tracker_cpu_s and gateway_cpu_s the CPU seconds the
+   spend tracker and the chDB gateway beside it used meanwhile (None when none ran);
 4. freshness — `gpubill worker` runs while a producer sends fresh readings at a steady
    rate; the worker samples, per message, produce time → insert acknowledged.
 
 With live spend on (GPUBILL_SPEND, the default) the workers produce their spend rounds; with
-`gateway` a `gpubill spend-tracker` runs beside them from the drain on, on the same cores,
-as a site on one machine would run it (`spend_tracker` says whether it ran; without the
+`gateway` a `gpubill spend-tracker` runs beside them on the same cores, as a site on one
+machine would run it, started before the readings are produced so that it is up and idle
+when the drain begins (`spend_tracker` says whether it ran; without the
 gateway the embedded database admits one process, and the rounds wait on their topic).
 """
 
@@ -72,6 +73,13 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
                 server = spawn_gateway(env, port + 2)
                 env["GPUBILL_CLICKHOUSE"] = server.dsn  # with the password spawn gave the gateway
             ensure_pipeline_topics(settings)
+            env["GPUBILL_SPEND_TRACKER"] = "separate"
+            if gateway and env.get("GPUBILL_SPEND", "1") not in ("0", "false", "False"):
+                # started now, so that it is up and idle when the drain begins, as at a site
+                # whose tracker runs all along: its start-up is not the drain's to share
+                say("live spend on: gpubill spend-tracker runs beside the worker")
+                tracker = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "spend-tracker"], env=env,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             total = gpus * seconds * 2
             say(f"producing {total:,} readings ({gpus} GPUs × {seconds} s × 2 streams)")
             start = int(time.time()) - seconds - 120
@@ -82,15 +90,10 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
             say("raw consume: a plain consumer reading every message")
             raw_s = asyncio.run(_raw_consume(settings, total))
 
-            env["GPUBILL_SPEND_TRACKER"] = "separate"
-            if gateway and env.get("GPUBILL_SPEND", "1") not in ("0", "false", "False"):
-                say("live spend on: gpubill spend-tracker runs beside the worker")
-                tracker = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "spend-tracker"], env=env,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
             say("pipeline: gpubill worker --drain")
             began = time.perf_counter()
             tracker_before = cpu_s(tracker.pid) if tracker is not None else None
+            gateway_before = cpu_s(server.process.pid) if server is not None else None
             # GPUBILL_BENCH_PREFIX wraps the drained worker for a profile, e.g. "py-spy record
             # -o prof.txt -f raw --" or "/usr/bin/time -v -o time.txt" (worker_rss_mb is then the wrapper's).
             wrapper = os.environ.get("GPUBILL_BENCH_PREFIX", "").split()
@@ -99,6 +102,7 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
             _, status, usage = os.wait4(child.pid, 0)
             pipeline_s = time.perf_counter() - began
             tracker_cpu = cpu_s(tracker.pid) - tracker_before if tracker is not None else None
+            gateway_cpu = cpu_s(server.process.pid) - gateway_before if server is not None else None
             if os.waitstatus_to_exitcode(status) != 0:
                 raise RuntimeError(f"the worker failed: {child.stderr.read().decode()[-2000:]}")
             rss_mb = usage.ru_maxrss / 1024
@@ -128,6 +132,7 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
         "pipeline_s": round(pipeline_s, 3),
         "worker_cpu_s": round(worker_cpu, 3),
         "tracker_cpu_s": round(tracker_cpu, 3) if tracker_cpu is not None else None,
+        "gateway_cpu_s": round(gateway_cpu, 3) if gateway_cpu is not None else None,
     }
 
 

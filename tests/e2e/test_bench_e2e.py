@@ -27,10 +27,12 @@ def test_bench_pipeline_prints_its_fields(tmp_path, where):
     assert done.returncode == 0, done.stderr
     figures = json.loads(done.stdout)
     assert list(figures) == ["raw_consume_per_s", "pipeline_per_s", "ratio", "freshness_p50_s", "freshness_p99_s",
-                             "worker_rss_mb", "spend_tracker", "pipeline_s", "worker_cpu_s", "tracker_cpu_s"]
+                             "worker_rss_mb", "spend_tracker", "pipeline_s", "worker_cpu_s", "tracker_cpu_s",
+                             "gateway_cpu_s"]
     assert figures["spend_tracker"] is (where == "gateway")  # a tracker process beside the worker
     assert figures["worker_cpu_s"] > 0 and figures["pipeline_s"] > 0
     assert (figures["tracker_cpu_s"] is not None) is figures["spend_tracker"]
+    assert (figures["gateway_cpu_s"] is not None) is (where == "gateway")
     assert figures["raw_consume_per_s"] > 0 and figures["pipeline_per_s"] > 0 and figures["worker_rss_mb"] > 0
     # the rates are rounded to whole readings/s, the ratio is not: compare loosely (at these tiny
     # sizes a drain takes seconds for 80 readings, so half a reading/s of rounding is several %)
