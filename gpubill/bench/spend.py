@@ -23,7 +23,9 @@ Figures (the tracker writes its own to GPUBILL_BENCH_SPEND every second):
                                Kafka timestamp (the wait on the tracker's side alone)
     spend_records_per_s        spend rounds applied by the tracker per second of the run
     tracker_cpu_pct            the tracker process's CPU (user + system) over the run, in %
-                               of one core; worker_cpu_pct the same for the worker
+                               of one core; worker_cpu_pct the same for the worker, and
+                               producer_ (this process: the readings' producer), broker_ and
+                               gateway_cpu_pct for what shares the machine with them
     exhausted_p50_s / _p99_s   per balance_exhausted event: its emission − the Kafka timestamp
                                of the oldest reading of the batches that changed the tenant
                                since its previous evaluation (an upper bound of reading →
@@ -95,7 +97,9 @@ def bench_spend(*, rate: int = 20_000, duration_s: int = 30, tenants: int = 16, 
             server = spawn_gateway(env, port + 2)
             env["GPUBILL_CLICKHOUSE"] = server.dsn
             return {"spend": spend, "tenants": tenants, "top_up": str(top_up),
-                    **_run(settings, env, work, rate, duration_s, tenants, spend, say)}
+                    **_run(settings, env, work, rate, duration_s, tenants, spend, say,
+                           beside={"producer": os.getpid(), "broker": broker.running_pid(),
+                                   "gateway": server.process.pid})}
         finally:
             if server is not None:
                 server.process.send_signal(signal.SIGTERM)
@@ -147,7 +151,7 @@ def _register(settings: Settings, tenants: int, top_up: Decimal) -> None:
 
 
 def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, tenants: int, spend: bool,
-         say: Say) -> dict:
+         say: Say, beside: dict[str, int | None]) -> dict:
     report = work / "spend.json"
     logs = [open(work / "worker.log", "ab"), open(work / "tracker.log", "ab")]
     processes = {"worker": subprocess.Popen([sys.executable, "-m", "gpubill.cli", "worker"], env=env, stdout=logs[0],
@@ -163,7 +167,9 @@ def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, 
                                       start=int(time.time()), tenants=tenants), rate, duration_s, settings.partitions)
         total = rate * duration_s
         say(f"producing {rate:,} readings/s for {duration_s} s")
-        cpu_before = {name: cpu_s(process.pid) for name, process in processes.items()}
+        pids = {name: process.pid for name, process in processes.items()} | {
+            name: pid for name, pid in beside.items() if pid is not None}
+        cpu_before = {name: cpu_s(pid) for name, pid in pids.items()}
         applied_before = _applied(report)
         began = time.perf_counter()
         asyncio.run(_produce(settings, ticks))
@@ -180,7 +186,7 @@ def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, 
             say("waiting for the tracker to apply every spend round")
             asyncio.run(_tracker_caught_up(settings))
         spent_s = time.perf_counter() - began
-        cpu = {name: cpu_s(process.pid) - cpu_before[name] for name, process in processes.items()}
+        cpu = {name: cpu_s(pid) - cpu_before[name] for name, pid in pids.items()}
         time.sleep(2)  # its evaluation of the last changes, and one more report
     finally:
         for process in processes.values():
@@ -213,6 +219,8 @@ def _run(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, 
         "consume_p99_s": figures.get("consume_p99_s"),
         "worker_cpu_pct": round(100 * cpu["worker"] / spent_s, 1),
         "tracker_cpu_pct": round(100 * cpu["tracker"] / spent_s, 1) if spend else None,
+        **{f"{name}_cpu_pct": round(100 * cpu[name] / spent_s, 1) if name in cpu else None
+           for name in ("producer", "broker", "gateway")},
         "exhausted_events": figures.get("exhausted_events"),
         "exhausted_p50_s": figures.get("exhausted_p50_s"),
         "exhausted_p99_s": figures.get("exhausted_p99_s"),
