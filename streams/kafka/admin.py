@@ -83,8 +83,9 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.
 
     Existing topics are left as they are, whatever their partition count. Returns each
     one's partition count once every topic is visible in the cluster metadata; raises
-    KafkaUnreachable when no broker answers within `timeout_s`. `options`: the client's security (`client_options`);
-    `configs`: topic configs of the topics created here ({name: {key: value}}).
+    KafkaUnreachable when no broker answers within `timeout_s`. `options`: the client's
+    security (`client_options`); `configs`: topic configs of the topics created here
+    ({name: {key: value}}).
     """
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError, TopicAlreadyExistsError
