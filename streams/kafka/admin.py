@@ -135,7 +135,6 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.
 
 
 def _partition_counts(admin, topics: list[str]) -> dict[str, int]:
-    """{topic: partition count} from the admin client's metadata (kafka-python names a topic
-    `name` since 3.0, `topic` before)."""
-    return {described.get("name", described.get("topic")): len(described["partitions"])
-            for described in admin.describe_topics(topics)}
+    """{topic: partition count} from the admin client's metadata (kafka-python ≥ 3.0, as
+    pyproject.toml pins it, names a topic `name`)."""
+    return {described["name"]: len(described["partitions"]) for described in admin.describe_topics(topics)}

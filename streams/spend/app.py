@@ -119,14 +119,14 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
             by_key.setdefault((message.partition, bytes(event.key or b"")), []).append(event)
         folded: list[SpendRound] = []
         for group in by_key.values():
-            newest = _newest(group)
+            headers = [round_header(event.value or b"") for event in group]
+            newest = _newest(group, headers)
             if newest is not None:
                 event, oldest_ms = newest
                 found = _track(stream, event, oldest_ms)
                 if found:
-                    for older in group:
+                    for older, (_, first_ms, produced_ms) in zip(group, headers):
                         if older is not event:  # replaced unread: applied with the newest
-                            _, first_ms, produced_ms = round_header(older.value)
                             tracker.observe_times(first_ms, produced_ms, sent_ms=_sent_ms(older))
                     folded += found
                     continue
@@ -210,11 +210,13 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *, credent
     return app
 
 
-def _newest(group: list) -> tuple[Any, int] | None:
+def _newest(group: list, headers: list | None = None) -> tuple[Any, int] | None:
     """Of the rounds of one key (in offset order), the last whose marks are at least every
     other's, with the oldest reading behind any of them; None when one does not start as the
-    workers write rounds (schemas/spend.py `round_header`) or no round's marks are the highest."""
-    headers = [round_header(event.value or b"") for event in group]
+    workers write rounds (schemas/spend.py `round_header`: `headers`, read here when not given)
+    or no round's marks are the highest."""
+    if headers is None:
+        headers = [round_header(event.value or b"") for event in group]
     if any(header is None for header in headers):
         return None
     for at in range(len(group) - 1, -1, -1):
