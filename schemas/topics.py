@@ -29,6 +29,13 @@ def spend_topic(group: str) -> str:
     return f"{group}.spend.v2"
 
 
+def spend_changelog_topic(group: str) -> str:
+    """The compacted changelog of the spend tracker's table (streams/spend/table.py): each round
+    key's latest round, the tracker's durable state. The name is the one Faust gave it when
+    the table was Faust's, so a tracker upgraded in place recovers what its predecessor kept."""
+    return f"{group}.spend-spend_rounds-changelog"
+
+
 # Kafka headers on a dead letter.
 H_REASON = "gpubill-reason"
 H_TOPIC = "gpubill-source-topic"

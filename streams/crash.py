@@ -42,8 +42,8 @@ REASONS = frozenset({
     "clickhouse-unavailable",  # the sink gave up retrying (ClickHouse down or failing for too long)
     "batch-failed",  # rating or writing a batch raised something else: a bug
     "spend-not-produced",  # a batch's spend records could not be produced
-    "spend-takeover",  # the spend topic could not be read at an assignment
-    "feeder-failed",  # the Kafka feeder stopped
+    "spend-takeover",  # the spend topic, or the tracker's changelog, could not be read at an assignment
+    "feeder-failed",  # a Kafka feeder stopped (the rating worker's or the tracker's)
     "tracker-failed",  # the spend tracker failed on a record or an evaluation
 })
 _NAME, _HELP = "gpubill_crashes", "Exits with status 3 (state unknown, restart), by reason"

@@ -15,23 +15,23 @@ batch n + 1 while the writer thread inserts batch n.
 The worker also takes the log of corrections, gpu.corrections.v1, into ClickHouse at start and
 every CORRECTIONS_POLL_S (streams/corrections_sync.py; a failure waits for the next turn).
 
-With live spend on, the same Faust worker also runs the spend tracker's app
-(streams/spend/app.py: a table keyed by tenant, its own consumer group). This module and
-that one are the two that know Faust: the rest of streams/ is plain Python and asyncio.
+With live spend on and the tracker inline (`gpubill up`), the same Faust worker also runs the
+spend tracker's app (streams/spend/app.py: a table of spend rounds, fed by a feeder of its
+own in its own consumer group). This module, that one and streams/faust_app.py are the ones
+that know Faust: the rest of streams/ is plain Python and asyncio.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import inspect
 import logging
 import os
 import signal
 from concurrent.futures import Executor
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 import faust
 from aiokafka.errors import KafkaError
@@ -42,18 +42,14 @@ from streams.corrections_sync import take_corrections
 from streams.crash import crash
 from streams.deadletters import deadletter_row_from_record
 from streams.errors import StreamsError
+from streams.faust_app import fed_app, faust_self_check, open_flow
 from streams.kafka import record_sets
 from streams.kafka.corrections import read_corrections
 from streams.kafka.feeder import Batch, Feeder
 from streams.kafka.logs import latest_spend_records
 from streams.kafka.spend_producer import SpendProducer
 from streams.kafka.record_sets import expand
-from streams.kafka.settings import (
-    KafkaSettings,
-    client_options,
-    kafka_security,
-    ssl_context,
-)
+from streams.kafka.settings import KafkaSettings, client_options
 from streams.metrics import unregistered_counts
 from streams.pipeline import Pipeline
 from streams.rating.protocol import BatchResult, EncodedOutcome, utcnow
@@ -81,43 +77,6 @@ def _tune_garbage_collector() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
-def faust_self_check() -> list[str]:
-    """What of Faust this module relies on beyond its public API, missing from the installed
-    version (empty when it fits): the hooks overridden below and the consumer switch."""
-    problems = []
-    for owner, name in ((faust.App, "_wait_for_table_recovery_completed"), (faust.App, "BootStrategy"),
-                        (faust.App, "flow_control"), (faust.Worker, "_sentinel_task")):
-        if not hasattr(owner, name):
-            problems.append(f"faust.{owner.__name__} has no {name}")
-    boot = getattr(faust.App, "BootStrategy", None)
-    if boot is not None and "enable_kafka_consumer" not in inspect.signature(boot.__init__).parameters:
-        problems.append("faust.App.BootStrategy takes no enable_kafka_consumer")
-    return problems
-
-
-class _App(faust.App):
-    gpubill_on_stop: Callable[[], Awaitable[None]] | None = None  # set by build_app
-
-    async def _wait_for_table_recovery_completed(self) -> bool:
-        """This app has no tables and no consumer of Faust's own to recover them with."""
-        return False
-
-    async def on_stop(self) -> None:
-        await super().on_stop()
-        if self.gpubill_on_stop is not None:
-            await self.gpubill_on_stop()
-
-
-def broker_credentials(settings: KafkaSettings) -> Any:
-    """Faust's `broker_credentials` for the settings' Kafka security (None: PLAINTEXT)."""
-    security = kafka_security(settings)
-    context = ssl_context(security.cafile) if security.tls else None
-    if security.sasl:  # Faust says SASL_SSL exactly when it is given a TLS context
-        return faust.SASLCredentials(username=security.username, password=security.password,
-                                     mechanism=security.mechanism, ssl_context=context)
-    return faust.SSLCredentials(context) if security.tls else None
-
-
 def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
     """Create the Faust app with its two agents, each reading batches from its own channel.
 
@@ -132,20 +91,7 @@ def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
         pipeline.metrics.fast_record_sets.set(int(fast.active))
     log.info("rating with the %s rater; record-set fetch path %s", pipeline.rater.kind,
              "active" if fast.active else f"OFF ({fast.reason})")
-    app = _App(
-        # The app id names Faust's producer (dead letters); the agents read in-memory channels.
-        f"{settings.group}.agents",
-        broker=[f"kafka://{server.strip()}" for server in settings.kafka.split(",")],
-        store="memory://",
-        web_enabled=False,
-        topic_partitions=settings.partitions,
-        producer_acks=-1,
-        broker_credentials=broker_credentials(settings),
-    )
-    # No Kafka consumer of Faust's own: the feeder consumes. A Faust consumer would join a
-    # group of its own with every worker, and each worker starting or stopping would pause
-    # every agent and clear its buffer (batches the feeder waits for) for Faust's rebalance.
-    app.boot_strategy = app.BootStrategy(app, enable_kafka_consumer=False)
+    app = fed_app(f"{settings.group}.agents", settings)  # the id names Faust's producer (dead letters)
     deadletter_topic = app.topic(TOPIC_DEADLETTER, key_serializer="raw", value_serializer="raw")
     spend_producer = SpendProducer(settings.kafka, spend_topic(settings.group), settings.partitions,
                                    client_options(settings, client="aiokafka"))
@@ -208,9 +154,7 @@ def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
         for channel in (readings_channel, deadletters_channel):
             while not channel.subscriber_count:
                 await asyncio.sleep(0.01)
-        # Faust lets buffered events flow once its own consumer has partitions; this app has
-        # no consumer of its own, so open the flow here, once.
-        app.flow_control.resume()
+        open_flow(app)
         try:
             await app.gpubill_feeder.run()
         except asyncio.CancelledError:
@@ -361,7 +305,7 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
     """
     app = build_app(settings, pipeline)
     tracker_app = None if tracker is None else build_tracker_app(
-        settings, tracker, credentials=broker_credentials(settings), refresh_contexts=refresh_contexts,
+        settings, tracker, refresh_contexts=refresh_contexts,
         executor=tracker_executor or pipeline.writer, context_every_s=context_every_s, publish=publish_positions)
     outcome = {"code": 0}
     feeder: Feeder = app.gpubill_feeder
@@ -477,8 +421,7 @@ def run_tracker(settings: KafkaSettings, tracker: SpendTracker, *, refresh_conte
     """Run the spend tracker alone (`gpubill spend-tracker`, streams/spend/app.py) until
     interrupted, or with `drain` until every spend round produced before it started is applied
     and the tenants it holds are re-evaluated (their due events emitted). Returns the exit code."""
-    tracker_app = build_tracker_app(settings, tracker, credentials=broker_credentials(settings),
-                                    refresh_contexts=refresh_contexts, executor=tracker_executor,
+    tracker_app = build_tracker_app(settings, tracker, refresh_contexts=refresh_contexts, executor=tracker_executor,
                                     context_every_s=context_every_s, publish=publish_positions)
     outcome = {"code": 0}
     if drain:

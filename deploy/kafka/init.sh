@@ -32,6 +32,10 @@ done
 "$bin/kafka-topics.sh" --bootstrap-server "$KAFKA_BOOTSTRAP" --command-config "$config" \
     --create --if-not-exists --topic gpubill-rating.spend.v2 --partitions "${KAFKA_PARTITIONS:-8}" --replication-factor 1 \
     --config cleanup.policy=compact --config segment.ms=600000 --config min.cleanable.dirty.ratio=0.1
+# The spend tracker's table (schemas/topics.py spend_changelog_topic), compacted the same way.
+"$bin/kafka-topics.sh" --bootstrap-server "$KAFKA_BOOTSTRAP" --command-config "$config" \
+    --create --if-not-exists --topic gpubill-rating.spend-spend_rounds-changelog --partitions "${KAFKA_PARTITIONS:-8}" \
+    --replication-factor 1 --config cleanup.policy=compact --config segment.ms=600000 --config min.cleanable.dirty.ratio=0.1
 "$bin/kafka-topics.sh" --bootstrap-server "$KAFKA_BOOTSTRAP" --command-config "$config" \
     --create --if-not-exists --topic gpu.billing-events.v1 --partitions "${KAFKA_PARTITIONS:-8}" --replication-factor 1 \
     --config retention.ms=34560000000

@@ -131,14 +131,13 @@ def _stream_spend(settings, tenant: str, period: str | None, as_json: bool) -> N
     import asyncio
 
     from billing_rules.spend import spend_invoice
-    from schemas.topics import spend_topic
+    from schemas.topics import spend_changelog_topic, spend_topic
     from streams.kafka.logs import latest_values
     from streams.kafka.settings import client_options
-    from streams.spend.app import changelog_topic
     from streams.spend.tracker import table_totals
 
     rules = read_rules(settings)
-    values = asyncio.run(latest_values(settings.kafka, changelog_topic(settings), client_options(settings, client="aiokafka"),
+    values = asyncio.run(latest_values(settings.kafka, spend_changelog_topic(settings.group), client_options(settings, client="aiokafka"),
                                        settings.partitions))
     periods = table_totals(values).get(tenant, {})
     shown = {}

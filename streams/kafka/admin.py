@@ -13,7 +13,7 @@ from typing import Iterable
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
-from schemas.topics import PIPELINE_TOPICS, TOPIC_BILLING_EVENTS, spend_topic
+from schemas.topics import PIPELINE_TOPICS, TOPIC_BILLING_EVENTS, spend_changelog_topic, spend_topic
 from streams.errors import KafkaUnreachable, TopicsNotCreated
 from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options
 
@@ -24,8 +24,9 @@ def ensure_pipeline_topics(settings: KafkaSettings) -> None:
                   options=client_options(settings, client="kafka-python"))
 
 
-# The spend topic holds one cumulative record per (tenant, source partition): compacted, it
-# stays small, and a segment rolls every ten minutes so that compaction can work on it.
+# The spend topic holds one cumulative round per (source partition, spend partition), the
+# tracker's changelog the latest of each: compacted, they stay small, and a segment rolls
+# every ten minutes so that compaction can work on them.
 # Billing events are rare and kept for a year and more: they are what consumers and the
 # tracker deduplicate against.
 SPEND_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1"}
@@ -33,13 +34,16 @@ EVENTS_TOPIC_CONFIG = {"retention.ms": str(400 * 24 * 3600 * 1000)}
 
 
 def ensure_spend_topics(settings: KafkaSettings) -> None:
-    """Create <group>.spend.v2 (compacted) and gpu.billing-events.v1 when missing, with the
-    readings topics' partition count (the tracker's table is co-partitioned with them)."""
-    spend = spend_topic(settings.group)
-    counts = ensure_topics(settings.kafka, {spend: settings.partitions, TOPIC_BILLING_EVENTS: settings.partitions},
+    """Create <group>.spend.v2 and the tracker's changelog (both compacted) and
+    gpu.billing-events.v1 when missing, with the readings topics' partition count (the
+    tracker's table is co-partitioned with them)."""
+    spend, changelog = spend_topic(settings.group), spend_changelog_topic(settings.group)
+    topics = (spend, changelog, TOPIC_BILLING_EVENTS)
+    counts = ensure_topics(settings.kafka, dict.fromkeys(topics, settings.partitions),
                            options=client_options(settings, client="kafka-python"),
-                           configs={spend: SPEND_TOPIC_CONFIG, TOPIC_BILLING_EVENTS: EVENTS_TOPIC_CONFIG})
-    for topic in (spend, TOPIC_BILLING_EVENTS):
+                           configs={spend: SPEND_TOPIC_CONFIG, changelog: SPEND_TOPIC_CONFIG,
+                                    TOPIC_BILLING_EVENTS: EVENTS_TOPIC_CONFIG})
+    for topic in topics:
         if counts.get(topic) != settings.partitions:
             raise TopicsNotCreated(
                 f"{topic} has {counts.get(topic, 0)} partitions and GPUBILL_PARTITIONS is {settings.partitions}: live "

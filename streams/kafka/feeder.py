@@ -20,7 +20,9 @@ Guarantee, step by step (docs/guarantees.md):
    flight and commits it, then tells the rater to forget its in-memory state (another
    worker may rate those cards meanwhile; what this worker needs again it reads back from
    ClickHouse). Batches fetched before the rebalance and not yet sent are dropped: their
-   records are fetched again from the committed offsets.
+   records are fetched again from the committed offsets. Once partitions are assigned,
+   nothing fetched is sent on until `on_assigned` has loaded what they need (aiokafka
+   starts fetching them before it calls the listener).
 """
 
 from __future__ import annotations
@@ -84,11 +86,14 @@ class Feeder:
     routes: dict[str, Callable[[Batch], Awaitable[None]]]
     on_committed: Callable[[dict[tuple[str, int], int]], None] = lambda positions: None
     on_revoked: Callable[[], None] = lambda: None
-    # Told the (topic, partition)s assigned, before anything of them is fetched (live spend
+    # Told the (topic, partition)s assigned, before anything of them reaches a route (live spend
     # loads its state here); None: nothing to do.
     on_assigned: Callable[[set[tuple[str, int]]], Awaitable[None]] | None = None
     consumer: AIOKafkaConsumer | None = None  # made by run() unless given (tests give a fake)
     security: dict[str, Any] = field(default_factory=dict)  # streams.kafka.settings.client_options
+    # Each partition's fetch as one RecordSet for the native core (the rating worker), or every
+    # record as aiokafka's ConsumerRecord (the spend tracker: a few hundred rounds a second).
+    record_sets: bool = True
     generation: int = 0
     _pending: deque = field(default_factory=deque)
     _slots: asyncio.Semaphore | None = None
@@ -96,11 +101,16 @@ class Feeder:
     _closing: bool = False
     _written: dict[TopicPartition, int] = field(default_factory=dict)  # written, not yet committed
     _last_commit: float = 0.0
+    # Clear while partitions change hands: aiokafka starts fetching a new assignment before
+    # `on_assigned` has run (and while it runs), so what it fetched waits here for it.
+    _assigned: asyncio.Event | None = None
 
     async def run(self) -> None:
         """Consume until cancelled (the worker stops). What was written and not yet committed
         is delivered again to whoever consumes next: harmless, the writes are idempotent."""
         self._slots = asyncio.Semaphore(IN_FLIGHT)
+        self._assigned = asyncio.Event()
+        self._assigned.set()
         records.install()
         self.consumer = self.consumer or AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap.split(","), group_id=self.group, enable_auto_commit=False,
@@ -116,7 +126,7 @@ class Feeder:
             # meet in one worker whatever the number of workers.
             partition_assignment_strategy=(RangePartitionAssignor,),
             # Each partition's fetch as one RecordSet, read in place by the native core.
-            value_deserializer=records.RECORD_SETS,
+            **({"value_deserializer": records.RECORD_SETS} if self.record_sets else {}),
             **self.security,
         )
         await self.consumer.start()
@@ -132,7 +142,9 @@ class Feeder:
                     pass
                 fetched = await self.consumer.getmany(timeout_ms=100, max_records=FETCH_MAX_RECORDS)
                 if fetched:
-                    await self._send(fetched, self.generation)
+                    generation = self.generation
+                    await self._assigned.wait()  # the assignment's state is loaded (on_assigned)
+                    await self._send(fetched, generation)
         finally:
             self._closing = True  # leaving the group revokes: nothing in flight will finish now
             self._committer.cancel()
@@ -241,6 +253,8 @@ class _Listener(ConsumerRebalanceListener):
     async def on_partitions_revoked(self, revoked: Iterable[TopicPartition]) -> None:
         feeder = self.feeder
         feeder.generation += 1
+        if feeder._assigned is not None:
+            feeder._assigned.clear()
         if feeder._closing:  # the worker is stopping: its agents will not finish any batch
             return
         await feeder.flush()
@@ -250,5 +264,12 @@ class _Listener(ConsumerRebalanceListener):
     async def on_partitions_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         assigned = list(assigned)
         log.info("partitions assigned", extra={"assigned": sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)})
-        if self.feeder.on_assigned is not None:
-            await self.feeder.on_assigned({(tp.topic, tp.partition) for tp in assigned})
+        ready = self.feeder._assigned
+        if ready is not None:
+            ready.clear()
+        try:
+            if self.feeder.on_assigned is not None:
+                await self.feeder.on_assigned({(tp.topic, tp.partition) for tp in assigned})
+        finally:
+            if ready is not None:
+                ready.set()

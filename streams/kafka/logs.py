@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -65,22 +65,30 @@ def _consumer(bootstrap: str, security: dict[str, Any]) -> AIOKafkaConsumer:
                             auto_offset_reset="earliest", **security)
 
 
-async def latest_values(bootstrap: str, topic: str, security: dict[str, Any], partitions: int
-                        ) -> dict[bytes, bytes | None]:
-    """The latest value per key of `topic` (None: deleted), read to its end: a compacted
-    topic's state, e.g. the changelog of the tracker's table."""
+async def latest_values(bootstrap: str, topic: str, security: dict[str, Any], partitions: int,
+                        only: Iterable[int] | None = None) -> dict[bytes, bytes | None]:
+    """The latest value per key of `topic` (None: deleted), read to its end — of every
+    partition, or `only` those: a compacted topic's state, e.g. the changelog of the tracker's
+    table."""
     latest: dict[bytes, bytes | None] = {}
-    await _read_whole(bootstrap, security, topic, partitions, lambda message: latest.__setitem__(message.key, message.value))
+    await _read_whole(bootstrap, security, topic, partitions, lambda message: latest.__setitem__(message.key, message.value),
+                      only)
     return latest
 
 
 async def _read_whole(bootstrap: str, security: dict[str, Any], topic: str, partitions: int,
-                      take: Callable[[Any], None]) -> None:
-    """Hand every record of `topic`, from the start to its end as of now, to `take`."""
+                      take: Callable[[Any], None], only: Iterable[int] | None = None) -> None:
+    """Hand every record of `topic` (of its partitions `only`, when given), from the start to
+    its end as of now, to `take`."""
+    assigned = _partitions(topic, partitions)
+    if only is not None:
+        wanted = set(only)
+        assigned = [tp for tp in assigned if tp.partition in wanted]
+        if not assigned:
+            return
     consumer = _consumer(bootstrap, security)
     await consumer.start()
     try:
-        assigned = _partitions(topic, partitions)
         consumer.assign(assigned)
         await _read(consumer, {tp: 0 for tp in assigned}, take)
     finally:

@@ -6,8 +6,8 @@ authenticates.
 Security (GPUBILL_KAFKA_SECURITY_PROTOCOL and friends) is read in one place,
 `kafka_security`, and turned into each client library's keyword arguments by
 `client_options` (kafka-python: producers, admin; aiokafka: the feeder, the bench) and,
-from the same `KafkaSecurity`, `streams.worker.broker_credentials` (the worker's Faust
-producer; Faust lives in that module only). Objects without the security
+from the same `KafkaSecurity`, `streams.faust_app.broker_credentials` (the apps' Faust
+producer). Objects without the security
 attributes mean PLAINTEXT, as before. The password travels only into those keyword
 arguments: `KafkaSecurity`'s repr and every message here leave it out.
 """

@@ -3,7 +3,9 @@
 - offsets are committed only behind batches the agent marked done, and in fetch order;
 - before partitions are given up, every batch in flight is written and committed, then the
   rater is told to forget; a batch fetched before the rebalance and not yet handed over
-  is dropped (its records come again from the committed offset).
+  is dropped (its records come again from the committed offset);
+- what is fetched of newly assigned partitions waits until `on_assigned` has loaded their
+  state (aiokafka fetches them while it calls the listener).
 """
 
 from __future__ import annotations
@@ -105,7 +107,10 @@ def test_a_rebalance_writes_and_commits_what_is_in_flight_then_forgets() -> None
         await until(revoke.done)
         assert forgotten == [True]
         commits_at_revoke = list(consumer.commits)
-        await until(lambda: len(handed) == 4)  # then the next fetch, after the rebalance
+        await asyncio.sleep(0.1)
+        assert len(handed) == 3  # the next fetch waits for the partitions' assignment…
+        await consumer.listener.on_partitions_assigned([U0, P0])
+        await until(lambda: len(handed) == 4)  # …and goes on after it
         task.cancel()
         return commits_at_revoke, handed
 
@@ -113,3 +118,37 @@ def test_a_rebalance_writes_and_commits_what_is_in_flight_then_forgets() -> None
     merged = {k: v for commit in commits for k, v in commit.items()}
     assert merged == {(TOPIC_USAGE, 0): 6, (TOPIC_POWER, 0): 4}  # the fourth batch is not in it
     assert [m.offset for m in handed[3].messages] == [6, 7]
+
+
+def test_nothing_fetched_is_handed_over_while_the_assignment_is_being_taken_over() -> None:
+    # aiokafka sets the new assignment and starts fetching it before it calls the listener: a
+    # fetch that returns while `on_assigned` loads the partitions' state (the spend tracker's
+    # table, the ledger's spend) must wait for it, or it is folded onto state about to be replaced.
+    async def scenario():
+        consumer = FakeConsumer([{}, fetch(U0, 0, 2)])
+        handed: list[Batch] = []
+        loading = asyncio.Event()
+        events: list[str] = []
+
+        async def route(batch: Batch) -> None:
+            events.append("handed")
+            handed.append(batch)
+
+        async def on_assigned(assigned: set) -> None:
+            loading.set()
+            await asyncio.sleep(0.3)  # reading a changelog
+            events.append("loaded")
+
+        feeder = Feeder("unused:9092", "g", {TOPIC_USAGE: route}, consumer=consumer, on_assigned=on_assigned)
+        task = asyncio.ensure_future(feeder.run())
+        await until(lambda: consumer.listener is not None)
+        await consumer.listener.on_partitions_revoked(set())
+        assigning = asyncio.ensure_future(consumer.listener.on_partitions_assigned([U0]))
+        await loading.wait()
+        await until(lambda: not consumer.fetches)  # the fetch came back while loading
+        await until(lambda: handed)
+        await assigning
+        task.cancel()
+        return events
+
+    assert asyncio.run(scenario()) == ["loaded", "handed"]

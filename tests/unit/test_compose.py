@@ -478,7 +478,7 @@ def test_live_spend_has_its_tracker_service_its_topics_and_its_acls(services: di
     """The spend tracker runs as its own service (issue 26) with the worker's Kafka user; the
     topics it and the workers use exist as streams/kafka/admin.py would create them, and
     acls.txt lets that user produce and read them."""
-    from schemas.topics import TOPIC_BILLING_EVENTS, spend_topic
+    from schemas.topics import TOPIC_BILLING_EVENTS, spend_changelog_topic, spend_topic
     from streams.kafka.admin import EVENTS_TOPIC_CONFIG, SPEND_TOPIC_CONFIG
 
     tracker = services["spend-tracker"]
@@ -496,8 +496,9 @@ def test_live_spend_has_its_tracker_service_its_topics_and_its_acls(services: di
     worker = {(op, res, pat, name) for who, op, res, pat, name in rows if who == "worker"}
     for topic in (spend, TOPIC_BILLING_EVENTS):
         assert {("Write", "topic", "literal", topic), ("Read", "topic", "literal", topic)} <= worker
-    changelog = f"{group}.spend-spend_rounds-changelog"  # streams/spend/app.py changelog_topic
+    changelog = spend_changelog_topic(group)
     assert any(op == "All" and pat == "prefixed" and changelog.startswith(name) for op, res, pat, name in worker)
+    assert f"--topic {changelog} " in script
 
 
 def test_kafka_scripts_are_bash_that_parses() -> None:

@@ -28,7 +28,7 @@ from gpubill.devenv.kafka_probe import split_bootstrap
 from gpubill.errors import USER_ERRORS
 from streams.errors import KafkaUnreachable
 from streams.kafka.settings import client_options, kafka_security, security_problem
-from streams.worker import broker_credentials as faust_credentials
+from streams.faust_app import broker_credentials as faust_credentials
 from tests.ports import free_port  # reserved: never another test process's (pytest-xdist)
 
 
