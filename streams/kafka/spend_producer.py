@@ -20,16 +20,19 @@ from aiokafka import AIOKafkaProducer
 from schemas.spend import MAX_RECORD_BYTES, SpendRound, encode_round
 
 MAX_BATCH_BYTES = 2 * MAX_RECORD_BYTES  # a record the tracker accepts always fits a batch
+# A changelog entry holds a round as a JSON string: its quotes escaped, up to twice as long.
+MAX_CHANGELOG_BATCH_BYTES = 4 * MAX_RECORD_BYTES
 
 
 class BatchedProducer:
     """Produces (partition, key, value) records to `topic`; `send` returns once the broker
     acknowledged all of them (acks=all, idempotent: a retry never duplicates)."""
 
-    def __init__(self, bootstrap: str, topic: str, security: dict[str, Any], what: str = "records") -> None:
+    def __init__(self, bootstrap: str, topic: str, security: dict[str, Any], what: str = "records",
+                 max_batch_bytes: int = MAX_BATCH_BYTES) -> None:
         self.topic, self.what = topic, what
         self._options = dict(bootstrap_servers=bootstrap.split(","), acks="all", enable_idempotence=True,
-                             linger_ms=0, max_batch_size=MAX_BATCH_BYTES, **security)
+                             linger_ms=0, max_batch_size=max_batch_bytes, **security)
         self._producer: AIOKafkaProducer | None = None  # made on the running loop, at the first send
         self._stopped = False
 

@@ -43,7 +43,7 @@ from streams.faust_app import faust_self_check, fed_app, open_flow
 from streams.kafka.feeder import Batch, Feeder
 from streams.kafka.logs import committed_offsets, end_offsets, latest_values
 from streams.kafka.settings import KafkaSettings, client_options
-from streams.kafka.spend_producer import BatchedProducer
+from streams.kafka.spend_producer import MAX_CHANGELOG_BATCH_BYTES, BatchedProducer
 from streams.spend.table import RoundsTable
 from streams.spend.tracker import SpendTracker
 
@@ -66,7 +66,7 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *,
     spend, group = spend_topic(settings.group), f"{settings.group}.spend"
     security = client_options(settings, client="aiokafka")
     changelog = BatchedProducer(settings.kafka, spend_changelog_topic(settings.group), security,
-                                what="the spend table's changelog")
+                                what="the spend table's changelog", max_batch_bytes=MAX_CHANGELOG_BATCH_BYTES)
     table = RoundsTable(changelog.send, lambda partitions: latest_values(
         settings.kafka, spend_changelog_topic(settings.group), security, settings.partitions, partitions))
     applied: dict[int, int] = {}  # spend partition → the offset after the last record this process folded
