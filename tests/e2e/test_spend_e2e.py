@@ -1,5 +1,5 @@
 """Live spend and billing events on the real parts (issue 15): a fresh Kafka broker, chDB,
-`gpubill` as child processes, the tracker's Faust table and its changelog.
+`gpubill` as child processes, the tracker's table and its changelog.
 
 The readings are the fault suite's fleet (faults_helpers.py), dated in the *current*
 billing period so that the tracker prices them as month to date. In the test rules both
@@ -11,6 +11,8 @@ What each case shows:
 - thresholds crossed during a drain are emitted exactly once each, and a second drain adds none;
 - a worker killed with SIGKILL three times while crossing thresholds emits no duplicate and
   misses none, and the table holds every second and millijoule once;
+- a tracker killed with SIGKILL once it committed part of the spend topic is replaced by one
+  that recovers its table from the changelog: every event once, none missing;
 - when a period is invoiced, the table's lines for it are the invoice's lines before credits.
 The first two run twice: with the tracker in its own process (`gpubill spend-tracker
 --drain` after each worker drain, the default) and inline in the worker
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -29,16 +33,20 @@ from fractions import Fraction
 
 import pytest
 
+from schemas.topics import spend_topic
 from tests.e2e.faults_helpers import (
     PERIOD,
     Card,
+    committed_total,
     dumps,
     expected_invoice,
     fen,
     fleet,
+    kill9,
     kill_draining_worker,
     make_readings,
     truth_of,
+    wait_until,
     watts_of,
 )
 from tests.e2e.test_faults import SEED, drain, replay
@@ -216,6 +224,42 @@ def test_kill9_three_times_while_crossing_thresholds(gpubill, broker, tmp_path, 
 
     del gpubill.env["GPUBILL_FAILPOINTS"]
     drain_and_track(gpubill)
+    assert_emitted_once(broker.bootstrap, expected, period)
+    assert_table_holds(gpubill, truth, period)
+
+
+def test_a_tracker_killed_after_its_first_commit_is_replaced_from_its_changelog(gpubill, broker, tmp_path):
+    """SIGKILL a running `gpubill spend-tracker` as soon as it has committed part of the spend
+    topic, then drain a new one. What the first folded and committed is never read again by
+    the second: it must come back from the table's changelog (streams/spend/table.py), or the
+    events it calls for are missed. Every event once, the table every second once."""
+    gpubill.env["GPUBILL_SPEND_TRACKER"] = "separate"
+    start = current_start(600)
+    period = period_of(start)
+    cards = fleet(600)
+    readings = readings_from(start, 600, cards)
+    truth = truth_of(readings)
+    budget = Fraction(int(month_to_date(truth, "acme") * 9 / 10))
+    top_up = Fraction(int(month_to_date(truth, "beta") * 7 / 10))
+    register(gpubill, acme_budget=str(budget), beta_top_up=str(top_up))
+    expected = due(truth, acme_budget=budget, beta_top_up=top_up, period=period)
+    assert len(expected) == 4
+    replay(gpubill, tmp_path / "readings.ndjson", [dumps(r) for r in readings])
+    drain(gpubill)  # the worker alone: every spend round is on the topic
+
+    spend, group = spend_topic(broker.group), f"{broker.group}.spend"
+    with open(tmp_path / "tracker.log", "ab") as log:
+        tracker = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "spend-tracker"], env=gpubill.env,
+                                   cwd=gpubill.cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        committed = wait_until(lambda: tracker.poll() is not None or committed_total(broker.bootstrap, group, (spend,)) > 0,
+                               120, 0.05)
+        assert committed and tracker.poll() is None, (tmp_path / "tracker.log").read_text()[-3000:]
+    finally:
+        kill9(tracker)
+    assert committed_total(broker.bootstrap, group, (spend,)) > 0
+
+    assert "caught up" in gpubill.run("spend-tracker", "--drain", timeout=240).stdout  # a new tracker
     assert_emitted_once(broker.bootstrap, expected, period)
     assert_table_holds(gpubill, truth, period)
 
