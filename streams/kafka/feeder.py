@@ -104,6 +104,7 @@ class Feeder:
     # Clear while partitions change hands: aiokafka starts fetching a new assignment before
     # `on_assigned` has run (and while it runs), so what it fetched waits here for it.
     _assigned: asyncio.Event | None = None
+    _assign_failed: BaseException | None = None  # what on_assigned raised (aiokafka only logs it)
 
     async def run(self) -> None:
         """Consume until cancelled (the worker stops). What was written and not yet committed
@@ -135,6 +136,7 @@ class Feeder:
         try:
             while True:
                 self._check_committer()
+                self._check_assignment()
                 # Fetch only once a batch can go on: what arrives meanwhile joins it, so a
                 # busy worker rates fewer, larger batches (less work per batch: look-ups,
                 # inserts) instead of queueing small ones.
@@ -144,6 +146,7 @@ class Feeder:
                 if fetched:
                     generation = self.generation
                     await self._assigned.wait()  # the assignment's state is loaded (on_assigned)
+                    self._check_assignment()
                     await self._send(fetched, generation)
         finally:
             self._closing = True  # leaving the group revokes: nothing in flight will finish now
@@ -155,6 +158,12 @@ class Feeder:
         if self._committer is not None and self._committer.done() and not self._committer.cancelled():
             self._committer.result()
             raise RuntimeError("the commit loop stopped")
+
+    def _check_assignment(self) -> None:
+        """Raise what `on_assigned` raised: aiokafka logs a listener's exception and goes on, and
+        a feeder whose partitions' state was not loaded must not hand their records on."""
+        if self._assign_failed is not None:
+            raise RuntimeError("loading the state of the assigned partitions failed") from self._assign_failed
 
     async def _send(self, fetched: dict, generation: int) -> None:
         """One batch per agent: the fetched usage and power go to the rater together."""
@@ -270,6 +279,9 @@ class _Listener(ConsumerRebalanceListener):
         try:
             if self.feeder.on_assigned is not None:
                 await self.feeder.on_assigned({(tp.topic, tp.partition) for tp in assigned})
+        except Exception as exc:
+            self.feeder._assign_failed = exc  # run() raises it: nothing of these partitions goes on
+            raise
         finally:
             if ready is not None:
                 ready.set()

@@ -75,6 +75,7 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *,
     rounds_channel = app.channel()
     folding: set[asyncio.Future] = set()  # the batch being folded and flushed
     stopping = asyncio.Event()
+    taken_over = asyncio.Event()  # set once this process has its first assignment, its table recovered
 
     async def produce(event: BillingEvent, partition: int) -> None:
         sent = await events_topic.send(key=event.tenant.encode(), value=encode_event(event), partition=partition)
@@ -160,6 +161,7 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *,
         held.clear()
         held.update(partitions)
         tracker.know(table.keys())
+        taken_over.set()
         log.info("spend partitions assigned", extra={"partitions": sorted(partitions), "entries": entries})
 
     def revoked() -> None:
@@ -209,6 +211,9 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *,
 
     @app.task
     async def read_context_at_start() -> None:
+        """The first evaluation of every tenant held, once the group assigned this process its
+        partitions and their entries are recovered (before, it holds none)."""
+        await taken_over.wait()
         await refresh()
 
     @app.task
@@ -228,7 +233,9 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *,
     async def caught_up() -> None:
         """Return once every spend record produced until now is applied — by this process, or
         committed by whichever worker holds its tenant — and this worker re-evaluated the
-        tenants it holds (the end of a drain)."""
+        tenants it holds (the end of a drain). Not before this process has its partitions: a
+        tracker with nothing left to fold would otherwise evaluate none of them."""
+        await taken_over.wait()
         ends = await end_offsets(settings.kafka, spend, security, settings.partitions)
         while True:
             done = await committed_offsets(settings.kafka, security, group, spend, settings.partitions)

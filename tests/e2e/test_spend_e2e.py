@@ -167,7 +167,9 @@ def assert_table_holds(gpubill, truth, period: str) -> None:
         assert charged["electricity"] == fen(truth.electricity(tenant))
 
 
-def test_thresholds_crossed_during_a_drain_are_emitted_once(gpubill, broker, tmp_path, tracker_mode):
+def ten_minutes_crossing_four_thresholds(gpubill, tmp_path):
+    """Ten minutes of the fleet, this month, replayed to the broker with the two tenants
+    registered so that four events are due; returns (start, cards, truth, period, expected)."""
     start = current_start(600)
     period = period_of(start)
     cards = fleet(600)
@@ -182,6 +184,11 @@ def test_thresholds_crossed_during_a_drain_are_emitted_once(gpubill, broker, tmp
     expected = due(truth, acme_budget=budget, beta_top_up=top_up, period=period)
     assert len(expected) == 4
     replay(gpubill, tmp_path / "readings.ndjson", [dumps(r) for r in readings])
+    return start, cards, truth, period, expected
+
+
+def test_thresholds_crossed_during_a_drain_are_emitted_once(gpubill, broker, tmp_path, tracker_mode):
+    start, cards, truth, period, expected = ten_minutes_crossing_four_thresholds(gpubill, tmp_path)
     drain_and_track(gpubill)
     seen = assert_emitted_once(broker.bootstrap, expected, period)
     assert_table_holds(gpubill, truth, period)
@@ -234,17 +241,7 @@ def test_a_tracker_killed_after_its_first_commit_is_replaced_from_its_changelog(
     the second: it must come back from the table's changelog (streams/spend/table.py), or the
     events it calls for are missed. Every event once, the table every second once."""
     gpubill.env["GPUBILL_SPEND_TRACKER"] = "separate"
-    start = current_start(600)
-    period = period_of(start)
-    cards = fleet(600)
-    readings = readings_from(start, 600, cards)
-    truth = truth_of(readings)
-    budget = Fraction(int(month_to_date(truth, "acme") * 9 / 10))
-    top_up = Fraction(int(month_to_date(truth, "beta") * 7 / 10))
-    register(gpubill, acme_budget=str(budget), beta_top_up=str(top_up))
-    expected = due(truth, acme_budget=budget, beta_top_up=top_up, period=period)
-    assert len(expected) == 4
-    replay(gpubill, tmp_path / "readings.ndjson", [dumps(r) for r in readings])
+    _, _, truth, period, expected = ten_minutes_crossing_four_thresholds(gpubill, tmp_path)
     drain(gpubill)  # the worker alone: every spend round is on the topic
 
     spend, group = spend_topic(broker.group), f"{broker.group}.spend"

@@ -152,3 +152,31 @@ def test_nothing_fetched_is_handed_over_while_the_assignment_is_being_taken_over
         return events
 
     assert asyncio.run(scenario()) == ["loaded", "handed"]
+
+
+def test_a_failed_take_over_stops_the_feeder_instead_of_handing_records_on() -> None:
+    # aiokafka logs what a rebalance listener raises and carries on consuming: a feeder whose
+    # `on_assigned` failed would hand on records of partitions whose state was never loaded.
+    async def scenario():
+        consumer = FakeConsumer([{}, fetch(U0, 0, 2)])
+        handed: list[Batch] = []
+
+        async def route(batch: Batch) -> None:
+            handed.append(batch)
+
+        async def on_assigned(assigned: set) -> None:
+            raise OSError("the changelog could not be read")
+
+        feeder = Feeder("unused:9092", "g", {TOPIC_USAGE: route}, consumer=consumer, on_assigned=on_assigned)
+        task = asyncio.ensure_future(feeder.run())
+        await until(lambda: consumer.listener is not None)
+        await consumer.listener.on_partitions_revoked(set())
+        try:
+            await consumer.listener.on_partitions_assigned([U0])
+        except OSError:
+            pass  # aiokafka would log it
+        await until(task.done)
+        return handed, task.exception()
+
+    handed, raised = asyncio.run(scenario())
+    assert handed == [] and isinstance(raised, RuntimeError) and isinstance(raised.__cause__, OSError)
