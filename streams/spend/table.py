@@ -86,7 +86,7 @@ def _entry(key: bytes | None, value: bytes | None) -> tuple[str, dict | None] | 
     try:
         name = json.loads(key or b"")
         entry: Any = None if value is None else json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser's depth
         return None
     if not isinstance(name, str) or not (entry is None or (isinstance(entry, dict)
                                                            and isinstance(entry.get("round"), str))):

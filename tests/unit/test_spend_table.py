@@ -54,6 +54,8 @@ def test_recovery_takes_the_latest_entry_of_each_key_of_the_partitions_and_nothi
         (3, b'not json', b'{"round": "x"}'),  # unreadable: skipped, the spend topic brings it back
         (3, b'"2/3"', b'{"no round": 1}'),
         (3, b'7', b'{"round": "key not a string"}'),
+        (3, b'"3/3"', b"[" * 100_000 + b"]" * 100_000),  # nested past the parser's depth
+        (3, b'"4/3"', b'{"round": "\xff"}'),  # not UTF-8
         (2, b'"0/2"', b'{"round": "other partition"}'),
     ]
     table = RoundsTable(changelog.send, changelog.read)
