@@ -65,10 +65,11 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *,
     app = fed_app(f"{settings.group}.spend", settings)  # the id names Faust's producer (billing events)
     spend, group = spend_topic(settings.group), f"{settings.group}.spend"
     security = client_options(settings, client="aiokafka")
-    changelog = BatchedProducer(settings.kafka, spend_changelog_topic(settings.group), security,
-                                what="the spend table's changelog", max_batch_bytes=MAX_CHANGELOG_BATCH_BYTES)
+    changelog_topic = spend_changelog_topic(settings.group)
+    changelog = BatchedProducer(settings.kafka, changelog_topic, security, what="the spend table's changelog",
+                                max_batch_bytes=MAX_CHANGELOG_BATCH_BYTES)
     table = RoundsTable(changelog.send, lambda partitions: latest_values(
-        settings.kafka, spend_changelog_topic(settings.group), security, settings.partitions, partitions))
+        settings.kafka, changelog_topic, security, settings.partitions, partitions))
     applied: dict[int, int] = {}  # spend partition → the offset after the last record this process folded
     held: set[int] = set()  # the spend partitions assigned to this process now
     events_topic = app.topic(TOPIC_BILLING_EVENTS, key_serializer="raw", value_serializer="raw")
@@ -180,7 +181,6 @@ def build_tracker_app(settings: KafkaSettings, tracker: SpendTracker, *,
         except Exception:  # noqa: BLE001 - the last contexts stay; the next tick retries
             log.warning("could not read balances for the spend tracker", exc_info=True)
             return
-        tracker.know(table.keys())
         await tracker.evaluate_many([tenant for tenant in sorted(tracker.contexts)
                                      if spend_partition(tenant, settings.partitions) in held], table.get)
         if publish is not None:
