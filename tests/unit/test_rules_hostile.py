@@ -136,3 +136,25 @@ def test_a_running_worker_keeps_its_last_good_set(tmp_path, caplog, hostile):
     message = record.getMessage()
     assert "\n" not in message and len(message) < 600
     assert f"{rules_dir}/{file}: " in message, message
+
+
+def test_a_set_the_rater_refuses_leaves_the_last_good_one_in_use(tmp_path, caplog):
+    # a belt behind the loader: a valid set that the rater cannot take (here a rater that refuses
+    # every new set) is logged in one line and the worker goes on with the set it had
+    class Refusing(PythonRater):
+        def use_rules(self, rules):
+            if getattr(self, "rules", None) is not None:  # the first set, at construction, is taken
+                raise OverflowError("a price too large for the core")
+            super().use_rules(rules)
+
+    rules_dir = planted(tmp_path, "sites.toml", "price_per_kwh = 0.33 }", "price_per_kwh = 0.33 }")
+    good = load_rules(rules_dir)
+    pipeline = Pipeline(rules=good, sink=None, rater=Refusing(good))
+    watcher = RulesWatcher(rules_dir, pipeline)
+    sites = rules_dir / "sites.toml"
+    sites.write_text(sites.read_text().replace("price_per_kwh = 0.33 }", "price_per_kwh = 0.34 }"))
+    with caplog.at_level(logging.ERROR, logger="gpubill.rules"):
+        assert watcher.poll() is False
+    assert pipeline.rules is good and pipeline.rater.rules is good and watcher.files.invalid
+    (record,) = [r for r in caplog.records if r.name == "gpubill.rules"]
+    assert record.getMessage().endswith("OverflowError: a price too large for the core")
