@@ -27,19 +27,22 @@ class BillingRulesError(Exception):
         return str(self.args[0]) if len(self.args) == 1 else super().__str__()
 
 
+MAX_REASON = 300  # characters: a reason quoting a hostile value (a 100 kB time zone) stays one short line
+
+
 class RuleSetInvalid(BillingRulesError):
     """The rule set cannot be used. Fix the named file and entry, then run `gpubill rules check`.
 
-    `file` is the rule file's name (or the directory when it is the directory that is
-    wrong), `place` the entry inside it (e.g. ``site[gz-guian].tariff[0].bands``), and
+    `file` is the rule file with its folder as the directory was given (or the directory when
+    it is the directory that is wrong), `place` the entry inside it (e.g. ``site[gz-guian].tariff[0].bands``), and
     `reason` what is wrong with it.
     """
 
     def __init__(self, file: str, place: str, reason: str) -> None:
         self.file = file
         self.place = place
-        self.reason = reason
-        super().__init__(" ".join(f"{file}: {place}: {reason}".split("\n")))
+        self.reason = reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 1] + "…"
+        super().__init__(" ".join(f"{file}: {place}: {self.reason}".split("\n")))
 
 
 class UnknownSite(BillingRulesError, LookupError):

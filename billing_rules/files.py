@@ -17,15 +17,49 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, StrictStr
 from pydantic_core import PydanticCustomError
 
 from schemas.ids import ID_PATTERN
+from schemas.tables import RULE_VALUE_COLUMNS, decimal_digits
+
+
+def stored_as(value_name: str, *, whole_only: bool = False) -> AfterValidator:
+    """A check that a Decimal fits the database column RULE_VALUE_COLUMNS[value_name] stores it
+    in: at most its scale of decimals (trailing zeros do not count: 1.2500000 is 1.25; not
+    checked with `whole_only`, where the loader says it in its own words) and its precision
+    less scale of digits before the point."""
+    table, column = RULE_VALUE_COLUMNS[value_name]
+    precision, scale = decimal_digits(column.type)
+    where = f"{table}.{column.name} is {column.type}"
+
+    def check(value: Decimal) -> Decimal:
+        if not value.is_finite():  # refused by allow_inf_nan before this runs
+            return value
+        _, digits, exponent = value.as_tuple()
+        digits = list(digits)
+        while exponent < 0 and len(digits) > 1 and digits[-1] == 0:  # not normalize(): it rounds to 28 digits
+            digits.pop()
+            exponent += 1
+        decimals = max(0, -exponent)
+        whole = max(0, len(digits) + exponent) if any(digits) else 0
+        if decimals > scale and not whole_only:
+            raise PydanticCustomError("decimal_scale", "has {decimals} decimals, more than the database stores ({where})",
+                                      {"decimals": decimals, "where": where})
+        if whole > precision - scale:
+            raise PydanticCustomError("decimal_whole", "is too large for the database: at most {whole} digits before "
+                                      "the point ({where})", {"whole": precision - scale, "where": where})
+        return value
+
+    return AfterValidator(check)
+
 
 Id = Annotated[StrictStr, Field(pattern=ID_PATTERN)]
 Text = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 LocalDate = Annotated[date, Field(strict=True)]  # a TOML local date; a date-time is refused
 Price = Annotated[Decimal, Field(ge=0, allow_inf_nan=False)]
+RentPrice = Annotated[Price, stored_as("rent_price")]  # ¥ per card-month or card-hour
+TariffPrice = Annotated[Price, stored_as("tariff_per_kwh")]  # ¥ per kWh
 ClockTime = Annotated[StrictStr, Field(pattern=r"^([01]\d|2[0-4]):[0-5]\d$")]
 Period = Annotated[StrictStr, Field(pattern=r"^\d{4}-(0[1-9]|1[0-2])$")]
 # A tax id: the 统一社会信用代码 (18 characters) or another scheme's; letters, digits, '-' only.
@@ -61,12 +95,12 @@ class _Entry(BaseModel):
 
 class VatVersion(_Entry):
     effective_from: LocalDate  # first day of a billing period
-    rate: Annotated[Decimal, Field(ge=0, lt=1, allow_inf_nan=False)]
+    rate: Annotated[Decimal, Field(ge=0, lt=1, allow_inf_nan=False), stored_as("vat_rate")]
 
 
 class CreditEntry(_Entry):
     id: Id
-    amount: Annotated[Decimal, Field(gt=0, allow_inf_nan=False)]
+    amount: Annotated[Decimal, Field(gt=0, allow_inf_nan=False), stored_as("credit_amount", whole_only=True)]
     reason: Text
     reason_zh: Text | None = None  # the reason on zh-CN documents
     expires_period: Period | None = None  # last period in which it may be used
@@ -108,7 +142,7 @@ class Band(_Entry):
     name_zh: Text | None = None  # the band's name on zh-CN documents (default: reports/render/i18n.py's words)
     start: ClockTime  # local wall-clock time, inclusive
     end: ClockTime  # local wall-clock time, exclusive; "24:00" is the end of the day
-    price_per_kwh: Price
+    price_per_kwh: TariffPrice
 
 
 BandList = Annotated[list[Band], Field(min_length=1)]
@@ -124,7 +158,7 @@ class TariffVersion(_Entry):
 
 class PueVersion(_Entry):
     effective_from: EffectiveFrom  # local date or date-time at the site
-    pue: Annotated[Decimal, Field(allow_inf_nan=False)]
+    pue: Annotated[Decimal, Field(allow_inf_nan=False), stored_as("pue")]
 
 
 class SiteEntry(_Entry):
@@ -132,7 +166,7 @@ class SiteEntry(_Entry):
     name_zh: Text | None = None  # the site's name on zh-CN documents
     timezone: StrictStr
     green_share: Annotated[Decimal, Field(ge=0, le=1, allow_inf_nan=False)]
-    tariff_cap_per_kwh: Price | None = None
+    tariff_cap_per_kwh: TariffPrice | None = None
     pue: Annotated[list[PueVersion], Field(min_length=1)]
     tariff: Annotated[list[TariffVersion], Field(min_length=1)]
 
@@ -146,8 +180,8 @@ class SitesFile(_Entry):
 
 class PriceVersion(_Entry):
     effective_from: EffectiveFrom  # local date or date-time in the billing time zone
-    monthly: Price  # ¥ per card per calendar month
-    hourly: Price  # ¥ per card-hour, on demand
+    monthly: RentPrice  # ¥ per card per calendar month
+    hourly: RentPrice  # ¥ per card-hour, on demand
 
 
 class ModelEntry(_Entry):
@@ -166,7 +200,7 @@ class RentTerm(_Entry):
     gpu_model: Id
     effective_from: EffectiveFrom  # local date or date-time in the billing time zone
     plan: Literal["monthly", "hourly"]
-    discount_pct: Annotated[Decimal, Field(ge=0, le=100, allow_inf_nan=False)] = Decimal(0)
+    discount_pct: Annotated[Decimal, Field(ge=0, le=100, allow_inf_nan=False), stored_as("discount_pct")] = Decimal(0)
 
 
 class TenantEntry(_Entry):

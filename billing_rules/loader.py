@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -40,6 +40,7 @@ DEFAULT_RULES_DIR: Path = Path(__file__).resolve().parent / "default"
 BILLING, SITES, CATALOG, CONTRACTS = "billing.toml", "sites.toml", "catalog.toml", "contracts.toml"
 RULE_FILES = (BILLING, SITES, CATALOG, CONTRACTS)
 
+MAX_GRACE_PERIOD = timedelta(days=366)
 _KEYED_TABLES = {"site", "model", "tenant"}  # top-level tables keyed by an id: site[gz-guian]
 _TOML_POSITION = re.compile(r"^(?P<reason>.*?) \(at (?P<place>line \d+, column \d+|end of document)\)$")
 _DURATION = re.compile(r"P(?:(?P<w>\d+)W)?(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+)S)?)?")
@@ -50,21 +51,35 @@ M = TypeVar("M", bound=BaseModel)
 def load_rules(path: Path) -> RuleSet:
     """Read, validate and index the rule directory `path`.
 
-    Raises RuleSetInvalid naming the file, the entry and the reason for the first defect
-    found (files in the order billing, sites, catalog, contracts).
+    Raises RuleSetInvalid naming the file (with its folder, as `path` was given: e.g.
+    ``billing_rules/default/catalog.toml``), the entry and the reason for the first defect
+    found (files in the order billing, sites, catalog, contracts). Nothing else escapes:
+    whatever a hostile file makes fail (a nesting past the parser's depth, a duration past
+    the calendar) is a RuleSetInvalid too, so that a running worker keeps its last good set.
     """
     path = Path(path)
-    documents, digest = _read_directory(path)
-    billing = _parse(BILLING, documents[BILLING], BillingFile)
-    sites = _parse(SITES, documents[SITES], SitesFile)
-    catalog = _parse(CATALOG, documents[CATALOG], CatalogFile)
-    contracts = _parse(CONTRACTS, documents[CONTRACTS], ContractsFile)
+    try:
+        return _load(path)
+    except RuleSetInvalid as exc:
+        if exc.file not in RULE_FILES:  # the directory itself, or a stray file already named with it
+            raise
+        raise RuleSetInvalid(str(path / exc.file), exc.place, exc.reason) from exc.__cause__ or exc
+    except Exception as exc:  # noqa: BLE001 - any failure of a load is a refusal, never a crash
+        raise RuleSetInvalid(str(path), "directory", f"cannot be loaded: {_failure(exc)}") from exc
 
-    grace_period = _check_billing(billing)
+
+def _load(path: Path) -> RuleSet:
+    documents, digest = _read_directory(path)
+    billing = _guarded(BILLING, _parse, BILLING, documents[BILLING], BillingFile)
+    sites = _guarded(SITES, _parse, SITES, documents[SITES], SitesFile)
+    catalog = _guarded(CATALOG, _parse, CATALOG, documents[CATALOG], CatalogFile)
+    contracts = _guarded(CONTRACTS, _parse, CONTRACTS, documents[CONTRACTS], ContractsFile)
+
+    grace_period = _guarded(BILLING, _check_billing, billing)
     billing_tz = ZoneInfo(billing.billing_timezone)
-    _check_sites(sites)
-    _check_catalog(catalog, billing_tz)
-    _check_contracts(contracts, catalog, billing, billing_tz)
+    _guarded(SITES, _check_sites, sites)
+    _guarded(CATALOG, _check_catalog, catalog, billing_tz)
+    _guarded(CONTRACTS, _check_contracts, contracts, catalog, billing, billing_tz)
 
     return RuleSet(
         source=path,
@@ -77,6 +92,28 @@ def load_rules(path: Path) -> RuleSet:
     )
 
 
+R = TypeVar("R")
+
+
+def _guarded(file: str, step: Callable[..., R], *args: Any) -> R:
+    """`step(*args)`; a failure other than the loader's own refusal is refused as `file`'s."""
+    try:
+        return step(*args)
+    except RuleSetInvalid:
+        raise
+    except Exception as exc:  # noqa: BLE001 - see load_rules
+        raise RuleSetInvalid(file, "file", f"cannot be loaded: {_failure(exc)}") from exc
+
+
+def _failure(exc: BaseException) -> str:
+    """What went wrong, in words where the exception's own are no help to someone editing a file."""
+    if isinstance(exc, RecursionError):
+        return "values nested too deeply (arrays or tables inside one another)"
+    if isinstance(exc, OverflowError):
+        return f"a value too large to compute with ({exc})"
+    return f"{type(exc).__name__}: {exc}"
+
+
 # step 1: files ------------------------------------------------------------------------
 
 
@@ -87,13 +124,13 @@ def _read_directory(path: Path) -> tuple[dict[str, dict[str, Any]], str]:
         raise RuleSetInvalid(str(path), "directory", "is not a directory")
     for extra in sorted(p.name for p in path.glob("*.toml") if p.name not in RULE_FILES):
         expected = ", ".join(RULE_FILES)
-        raise RuleSetInvalid(extra, "file", f"is not a rule file (expected only {expected}); remove or rename it")
+        raise RuleSetInvalid(str(path / extra), "file", f"is not a rule file (expected only {expected}); remove or rename it")
     documents: dict[str, dict[str, Any]] = {}
     sha = hashlib.sha256()
     for name in RULE_FILES:
         file = path / name
         if not file.is_file():
-            raise RuleSetInvalid(name, "file", f"missing from {path}")
+            raise RuleSetInvalid(name, "file", "is missing (a rule directory holds all four files)")
         try:
             data = file.read_bytes()
             text = data.decode("utf-8")
@@ -107,6 +144,10 @@ def _read_directory(path: Path) -> tuple[dict[str, dict[str, Any]], str]:
             match = _TOML_POSITION.match(str(exc))
             place, reason = (match["place"], match["reason"]) if match else ("file", str(exc))
             raise RuleSetInvalid(name, place, f"not valid TOML: {reason}") from exc
+        except RecursionError as exc:  # tomllib parses nested arrays and tables by recursion
+            raise RuleSetInvalid(name, "file", f"cannot be read: {_failure(exc)}") from exc
+        except Exception as exc:  # noqa: BLE001 - e.g. an integer past Python's digit limit
+            raise RuleSetInvalid(name, "file", f"cannot be read: {_failure(exc)}") from exc
         sha.update(f"{name}\0{len(data)}\0".encode() + data)
     return documents, sha.hexdigest()
 
@@ -160,6 +201,9 @@ def _check_billing(billing: BillingFile) -> timedelta:
         raise RuleSetInvalid(
             BILLING, "grace_period", f'must be an ISO 8601 duration such as "P3D" or "PT36H", got {billing.grace_period!r}'
         )
+    if grace_period > MAX_GRACE_PERIOD:
+        raise RuleSetInvalid(BILLING, "grace_period", f"must be at most P{MAX_GRACE_PERIOD.days}D (a period's invoices "
+                             f"wait that long after it ends), got {billing.grace_period!r}")
     _check_versions(BILLING, "vat", billing.vat, None)
     for i, version in enumerate(billing.vat):
         if version.effective_from.day != 1:
@@ -275,7 +319,7 @@ def _check_contracts(contracts: ContractsFile, catalog: CatalogFile, billing: Bi
 def _check_timezone(file: str, place: str, name: str) -> None:
     try:
         ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name longer than a file name may be
         raise RuleSetInvalid(file, place, f"unknown time zone {name!r} (use an IANA name such as 'Asia/Shanghai')") from None
 
 
@@ -319,6 +363,8 @@ def _parse_duration(text: str) -> timedelta | None:
     match = _DURATION.fullmatch(text)
     if match is None or text in ("P", "PT") or text.endswith("T"):
         return None
+    if any(len(match[k] or "") > 9 for k in "wdhms"):  # past timedelta's range (and any grace period allowed)
+        return MAX_GRACE_PERIOD + timedelta(days=1)
     weeks, days, hours, minutes, seconds = (int(match[k] or 0) for k in "wdhms")
     return timedelta(weeks=weeks, days=days, hours=hours, minutes=minutes, seconds=seconds)
 

@@ -88,3 +88,28 @@ READINGS_POWER = READINGS_POWER_TABLE.column_names
 RATED_SECONDS = RATED_SECONDS_TABLE.column_names
 DEADLETTERS = DEADLETTERS_TABLE.column_names
 CONFLICTS = CONFLICTS_TABLE.column_names
+
+
+# Where the numbers of the rule files are stored: billing_rules/files.py refuses a value its
+# column cannot hold (22 decimals, 1e308), so that a rule edit fails `gpubill rules check`
+# instead of an insert. (table, column) by the rule value; the documents' two are held
+# against the migrations by tests/unit/test_tables_spec.py, as the tables above are.
+_RATED = {column.name: column for column in RATED_SECONDS_TABLE.columns}
+RULE_VALUE_COLUMNS: dict[str, tuple[str, Column]] = {
+    "rent_price": ("rated_seconds", _RATED["rent_price"]),  # catalog.toml monthly, hourly
+    "tariff_per_kwh": ("rated_seconds", _RATED["tariff_per_kwh"]),  # sites.toml price_per_kwh, tariff_cap_per_kwh
+    "pue": ("rated_seconds", _RATED["pue"]),  # sites.toml pue
+    "discount_pct": ("rated_seconds", _RATED["discount_pct"]),  # contracts.toml discount_pct
+    "vat_rate": ("invoices", Column("vat_rate", "Decimal(9, 4)")),  # billing.toml vat rate
+    "credit_amount": ("invoice_lines", Column("amount", "Decimal(18, 2)")),  # a credit's line on an invoice
+}
+
+
+def decimal_digits(column_type: str) -> tuple[int, int]:
+    """(precision, scale) of a ClickHouse `Decimal(P, S)` column type, Nullable or not:
+    at most P digits in all, S of them after the point."""
+    inner = column_type.removeprefix("Nullable(").removesuffix(")") if column_type.startswith("Nullable(") else column_type
+    if not (inner.startswith("Decimal(") and inner.endswith(")")):
+        raise ValueError(f"{column_type} is not a Decimal type")
+    precision, scale = (int(part) for part in inner[len("Decimal("):-1].split(","))
+    return precision, scale

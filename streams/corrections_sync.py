@@ -1,6 +1,7 @@
 """Take the log of corrections (gpu.corrections.v1) into ClickHouse: checked, stored, or dead-lettered.
 
     sync_corrections(db, settings, now_s)   read the whole topic, then take_corrections: a SyncReport
+    sync_to_end(db, settings, now_s, before=…)  the same before a plan, or CorrectionsNotSynced in one line
     take_corrections(db, logged, now_s)     the checked messages (read_corrections' list, in log order) → tables
 
 Every message of the topic ends in exactly one place, keyed by its Kafka position:
@@ -27,13 +28,16 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from kafka.errors import KafkaError
+
 from schemas import tables
 from schemas.topics import TOPIC_CORRECTIONS
+from streams.errors import CorrectionsNotSynced, StreamsError
 from streams.kafka.corrections import LoggedCorrection, read_corrections
 from streams.kafka.settings import KafkaSettings
 from usage.corrections import store_corrections
 
-__all__ = ["SyncReport", "sync_corrections", "take_corrections"]
+__all__ = ["SyncReport", "sync_corrections", "sync_to_end", "take_corrections"]
 
 _KNOWN_SQL = """
 SELECT toInt64(src_partition), toInt64(src_offset) FROM corrections
@@ -69,6 +73,40 @@ def sync_corrections(db: Any, settings: KafkaSettings, now_s: int) -> SyncReport
     """Read gpu.corrections.v1 from the beginning (KafkaUnreachable when the broker cannot be read)
     and take what is new into `db`."""
     return take_corrections(db, read_corrections(settings, now_s), now_s)
+
+
+def sync_to_end(db: Any, settings: KafkaSettings, now_s: int, *, before: str) -> SyncReport:
+    """Take the log of corrections to its end before `before` (e.g. "rerate 2026-03") plans from the
+    database: what `rerate`, `verify-log`, `audit` and every drain do first, whether or not a worker
+    runs, so that none of them plans without a correction on the log (issue 36, item 3).
+
+    Raises CorrectionsNotSynced, one line, when the topic cannot be read (how many corrections it
+    holds is then unknown) or when what it holds cannot be stored (saying how many are not):
+    never a plan that silently leaves them out."""
+    try:
+        logged = read_corrections(settings, now_s)
+    except (StreamsError, KafkaError) as exc:
+        raise CorrectionsNotSynced(
+            f"{before} refused: the log of corrections ({TOPIC_CORRECTIONS}) cannot be read, so what it holds "
+            f"cannot be taken into account: {exc}") from exc
+    try:
+        return take_corrections(db, logged, now_s)
+    except Exception as exc:  # noqa: BLE001 - translated: the plan must not go on without them
+        missing = _not_stored(db, logged)
+        count = "some" if missing is None else f"{missing:,}"
+        raise CorrectionsNotSynced(
+            f"{before} refused: {count} of the {len(logged):,} messages on {TOPIC_CORRECTIONS} are not stored "
+            f"and could not be ({' '.join(str(exc).split())[:300]}); run `gpubill corrections sync` once the "
+            "database takes writes") from exc
+
+
+def _not_stored(db: Any, logged: list[LoggedCorrection]) -> int | None:
+    """How many messages of `logged` (duplicates aside) no sync has taken; None when the database cannot say."""
+    try:
+        known = {(int(p), int(o)) for p, o in db.query(_KNOWN_SQL, {"topic": TOPIC_CORRECTIONS})}
+    except Exception:  # noqa: BLE001 - the refusal says "some" instead
+        return None
+    return sum(1 for e in logged if (e.partition, e.offset) not in known and e.status != "duplicate")
 
 
 def take_corrections(db: Any, logged: list[LoggedCorrection], now_s: int) -> SyncReport:

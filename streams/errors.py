@@ -3,6 +3,7 @@
     StreamsError                 base; the CLI prints str(exc) and exits 1
     ├── KafkaUnreachable         no Kafka broker answers on the bootstrap servers
     ├── TopicsNotCreated         the broker refused a topic, or it did not appear in time
+    ├── CorrectionsNotSynced     the log of corrections cannot be taken to its end before a plan
     ├── InputFileError           a file to replay is missing or unreadable
     └── MetricsPortUnavailable   the Prometheus port cannot be served
 
@@ -28,6 +29,11 @@ class KafkaUnreachable(StreamsError):
 
 class TopicsNotCreated(StreamsError):
     """Raised by `ensure_topics` when the broker refuses a topic or it does not appear in time."""
+
+
+class CorrectionsNotSynced(StreamsError):
+    """Raised by `sync_to_end` (streams/corrections_sync.py) when gpu.corrections.v1 cannot be read,
+    or what is on it cannot be stored: a command that plans money refuses rather than plan without them."""
 
 
 class InputFileError(StreamsError):

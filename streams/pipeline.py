@@ -52,9 +52,10 @@ class Pipeline:
                 self.positions[position] = next_offset
 
     def use_rules(self, rules: Any) -> None:
-        """Price from now on with `rules` (already validated as a whole by load_rules)."""
-        self.rules = rules
+        """Price from now on with `rules` (already validated as a whole by load_rules); when the
+        rater refuses them, nothing changes (the rater first, then the set the pipeline names)."""
         self.rater.use_rules(rules)
+        self.rules = rules
 
     def rate(self, items: list) -> tuple[BatchResult, datetime]:
         """Validate, deduplicate, attribute and price a batch — `Message`s and `RecordSet`s —

@@ -241,6 +241,11 @@ class _CorrectionsSync:
         self._lock: asyncio.Lock | None = None
         self._failing = False
 
+    @property
+    def failing(self) -> bool:
+        """True while the last sync failed."""
+        return self._failing
+
     async def sync(self) -> None:
         self._lock = self._lock or asyncio.Lock()
         async with self._lock:
@@ -341,6 +346,12 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
             await reach(own_deadletters)
             if corrections is not None:  # a drain takes the log of corrections as it stood at the start too
                 await corrections.first_done.wait()
+                if corrections.failing:  # once more; a drain that cannot sync them says so and exits 1
+                    await corrections.sync()
+                if corrections.failing:
+                    log.error("the drain could not take gpu.corrections.v1 into the database (see the warning "
+                              "above); run `gpubill corrections sync` or drain again")
+                    outcome["code"] = 1
             # Positions move only when the feeder has committed: everything is written.
             log.info("drained to the end offsets; committed")
             if tracker_app is not None:  # and the spend it produced is in the table, events emitted

@@ -45,7 +45,7 @@ out = _console()
 err = _console(stderr=True)
 
 __all__ = ["check_format", "check_period", "connect", "emit", "err", "out", "print_figures", "read_rules",
-           "terminal_text"]
+           "take_corrections_to_end", "terminal_text"]
 
 PERIOD = re.compile(r"[0-9]{4}-(0[1-9]|1[0-2])")  # ASCII digits: \d takes "２０２６" too
 
@@ -60,6 +60,42 @@ def connect(settings: Settings) -> Database:
     from warehouse.connection import open_database
 
     return open_database(settings.clickhouse)
+
+
+OFFLINE_HELP = ("Do not read the log of corrections (gpu.corrections.v1) first: plan with the corrections already "
+                "stored, and say so. Without it, a log that cannot be read refuses the command.")
+
+
+def take_corrections_to_end(database: Database, settings: Settings, before: str, *,
+                            offline: bool | None = None):
+    """The log of corrections taken into `database` to its end before `before` plans (streams/
+    corrections_sync.py `sync_to_end`): a worker need not run. What was stored now is said on
+    stderr; a topic that cannot be read, or corrections that cannot be stored, refuse in one line.
+    `offline` (the commands' --offline): the log is not read, and stderr says what that leaves out;
+    False where the command has the option (the refusal names it), None where it has not."""
+    import time
+
+    from streams.corrections_sync import sync_to_end
+
+    if offline:
+        (stored,) = database.query("SELECT count() FROM corrections")[0]
+        err.print(f"{before}: --offline: the log of corrections was not read; the {int(stored):,} corrections stored "
+                  "are applied, any on gpu.corrections.v1 and not stored yet are left out", highlight=False)
+        return None
+
+    from streams.errors import CorrectionsNotSynced
+
+    try:
+        report = sync_to_end(database, settings, int(time.time()), before=before)
+    except CorrectionsNotSynced as exc:
+        if offline is None:
+            raise
+        raise GpubillError(f"{exc} (--offline plans with the corrections already stored)") from exc
+    if report.changed:
+        err.print(f"corrections taken from the log first: {len(report.stored):,} stored, {len(report.conflicts):,} "
+                  f"conflicts, {len(report.dead):,} dead-lettered ({report.read:,} messages on the topic)",
+                  highlight=False)
+    return report
 
 
 def check_period(period: str) -> str:

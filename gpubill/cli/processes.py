@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from gpubill.cli.common import connect, err, out, read_rules
+from gpubill.cli.common import connect, err, out, read_rules, take_corrections_to_end
 from gpubill.errors import GpubillError
 from gpubill.config import Settings, load_settings
 from gpubill.logs import setup_logging
@@ -138,8 +138,14 @@ def worker(
     targets = drain_targets(settings, PIPELINE_TOPICS) if drain else None
     database = connect(settings)
     if drain and not targets:
+        # a drain always takes the log of corrections to its end, readings to drain or not (issue 36)
+        try:
+            report = take_corrections_to_end(database, settings, "worker --drain")
+        finally:
+            database.close()
         out.print("nothing to drain: the consumer group is at the end of every partition")
-        database.close()
+        out.print(f"corrections: {len(report.stored):,} stored now ({report.read:,} messages on the log)",
+                  highlight=False)
         return
     if not drain:
         Metrics.serve(settings.metrics_port, settings.metrics_host)

@@ -12,7 +12,9 @@ from typing import Optional
 import typer
 
 from billing_rules import load_rules
-from gpubill.cli.common import check_format, check_period, connect, emit, out, read_rules, terminal_text
+from gpubill.cli.common import (
+    OFFLINE_HELP, check_format, check_period, connect, emit, out, read_rules, take_corrections_to_end, terminal_text,
+)
 from gpubill.config import load_settings
 from gpubill.errors import GpubillError
 from reports.render.i18n import LANGS
@@ -86,6 +88,7 @@ def audit(
     period: str = typer.Option(..., help="Billing period YYYY-MM."),
     full: bool = typer.Option(False, "--full", help="Recompute every hour from the raw readings, none taken from "
                               "the last clean audit."),
+    offline: bool = typer.Option(False, "--offline", help=OFFLINE_HELP),
 ) -> None:
     """Recompute the period from raw readings and compare with the rated data; exit 1 on differences.
 
@@ -99,8 +102,11 @@ def audit(
     rules = read_rules(settings)
     from usage.rated import retained_periods
 
+    period = check_period(period)
     with connect(settings) as database:
-        found = audit_period(database, rules, check_period(period), full=full)
+        # the raw side applies the stored corrections: every one on the log first (issue 36)
+        take_corrections_to_end(database, settings, f"audit {period}", offline=offline)
+        found = audit_period(database, rules, period, full=full)
         figures, differences = found.figures, found.differences
         conflicts = conflicts_of(database, rules, period)
         corrections = correction_findings(database, rules, period)

@@ -10,7 +10,9 @@ from typing import Optional
 
 import typer
 
-from gpubill.cli.common import check_period, connect, err, out, read_rules, terminal_text
+from gpubill.cli.common import (
+    OFFLINE_HELP, check_period, connect, err, out, read_rules, take_corrections_to_end, terminal_text,
+)
 from gpubill.config import load_settings
 from gpubill.errors import GpubillError
 
@@ -32,16 +34,22 @@ def rerate(
         "with a credit note (reason rerate) and issue its replacement (a draft under manual review); a second "
         "--apply changes nothing.")),
     as_json: bool = typer.Option(False, "--json", help="One JSON object: period, rules_revision, tenants."),
+    offline: bool = typer.Option(False, "--offline", help=OFFLINE_HELP + " With --dry-run only."),
 ) -> None:
     """Re-rate a period under the current rules and every correction: per tenant and invoice line, old → new."""
     from billing.rerate import rerate_apply, rerate_preview
 
     if dry_run == apply:
         raise GpubillError("say --dry-run (show what would change) or --apply (change it), one of the two")
+    if offline and apply:
+        raise GpubillError("--offline is for --dry-run: an --apply issues documents, so it takes every correction "
+                           "on the log first")
     settings = load_settings()
     rules = read_rules(settings)
     period = check_period(period)
     with connect(settings) as database:
+        # every correction on the log, stored before the plan: a worker need not run (issue 36)
+        take_corrections_to_end(database, settings, f"rerate {period}", offline=offline if not apply else None)
         if apply:
             report = rerate_apply(database, rules, period, tenant=tenant,
                                   on_wait=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"),

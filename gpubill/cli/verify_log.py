@@ -24,7 +24,7 @@ from typing import Optional
 
 import typer
 
-from gpubill.cli.common import check_period, connect, err, out, read_rules, terminal_text
+from gpubill.cli.common import check_period, connect, err, out, read_rules, take_corrections_to_end, terminal_text
 from gpubill.config import load_settings
 from gpubill.errors import GpubillError
 
@@ -55,6 +55,8 @@ def verify_log(
 
     ends = readings_ends(settings)  # Kafka unreachable: refused here, in one line, before anything runs
     with connect(settings) as database:  # the live side first: a database held elsewhere refuses at once
+        # the live database holds every correction on the log before it is compared with it (issue 36)
+        take_corrections_to_end(database, settings, f"verify-log {period}")
         billed = billed_charges(database, period)
     with tempfile.TemporaryDirectory(prefix="gpubill-verify-log-") as scratch:
         directory = Path(scratch)

@@ -240,7 +240,7 @@ def test_the_command_says_which_mode_ran(tmp_path, monkeypatch) -> None:
            "GPUBILL_ROLLUP_MARGIN_S": "0", "NO_COLOR": "1"}
 
     def run(*extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "gpubill.cli", "audit", "--period", PERIOD, *extra], env=env,
+        return subprocess.run([sys.executable, "-m", "gpubill.cli", "audit", "--period", PERIOD, "--offline", *extra], env=env,
                               cwd=Path(__file__).parent, capture_output=True, text=True, timeout=300)
 
     runs = [run(), run(), run("--full")]

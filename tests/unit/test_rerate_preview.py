@@ -113,9 +113,15 @@ def test_the_command_refuses_without_dry_run_and_prints_json(tmp_path):
     refused = subprocess.run([sys.executable, "-m", "gpubill.cli", "rerate", "--period", PERIOD], env=env,
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 1 and "say --dry-run" in refused.stderr
-    done = subprocess.run([sys.executable, "-m", "gpubill.cli", "rerate", "--period", PERIOD, "--dry-run", "--json"],
-                          env=env, capture_output=True, text=True, timeout=120)
+    # no broker here: --offline plans with the stored corrections, and says so (issue 36)
+    done = subprocess.run([sys.executable, "-m", "gpubill.cli", "rerate", "--period", PERIOD, "--dry-run", "--json",
+                           "--offline"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    assert done.stderr == (f"rerate {PERIOD}: --offline: the log of corrections was not read; the 0 corrections stored "
+                           "are applied, any on gpu.corrections.v1 and not stored yet are left out\n")
+    applied = subprocess.run([sys.executable, "-m", "gpubill.cli", "rerate", "--period", PERIOD, "--apply", "--offline"],
+                             env=env, capture_output=True, text=True, timeout=120)
+    assert applied.returncode == 1 and applied.stderr.startswith("error: --offline is for --dry-run"), applied.stderr
     answer = json.loads(done.stdout)
     assert answer["period"] == PERIOD and answer["rules_revision"] == RULES.revision
     assert [(t["tenant"], t["invoice"], t["old_total"], t["new_total"], t["difference"]) for t in answer["tenants"]] == [

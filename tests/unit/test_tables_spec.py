@@ -53,3 +53,12 @@ def test_the_hot_tables_store_their_largest_columns_with_the_measured_codecs(dat
     assert codecs[("rated_seconds", "version")] == "CODEC(DoubleDelta, ZSTD(1))"
     assert codecs[("rated_seconds", "energy_mj")] == codecs[("readings_power", "power_mw")] == "CODEC(T64, ZSTD(1))"
     assert codecs[("readings_usage", "event_id")] == codecs[("readings_power", "ts")] == "CODEC(ZSTD(3))"
+
+
+def test_the_rule_values_columns_are_the_migrated_ones(database) -> None:
+    # billing_rules/files.py refuses a rule value its column cannot hold, by these types
+    from schemas.tables import RULE_VALUE_COLUMNS
+
+    for table, column in RULE_VALUE_COLUMNS.values():
+        described = dict((row[0], row[1]) for row in database.query(f"DESCRIBE TABLE {table}"))
+        assert described[column.name] == column.type, (table, column)
