@@ -7,6 +7,7 @@ billing_rules/concessions.py's; this module reads the notes and says what become
     concessions_of(notes, standing="") -> [Concession]    what a replacement carries: the goodwill notes of the
                                                           period's invoices but the one that stays
     fates(notes, standing, built, replaced) -> [NoteFate] each earlier note and what becomes of it
+    voided_fates(db, invoice, void_note) -> [NoteFate]    the same for an invoice just voided (its own note left out)
 
     UnknownCreditNote(BillingError)   a note whose reason this gpubill does not know; nothing was written
 """
@@ -21,7 +22,7 @@ from billing.credit_notes import CreditNote, credit_notes
 from billing.errors import BillingError
 from billing_rules import Concession, InvoiceDraft, UnknownCreditReason, fate_of
 
-__all__ = ["NoteFate", "UnknownCreditNote", "concessions_of", "fates", "period_notes"]
+__all__ = ["NoteFate", "UnknownCreditNote", "check_reasons", "concessions_of", "fates", "period_notes", "voided_fates"]
 
 
 class UnknownCreditNote(BillingError):
@@ -48,6 +49,21 @@ class NoteFate:
     def unused(self) -> Decimal:
         """Carried: what the replacement could not take (it charges less); it stays with the period."""
         return self.subtotal - self.carried if self.fate == "carried" else Decimal("0.00")
+
+    def text(self, *, planned: bool = False) -> str:
+        """One line for people: the note and what becomes of it (`planned`: the replacement is not
+        built yet, so the amount it takes is not known; a void says this)."""
+        what = f"credit note {self.number} on {self.invoice} ({self.reason}, {self.total:.2f} CNY with VAT)"
+        if self.fate == "superseded":
+            return f"{what}: superseded by the correction (the replacement does not carry it)"
+        if self.fate == "stands":
+            return f"{what}: stands (its invoice is not replaced)"
+        if planned:
+            return (f"{what}: carried by the replacement as a concession of {self.subtotal:.2f} before VAT "
+                    "(never more than the replacement charges)")
+        unused = (f"; {self.unused:.2f} unused (the replacement charges less) stays with the period"
+                  if self.unused else "")
+        return f"{what}: carried as a concession, {self.carried:.2f} of {self.subtotal:.2f} before VAT{unused}"
 
 
 def period_notes(db: Any, tenant: str, period: str) -> list[CreditNote]:
@@ -95,3 +111,10 @@ def fates(notes: Iterable[CreditNote], standing: str, built: InvoiceDraft | None
         carried = taken.get(note.number, Decimal("0.00")) if fate == "carried" else Decimal("0.00")
         out.append(NoteFate(note.number, note.invoice, note.reason, note.subtotal, note.total, fate, carried))
     return out
+
+
+def voided_fates(db: Any, invoice: Any, void_note: str = "") -> list[NoteFate]:
+    """What becomes of the earlier credit notes of `invoice` (just voided; its own void note
+    `void_note` left out) and the concessions its period already carried, once it is replaced."""
+    notes = [n for n in period_notes(db, invoice.tenant, invoice.period) if n.number != void_note]
+    return fates(notes, invoice.number, None, replaced=True)
