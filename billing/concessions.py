@@ -55,7 +55,8 @@ class NoteFate:
         built yet, so the amount it takes is not known; a void says this)."""
         what = f"credit note {self.number} on {self.invoice} ({self.reason}, {self.total:.2f} CNY with VAT)"
         if self.fate == "superseded":
-            return f"{what}: superseded by the correction (the replacement does not carry it)"
+            return f"{what}: superseded by the correction (the replacement does not carry it)" if not planned else \
+                f"{what}: superseded (the replacement is built from the charges as they are now and does not carry it)"
         if self.fate == "stands":
             return f"{what}: stands (its invoice is not replaced)"
         if planned:

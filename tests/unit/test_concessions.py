@@ -234,3 +234,44 @@ def test_an_earlier_note_of_a_reason_not_known_refuses_the_void_and_the_rerate_n
     assert db.query("SELECT count() FROM rollup_runs")[0][0] == generations  # the rated data was not switched
     assert [(h.number, h.status) for h in invoice_store.headers(db, period=PERIOD)] == [("GB-2026-000001", "issued")]
     assert len(credit_notes(db, period=PERIOD)) == 2
+
+
+def test_the_dry_run_and_the_void_say_each_line_once_in_the_invoice_words_and_what_becomes_of_each_note(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.chdb_template import migrated_dsn
+    from warehouse.connection import open_database
+
+    dsn = migrated_dsn(tmp_path / "ch")
+    with open_database(dsn) as database:
+        invoiced_with_goodwill(database, tmp_path, price_error="1.00")
+    h800_rules(tmp_path / "cut", cut_from="2026-03-01T00:00:19")
+    env = {**os.environ, "GPUBILL_CLICKHOUSE": dsn, "GPUBILL_RULES": str(tmp_path / "cut"), "NO_COLOR": "1",
+           "GPUBILL_HOME": str(tmp_path / "var"), "COLUMNS": "200"}
+
+    def gpubill(*args: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-m", "gpubill.cli", *args], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+
+    # the invoice's lines in the PDF's words ("H800 GPU rent, on demand (hourly)"), each once, old → new;
+    # owed: 13.15 − 5.30 − 1.06 = 6.79 → 1.38
+    assert gpubill("rerate", "--period", PERIOD, "--dry-run")[1:] == [
+        "t01  GB-2026-000001  13.15 → 1.38 CNY with VAT, owed 6.79 → 1.38 (-5.41)",
+        "H800 GPU rent, on demand (hourly) at 18.00 CNY/GPU-hour: - → 6.11",
+        "H800 GPU rent, on demand (hourly) at 36.00 CNY/GPU-hour: 12.41 → 0.19",
+        "Goodwill credit CN-2026-000001: - → -5.00",
+        "credit note CN-2026-000001 on GB-2026-000001 (goodwill, 5.30 CNY with VAT): carried as a concession, "
+        "5.00 of 5.00 before VAT",
+        "credit note CN-2026-000002 on GB-2026-000001 (price_error, 1.06 CNY with VAT): superseded by the "
+        "correction (the replacement does not carry it)"]
+    voided = gpubill("invoice", "void", "GB-2026-000001", "--reason", "wrong contract")
+    assert voided[0].startswith("GB-2026-000001 voided (credit note CN-2026-000003: 6.79 CNY with VAT")
+    assert voided[1:] == [
+        "credit note CN-2026-000001 on GB-2026-000001 (goodwill, 5.30 CNY with VAT): carried by the replacement "
+        "as a concession of 5.00 before VAT (never more than the replacement charges)",
+        "credit note CN-2026-000002 on GB-2026-000001 (price_error, 1.06 CNY with VAT): superseded (the "
+        "replacement is built from the charges as they are now and does not carry it)"]
