@@ -195,17 +195,13 @@ def rerate_preview(db: Any, rules: Any, period: str, tenant: str | None = None) 
         if issued:
             adjustments += billed_elsewhere(db, who, period)
         credits = invoice_credits(db, rules, who, period, new_tenant=who in trial)
-
-        def build(carried: list) -> InvoiceDraft:
-            return build_invoice(who, period, rent.get(who, ()), energy.get(who, ()), adjustments, credits,
-                                 rules.vat_rate(period), carried)
-
+        inputs = (who, period, rent.get(who, ()), energy.get(who, ()), adjustments, credits, rules.vat_rate(period))
         # the invoice as it would be now with the concessions it already carries; if that changes
         # it, its replacement, which also carries the goodwill notes on the invoice itself
-        new = build(concessions_of(notes[who], standing=issued))
+        new = build_invoice(*inputs, concessions_of(notes[who], standing=issued))
         replaced = bool(issued) and _changed(old, new)
         if replaced:
-            new = build(concessions_of(notes[who]))
+            new = build_invoice(*inputs, concessions_of(notes[who]))
         credited = sum((n.total for n in notes[who] if issued and n.invoice == issued), Decimal("0.00"))
         report.tenants.append(TenantChange(
             tenant=who, invoice=(old.number or old.id) if old is not None else "",
