@@ -145,8 +145,12 @@ def void_invoice(db: Any, rules: Any, invoice_number: str, reason: str, *, actor
                  credit_reason: str = "void") -> tuple[IssuedInvoice, CreditNote | None]:
     """Void `invoice_number`: a credit note (reason `credit_reason`, `void` unless a re-rating
     voids it: `rerate`; `reason` as its note) for everything still creditable — none when
-    nothing is — then the invoice `voided`. A later invoice run issues its replacement.
-    Returns (the voided invoice, the credit note or None)."""
+    nothing is — then the invoice `voided`. A later invoice run issues its replacement, which
+    carries the period's goodwill notes as concessions (billing/concessions.py). Refused
+    (billing.concessions.UnknownCreditNote, nothing written) when a note of the period has a
+    reason this gpubill does not know. Returns (the voided invoice, the credit note or None)."""
+    from billing.concessions import period_notes  # it reads the notes this module writes
+
     _check_reason(credit_reason)
     text = _check_note(reason)
     if not text:
@@ -155,6 +159,7 @@ def void_invoice(db: Any, rules: Any, invoice_number: str, reason: str, *, actor
     with invoicing_lease(db, on_wait=on_wait) as fence:
         delete_stray_credit_note_lines(db)
         invoice = _issued(db, invoice_number, voiding=True)
+        period_notes(db, invoice.tenant, invoice.period)  # every earlier note's reason known, or refused
         left = creditable(db, invoice)
         cn = _write(db, rules, invoice, credit_reason, None, text, actor, now, fence) if left.net > 0 else None
         fence()

@@ -82,7 +82,7 @@ def _figures(tenant: str, period: str, inv: InvoiceDraft) -> dict[str, Any]:
         elif line.kind == "electricity":
             kwh += line.quantity
             electricity += line.amount
-        elif line.kind == "credit":
+        elif line.kind in ("credit", "concession"):  # a concession: a goodwill note a replacement carries
             credits -= line.amount
         elif line.site:  # an adjustment for late electricity of an earlier period
             electricity += line.amount

@@ -8,7 +8,9 @@ Steps for `run_period(db, rules, period)`:
 2. For the other tenants, read rated usage (rent seconds, allocated energy) and any late
    data for earlier, issued periods (as adjustments with a reference to their period), and
    the credit still available (the new-tenant trial credit only for a tenant registered and
-   active at the run: billing/tenants.py); `billing_rules.build_invoice` does the money.
+   active at the run: billing/tenants.py); a replacement also carries the goodwill credit
+   notes of the invoices it replaces as concessions (billing/concessions.py);
+   `billing_rules.build_invoice` does the money.
 3. With `review = "auto"` (billing.toml, the default) the invoice is issued at once; with
    `"manual"` it is written as a draft (an id, no number), or an existing draft is refreshed
    when its figures changed (late data: a draft is a projection). `issue_period` issues the
@@ -44,6 +46,7 @@ from billing_rules import (
     credit_balances,
 )
 from billing import invoice_store as store
+from billing.concessions import concessions_of, period_notes
 from billing.credit_notes import delete_stray_credit_note_lines
 from billing.errors import BillingError
 from billing.invoice_lock import invoicing_lease
@@ -221,7 +224,7 @@ def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Call
         if not rent.get(tenant) and not energy.get(tenant) and not adjustments and has.draft is None:
             continue
         draft = _draft(db, rules, tenant, period, rent.get(tenant, ()), energy.get(tenant, ()), adjustments,
-                       new_tenant=tenant in trial)
+                       new_tenant=tenant in trial, replacing=has.voided is not None)
         replaces = has.draft.replaces if has.draft is not None else (has.voided.number if has.voided else "")
         if manual:
             _keep_draft(db, draft, has.draft, replaces, now, fence, actor, report, rules.revision)
@@ -314,11 +317,14 @@ def issue_period(db: Any, rules: Any, period: str, *, tenant: str | None = None,
 
 
 def _draft(db: Any, rules: Any, tenant: str, period: str, rent: Any, energy: Any, adjustments: list[Adjustment],
-           *, new_tenant: bool) -> InvoiceDraft:
+           *, new_tenant: bool, replacing: bool = False) -> InvoiceDraft:
     """The tenant's invoice for `period` from its usage and adjustments: credits still
-    available (the trial credit when `new_tenant`), discounts and VAT as the rules say."""
+    available (the trial credit when `new_tenant`), discounts and VAT as the rules say; when
+    `replacing` voided invoices, the concessions their goodwill notes carry (billing/concessions.py:
+    UnknownCreditNote for a note of a reason not known)."""
     credits = invoice_credits(db, rules, tenant, period, new_tenant=new_tenant)
-    return build_invoice(tenant, period, rent, energy, adjustments, credits, rules.vat_rate(period))
+    carried = concessions_of(period_notes(db, tenant, period)) if replacing else ()
+    return build_invoice(tenant, period, rent, energy, adjustments, credits, rules.vat_rate(period), carried)
 
 
 def invoice_credits(db: Any, rules: Any, tenant: str, period: str, *, new_tenant: bool) -> list[CreditBalance]:
@@ -344,7 +350,7 @@ def draft_invoice(db: Any, rules: Any, tenant: str, period: str, *, source: tupl
     if replacing:
         adjustments += billed_elsewhere(db, tenant, period)
     return _draft(db, rules, tenant, period, rent.get(tenant, ()), energy.get(tenant, ()), adjustments,
-                  new_tenant=tenant in trial_tenants(db) if new_tenant is None else new_tenant)
+                  new_tenant=tenant in trial_tenants(db) if new_tenant is None else new_tenant, replacing=replacing)
 
 
 def credit_spent(db: Any, tenant: str, period: str, *, other_periods: bool = False) -> dict[str, Decimal]:

@@ -28,7 +28,9 @@ The live side, per tenant, is what the period is billed now:
 A voided invoice and its credit notes (the void's own and any before it) count for nothing:
 the void cancels the invoice whole. Credit note lines that give back a credit are left out, as
 credits are. A goodwill credit note on a standing invoice is a difference by design: the log
-knows nothing of it, and verify-log lists it.
+knows nothing of it, and verify-log lists it. Once its invoice is voided, the replacement
+carries it as a `concession` line (billing_rules/concessions.py): like a credit, not a charge,
+so it is left out and the replacement's charges agree with the log again.
 """
 
 from __future__ import annotations

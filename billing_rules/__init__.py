@@ -7,6 +7,7 @@ One home each: the money formulas in `pricing`, the one rounding in `money`, the
 rule set answers with in `rates`, the rule set in `ruleset`, invoice lines in `invoice`.
 """
 
+from billing_rules.concessions import Concession, UnknownCreditReason, fate_of
 from billing_rules.errors import (
     BillingRulesError,
     InvalidPeriod,
@@ -51,6 +52,7 @@ __all__ = [
     "Adjustment",
     "CreditBalance",
     "BillingRulesError",
+    "Concession",
     "CreditGrant",
     "EnergyRate",
     "EnergyUsage",
@@ -65,6 +67,7 @@ __all__ = [
     "RuleSetInvalid",
     "Seller",
     "SiteInfo",
+    "UnknownCreditReason",
     "UnknownModel",
     "UnknownSite",
     "billed_kwh",
@@ -73,6 +76,7 @@ __all__ = [
     "credit_balances",
     "discount_amount",
     "energy_amount",
+    "fate_of",
     "gpu_hours",
     "rent_amount",
     "unit_price_per_hour",

@@ -10,8 +10,10 @@ sorted, so a replay in another order gives the same draft.
 Totals (SPEC §5):
     subtotal = Σ rounded rent + electricity + adjustment lines
     discount = Σ rounded discount lines (negative: a contract's discount on its rent lines)
-    credit   = −min(credits available, max(subtotal + discount, 0)), one line per grant used
-    net      = subtotal + discount + credit                   (never below 0 because of credit)
+    concession = −Σ carried goodwill notes (a replacement only: billing_rules/concessions.py),
+               each capped at what is still owed, one line per note
+    credit   = −min(credits available, max(subtotal + discount + concession, 0)), one line per grant used
+    net      = subtotal + discount + concession + credit     (never below 0 because of either)
     tax      = round_fen(net × vat_rate)
     total    = net + tax
 
@@ -21,8 +23,9 @@ both are shown with six decimals. A discount line has the GPU-hours of the rent 
 discounts and a negative unit price. An adjustment line about a rent or electricity line
 of an earlier period carries that line's grouping fields and unit price, with the
 quantity and amount that changed; other adjustments and credit lines have quantity 1,
-unit "" and unit_price equal to their amount. Credits are spent soonest-expiring first;
-a credit line names its grant (`credit_id`).
+unit "" and unit_price equal to their amount; so have concession lines. Credits are spent
+soonest-expiring first; a credit line names its grant (`credit_id`), a concession line the
+goodwill credit note it carries (`credit_id` = CN-YYYY-NNNNNN).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
+from billing_rules.concessions import Concession, concede
 from billing_rules.money import is_fen_exact, round_fen, round_quantity
 from billing_rules.periods import parse_period
 from billing_rules.pricing import (
@@ -106,7 +110,7 @@ class CreditBalance:
 class InvoiceLine:
     """One line of an invoice, as built here, stored (`invoice_lines`) and rendered: the one line shape."""
 
-    kind: str  # rent | electricity | credit | discount | adjustment
+    kind: str  # rent | electricity | credit | discount | adjustment | concession
     gpu_model: str | None
     plan: str | None
     site: str | None
@@ -119,7 +123,7 @@ class InvoiceLine:
     unit_price: Decimal  # ¥ per GPU-hour or per kWh, six decimals; the amount for credit/adjustment
     exact_amount: Fraction
     amount: Decimal  # round_fen(exact_amount)
-    credit_id: str | None = None  # credit lines: the grant spent
+    credit_id: str | None = None  # credit lines: the grant spent; concession lines: the credit note carried
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,7 @@ class InvoiceDraft:
     net: Decimal
     tax: Decimal
     total: Decimal
-    credit_used: Decimal  # ≥ 0: how much credit this invoice consumed
+    credit_used: Decimal  # ≥ 0: how much credit (of grants) this invoice consumed; concessions not included
     vat_rate: Decimal
 
 
@@ -163,12 +167,14 @@ def build_invoice(
     adjustments: Iterable[Adjustment],
     credits: Iterable[CreditBalance] | Decimal,
     vat_rate: Decimal,
+    concessions: Iterable[Concession] = (),
 ) -> InvoiceDraft:
     """Assemble the invoice of `tenant` for `period`; see the module docstring for the arithmetic.
 
     `credits` are the tenant's unexpired grant balances (from `credit_balances`), or one
-    anonymous Decimal amount. Raises ValueError for negative seconds or energy, an
-    adjustment that is not whole fen, or a negative credit.
+    anonymous Decimal amount; `concessions` the goodwill notes a replacement carries, in
+    note order. Raises ValueError for negative seconds or energy, an adjustment that is not
+    whole fen, or a negative credit.
     """
     parse_period(period)
     rent = list(rent)
@@ -177,6 +183,11 @@ def build_invoice(
     discounts = _discount_lines(rent)
     lines += discounts
     owed = subtotal + sum((line.amount for line in discounts), Decimal("0.00"))
+    for concession, take in concede(tuple(concessions), owed):
+        if take:
+            lines.append(_flat_line("concession", None, f"Goodwill credit {concession.note}", -take,
+                                    credit_id=concession.note))
+            owed -= take
 
     credit_used = Decimal("0.00")
     for balance in _spending_order(credits, period):

@@ -161,7 +161,10 @@ def invoice_void(
     number: str = typer.Argument(..., help="The issued invoice's number (GB-YYYY-NNNNNN)."),
     reason: str = typer.Option(..., "--reason", help="Why it is voided (kept on the credit note and in the journal)."),
 ) -> None:
-    """Void an issued invoice: a credit note for all still creditable, then the next `invoice run` issues its replacement."""
+    """Void an issued invoice: a credit note for all still creditable, then the next `invoice run` issues its
+    replacement. Each earlier credit note is named with what becomes of it: a goodwill note is carried by the
+    replacement as a concession, the others are superseded by the correction."""
+    from billing.concessions import voided_fates
     from billing.credit_notes import void_invoice
 
     settings = load_settings()
@@ -169,10 +172,13 @@ def invoice_void(
     with connect(settings) as database:
         invoice, note = void_invoice(database, rules, number, reason,
                                      on_wait=lambda message: err.print(terminal_text(message), highlight=False))
+        earlier = voided_fates(database, invoice, note.number if note else "")
     credited = f"credit note {note.number}: {note.total:.2f} CNY with VAT back to the tenant" if note else \
         "nothing was left to credit"
     out.print(f"{terminal_text(invoice.number)} voided ({credited}); `gpubill invoice run --period {invoice.period}` "
               "issues its replacement", highlight=False)
+    for fate in earlier:
+        out.print(f"  {terminal_text(fate.text(planned=True))}", highlight=False)
 
 
 @app.command("history")

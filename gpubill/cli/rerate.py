@@ -1,11 +1,17 @@
 """`gpubill rerate --period P (--dry-run | --apply)`: re-rating a period under the current rules and
 every stored correction (billing/rerate.py). The dry run shows what would change, invoice by
 invoice and line by line, exact to the fen, and changes nothing; --apply switches the rated data
-and corrects the documents (void with a credit note, replacement), idempotently."""
+and corrects the documents (void with a credit note, replacement), idempotently.
+
+Each invoice line is one line, old → new, named in the invoice's own words (the PDF's:
+reports.render.invoice.line_words), with its list price where it has one; then every earlier
+credit note of the tenant's period and what becomes of it (billing/concessions.py)."""
 
 from __future__ import annotations
 
 import sys
+from decimal import Decimal
+from types import SimpleNamespace
 from typing import Optional
 
 import typer
@@ -23,6 +29,29 @@ def _money(value) -> str | None:
 
 def _quantity(value) -> str | None:
     return None if value is None else f"{value:.6f}"
+
+
+def _namer(rules, period: str, change):
+    """A function naming each of `change`'s lines as the invoice's PDF does (English), with its price."""
+    from reports.invoice_document import names_of
+    from reports.invoice_model import InvoiceDocument
+    from reports.render.invoice import line_to_dict, line_words
+
+    lo, hi = rules.period_bounds(period)
+    hours = Decimal(hi - lo) / 3600
+    every = [x for ln in change.lines for x in (ln.old, ln.new) if x is not None]
+    doc = InvoiceDocument(invoice=SimpleNamespace(tenant=change.tenant, lines=every),  # type: ignore[arg-type]
+                          names=names_of(rules, SimpleNamespace(tenant=change.tenant, lines=every)))
+
+    def name(ln) -> str:
+        shown = [line_to_dict(x, hours) for x in (ln.old, ln.new) if x is not None]
+        text = line_words("en", doc, shown[-1])
+        prices = list(dict.fromkeys(d["list_price"] for d in shown if "list_price" in d))
+        if prices:
+            text += f" at {' → '.join(prices)} CNY/{shown[-1]['list_price_unit']}"
+        return text
+
+    return name
 
 
 def rerate(
@@ -56,6 +85,7 @@ def rerate(
                                   progress=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
         else:
             report = rerate_preview(database, rules, period, tenant)
+    namers = {t.tenant: _namer(rules, period, t) for t in report.tenants}
     if as_json:
         import orjson
 
@@ -66,24 +96,32 @@ def rerate(
             "period": report.period, "rules_revision": report.rules_revision, **applied,
             "tenants": [{"tenant": t.tenant, "invoice": t.invoice, "status": t.status,
                          "old_total": _money(t.old_total), "new_total": _money(t.new_total),
-                         "difference": _money(t.difference),
-                         "lines": [{"kind": ln.kind, "description": ln.description,
+                         "old_owed": _money(t.old_owed), "new_owed": _money(t.new_owed),
+                         "difference": _money(t.difference), "replaced": t.replaced,
+                         "lines": [{"kind": ln.kind, "description": namers[t.tenant](ln),
                                     "old_quantity": _quantity(ln.old_quantity), "new_quantity": _quantity(ln.new_quantity),
                                     "old_amount": _money(ln.old_amount), "new_amount": _money(ln.new_amount)}
-                                   for ln in t.lines]} for t in report.tenants],
+                                   for ln in t.lines],
+                         "credit_notes": [{"number": f.number, "invoice": f.invoice, "reason": f.reason,
+                                           "total": _money(f.total), "fate": f.fate, "carried": _money(f.carried),
+                                           "unused": _money(f.unused)} for f in t.notes]}
+                        for t in report.tenants],
         }).decode() + "\n")
         return
     mode = "applied" if apply else "a dry run: nothing changed"
     out.print(f"{report.period} under rules {report.rules_revision} ({mode})", highlight=False)
     for t in report.tenants:
         invoice = terminal_text(t.invoice or "no invoice yet")
-        out.print(f"  {terminal_text(t.tenant)}  {invoice}  {t.old_total:.2f} → {t.new_total:.2f} CNY with VAT "
-                  f"({t.difference:+.2f})", highlight=False)
+        owed = f", owed {t.old_owed:.2f} → {t.new_owed:.2f}" if t.credited else ""  # less its credit notes
+        out.print(f"  {terminal_text(t.tenant)}  {invoice}  {t.old_total:.2f} → {t.new_total:.2f} CNY with VAT"
+                  f"{owed} ({t.difference:+.2f})", highlight=False)
         for ln in t.lines:
             if ln.old_amount == ln.new_amount and ln.old_quantity == ln.new_quantity:
                 continue
-            out.print(f"      {terminal_text(ln.description)}: {_money(ln.old_amount) or '-'} → "
+            out.print(f"      {terminal_text(namers[t.tenant](ln))}: {_money(ln.old_amount) or '-'} → "
                       f"{_money(ln.new_amount) or '-'}", highlight=False)
+        for fate in t.notes:
+            out.print(f"      {terminal_text(fate.text())}", highlight=False)
     if apply:
         out.print(f"rated data: {report.hours} hours published anew" + (f" (generation {report.generation})"
                                                                           if report.generation else ""), highlight=False)

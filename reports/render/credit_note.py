@@ -115,7 +115,7 @@ def _line_cell(pdf: ReportPDF, doc: CreditNoteDocument, line: dict[str, Any]) ->
         return line_text(pdf, doc, line_to_dict(lines[line["invoice_line_no"] - 1]))
     if pdf.doc_lang == "en":
         return str(line["description"] or line["kind"])
-    kinds = ("rent", "electricity", "credit", "discount", "adjustment")
+    kinds = ("rent", "electricity", "credit", "discount", "adjustment", "concession")
     return pdf.label(f"kind.{line['kind']}") if line["kind"] in kinds else str(line["kind"])
 
 

@@ -16,7 +16,8 @@ on a figure.
 The PDF reads top to bottom as a finance team expects: seller and document facts (number,
 issue date in the billing zone, service period, due date or prepaid settlement, payment
 terms); the buyer; the charges (rent, electricity, adjustments) with unit prices as the
-price is written; then subtotal → each discount and credit by name → net → VAT → total
+price is written; then subtotal → each discount, concession (a goodwill credit note a
+replacement carries, named by its number) and credit by name → net → VAT → total
 (on zh-CN documents also in capital numerals); what is due or how it was settled; the
 credit left after this invoice.
 
@@ -55,7 +56,7 @@ from reports.render.i18n import band_name, check_lang, plan_name, unit_name
 from reports.render.i18n import label as translate
 from reports.render.pdf import ACCENT, INK, MUTED, RULE, ReportPDF, draw_table, fit_text
 
-__all__ = ["GROUPING_FIELDS", "INVOICE_CSV_COLUMNS", "invoice_to_dict", "line_to_dict", "render_invoice"]
+__all__ = ["GROUPING_FIELDS", "INVOICE_CSV_COLUMNS", "invoice_to_dict", "line_to_dict", "line_words", "render_invoice"]
 
 # The pieces `reports.render.credit_note` draws with (not exported from the package):
 #   buyer_lines, seller_lines, draw_block, draw_facts, draw_masthead, draw_totals, line_text, vat_percent, yuan
@@ -128,6 +129,7 @@ def invoice_to_dict(value: InvoiceDocument | IssuedInvoice) -> dict[str, Any]:
         "subtotal": money_str(inv.subtotal),
         "discount": _sum_of(inv, "discount"),
         "credit": _sum_of(inv, "credit"),
+        "concession": _sum_of(inv, "concession"),  # goodwill notes a replacement carries (issue 36)
         "net": money_str(inv.net),
         "tax": money_str(inv.tax),
         "total": money_str(inv.total),
@@ -153,13 +155,14 @@ def invoice_json(value: InvoiceDocument | IssuedInvoice) -> bytes:
 
 # (key of the dict, the row's kind, its description): a line's kinds "discount" and "credit" are not reused
 _CSV_TOTALS = (("subtotal", "subtotal", "Subtotal"), ("discount", "discounts", "Discounts"),
-               ("credit", "credits", "Credits"), ("net", "net", "Net"), ("tax", "tax", None), ("total", "total", "Total"),
+               ("concession", "concessions", "Concessions"), ("credit", "credits", "Credits"), ("net", "net", "Net"), ("tax", "tax", None), ("total", "total", "Total"),
                ("amount_due", "amount_due", "Amount due"))
 
 
 def invoice_csv(value: InvoiceDocument | IssuedInvoice) -> bytes:
-    """One row per line, then the ``subtotal``, ``discounts``, ``credits``, ``net``, ``tax``, ``total``
-    and (for a document) ``amount_due`` rows (amount only).
+    """One row per line, then the ``subtotal``, ``discounts``, (``concessions``, on a replacement
+    carrying one,) ``credits``, ``net``, ``tax``, ``total`` and (for a document) ``amount_due`` rows
+    (amount only).
 
     Text cells a spreadsheet would run as a formula get a leading ``'``; amounts such as
     ``-10.00`` stay numbers (:func:`reports.render.format.csv_cell`).
@@ -172,6 +175,8 @@ def invoice_csv(value: InvoiceDocument | IssuedInvoice) -> bytes:
     for line in d["lines"]:
         writer.writerow({k: ("" if v is None else csv_cell(v)) for k, v in line.items()})
     for key, kind, description in _CSV_TOTALS:
+        if key == "concession" and not any(line["kind"] == "concession" for line in d["lines"]):
+            continue  # a row only on a replacement that carries a concession
         if d[key] is not None:
             writer.writerow({"kind": kind, "description": description or vat_label(doc.invoice.vat_rate),
                              "amount": csv_cell(d[key])})
@@ -207,38 +212,45 @@ def yuan(pdf: ReportPDF, text: str) -> str:
 _DISCOUNT_PCT = re.compile(r"discount ([0-9]+(?:\.[0-9]+)?) %")
 
 
-def _what(pdf: ReportPDF, doc: InvoiceDocument | Any, line: dict[str, Any]) -> str:
+def _what(lang: str, doc: InvoiceDocument | Any, line: dict[str, Any]) -> str:
     """A rent or electricity charge in words: "A800-80G GPU rent, monthly plan" / "电费：贵州贵安，单一电价"."""
-    lang = pdf.doc_lang
     if "site" in line:
         band = str(line.get("band", ""))
-        return pdf.label("line.electricity", site=doc.name(lang, "site", line["site"]) or line["site"],
+        return translate(lang, "line.electricity", site=doc.name(lang, "site", line["site"]) or line["site"],
                          band=doc.name(lang, "band", f"{line['site']}/{band}") or band_name(lang, band))
-    return pdf.label("line.rent", model=line.get("gpu_model", ""), plan=plan_name(lang, str(line.get("plan", ""))))
+    return translate(lang, "line.rent", model=line.get("gpu_model", ""), plan=plan_name(lang, str(line.get("plan", ""))))
+
+
+def line_words(lang: str, doc: InvoiceDocument | Any, line: dict[str, Any]) -> str:
+    """What a line (as :func:`line_to_dict` writes it) is, in `lang`, from its fields and the rules'
+    names (`doc.name(lang, kind, key)`: an invoice's or a credit note's document): the one place a
+    line is named — the invoice's PDF, the credit note's and `gpubill rerate`'s lines say this."""
+    kind = line["kind"]
+    if kind in ("rent", "electricity"):
+        return _what(lang, doc, line)
+    if kind == "discount":
+        pct = _DISCOUNT_PCT.search(str(line.get("description", "")))
+        return translate(lang, "line.discount", pct=pct.group(1) if pct else "", what=_what(lang, doc, line))
+    if kind == "credit":
+        stored = str(line.get("description") or "")
+        if lang != "en" and re.search("[A-Za-z]", stored):
+            stored = ""  # an English reason on a Chinese document: the kind's own word instead
+        return doc.name(lang, "credit", line.get("credit_id")) or stored or translate(lang, "kind.credit")
+    if kind == "concession":  # a goodwill credit note a replacement carries (billing_rules/concessions.py)
+        return translate(lang, "line.concession", note=line.get("credit_id", ""))
+    if kind == "adjustment":
+        what = _what(lang, doc, line) if ("gpu_model" in line or "site" in line) else (
+            str(line.get("description") or "") if lang == "en" else translate(lang, "kind.adjustment"))
+        return translate(lang, "line.adjustment", period=line.get("ref_period", ""), what=what)
+    return translate(lang, f"kind.{kind}") if kind in _KINDS else str(kind)
 
 
 def line_text(pdf: ReportPDF, doc: InvoiceDocument | Any, line: dict[str, Any]) -> str:
-    """What a line (as :func:`line_to_dict` writes it) is, in the document's language, from its
-    fields and the rules' names (`doc.name(lang, kind, key)`: an invoice's or a credit note's document)."""
-    kind = line["kind"]
-    if kind in ("rent", "electricity"):
-        return _what(pdf, doc, line)
-    if kind == "discount":
-        pct = _DISCOUNT_PCT.search(str(line.get("description", "")))
-        return pdf.label("line.discount", pct=pct.group(1) if pct else "", what=_what(pdf, doc, line))
-    if kind == "credit":
-        stored = str(line.get("description") or "")
-        if pdf.doc_lang != "en" and re.search("[A-Za-z]", stored):
-            stored = ""  # an English reason on a Chinese document: the kind's own word instead
-        return doc.name(pdf.doc_lang, "credit", line.get("credit_id")) or stored or pdf.label("kind.credit")
-    if kind == "adjustment":
-        what = _what(pdf, doc, line) if ("gpu_model" in line or "site" in line) else (
-            str(line.get("description") or "") if pdf.doc_lang == "en" else pdf.label("kind.adjustment"))
-        return pdf.label("line.adjustment", period=line.get("ref_period", ""), what=what)
-    return pdf.label(f"kind.{kind}") if kind in _KINDS else str(kind)
+    """:func:`line_words` in the PDF's language."""
+    return line_words(pdf.doc_lang, doc, line)
 
 
-_KINDS = ("rent", "electricity", "credit", "discount", "adjustment")
+_KINDS = ("rent", "electricity", "credit", "discount", "adjustment", "concession")
 
 
 def _line_detail(pdf: ReportPDF, line: dict[str, Any]) -> str:
@@ -501,10 +513,10 @@ def invoice_pdf(value: InvoiceDocument | IssuedInvoice, *, lang: str = "en") -> 
 
 
 def _totals(pdf: ReportPDF, doc: InvoiceDocument, d: dict[str, Any]) -> None:
-    """subtotal → each discount and credit, named → net → VAT → total (and its capitals in Chinese)."""
+    """subtotal → each discount, concession and credit, named → net → VAT → total (and its capitals in Chinese)."""
     rows: list[tuple[str, str]] = [(pdf.label("inv.subtotal"), d["subtotal"])]
     for line in d["lines"]:
-        if line["kind"] in ("discount", "credit"):
+        if line["kind"] in ("discount", "concession", "credit"):
             rows.append((line_text(pdf, doc, line), line["amount"]))
     rows += [(pdf.label("inv.net"), d["net"]),
              (pdf.label("inv.vat", rate=vat_percent(doc.invoice.vat_rate)), d["tax"])]

@@ -135,16 +135,20 @@ def test_drafts_issue_credit_void_and_replace_through_the_command_line(gpubill):
     assert invoiced(gpubill, "beta") == "0.00"  # voided and fully credited: nothing charged until the replacement
 
     # -- 6. the next run drafts the replacement; issued, it is GB-2026-000003, names what it
-    #   replaces, and spends the trial credit the voided invoice gave back
+    #   replaces, spends the trial credit the voided invoice gave back and carries the goodwill
+    #   (issue 36): 60.00 + 2.47 − 6.00 − 5.00 − 10.00 = 41.47 net; VAT round(2.4882) = 2.49; 43.96,
+    #   what beta owed before the void (49.26 − 5.30)
     run = gpubill.run("invoice", "run", "--period", "2026-03")
     assert "1 drafts made, 0 refreshed, 0 unchanged, 1 already issued" in run.stdout
     assert "GB-2026-000003" in gpubill.run("invoice", "issue", "--period", "2026-03", "--tenant", "beta").stdout
     replacement = gpubill.json("invoice", "show", "--period", "2026-03", "--tenant", "beta", "--format", "json")
-    assert (replacement["number"], replacement["status"], replacement["total"]) == ("GB-2026-000003", "issued", "49.26")
+    assert (replacement["number"], replacement["status"], replacement["total"]) == ("GB-2026-000003", "issued", "43.96")
     assert [(l["credit_id"], l["amount"]) for l in lines_by_kind(replacement)["credit"]] == [("trial", "-10.00")]
+    assert [(l["credit_id"], l["amount"]) for l in lines_by_kind(replacement)["concession"]] == [
+        (f"CN-{cn_year}-000001", "-5.00")]
     old = gpubill.json("invoice", "show", "--number", "GB-2026-000002", "--format", "json")
     assert old["status"] == "voided" and old["total"] == "49.26"  # the voided invoice itself never changed
-    assert invoiced(gpubill, "beta") == "49.26"
+    assert invoiced(gpubill, "beta") == "43.96"
 
     listed = gpubill.json("invoice", "list", "--tenant", "beta", "--json")
     assert [(i["number"], i["status"], i["replaces"], i["replaced_by"], i["credit_notes"]) for i in listed] == [

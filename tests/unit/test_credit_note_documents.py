@@ -15,8 +15,10 @@ GB-2026-000002:
                     discount and credit given back, −¥80.00 and −¥10.00 → ¥705.00 (= 710.00 − 5.00)
                     VAT on the running total: round(710.00 × 0.06) − round(5.00 × 0.06)
                     = 42.60 − 0.30 = ¥42.30 → total ¥747.30; both notes 5.30 + 747.30 = ¥752.60
-    GB-2026-000003  the replacement, issued by the next run: the same usage, the trial credit free
-                    again → total ¥752.60, "replaces GB-2026-000002"
+    GB-2026-000003  the replacement, issued by the next run: the same usage, the goodwill carried as
+                    a concession (issue 36), the trial credit free again: 800.00 − 80.00 − 5.00
+                    − 10.00 = ¥705.00 net, VAT round(42.30) = ¥42.30 → total ¥747.30 (752.60 less
+                    the goodwill's 5.30), "replaces GB-2026-000002"
 """
 
 from __future__ import annotations
@@ -253,12 +255,21 @@ def test_the_replacement_says_which_invoice_it_replaces(voided):
     d = invoice_to_dict(doc)
     assert (d["number"], d["id"], d["status"], d["replaces"], d["replaced_by"], d["credit_notes"]) == (
         "GB-2026-000003", "GB-2026-000003", "issued", BETA, "", [])
-    assert (d["credit"], d["total"]) == ("-10.00", "752.60")  # the trial credit the void freed, spent again
+    assert (d["credit"], d["total"]) == ("-10.00", "747.30")  # the trial credit the void freed, spent again
+    assert (d["concession"], d["net"], d["tax"]) == ("-5.00", "705.00", "42.30")  # the goodwill, carried
+    assert [(ln["kind"], ln.get("credit_id"), ln["amount"]) for ln in d["lines"] if ln["kind"] == "concession"] == [
+        ("concession", "CN-2026-000001", "-5.00")]
+    rows = list(csv.DictReader(io.StringIO(render_invoice(doc, "csv").decode())))
+    assert [(r["kind"], r["amount"]) for r in rows if r["kind"] in ("concession", "concessions", "net")] == [
+        ("concession", "-5.00"), ("concessions", "-5.00"), ("net", "705.00")]
     en, zh = (pdf_text(render_invoice(doc, "pdf", lang=lang)) for lang in ("en", "zh-CN"))
+    save_pages(render_invoice(doc, "pdf", lang="zh-CN"), ARTIFACTS / "replacement-with-concession.zh-CN")
     assert "Replaces invoice GB-2026-000002, which was voided." in en and "Status issued" in en
     assert "INVOICE" in en and "VOID" not in en and "DRAFT" not in en
+    assert "Goodwill credit CN-2026-000001" in en  # the concession, named by its note, among the totals
     assert "替代账单 GB-2026-000002（已作废）。" in zh and "状态 已开具" in zh
-    assert english_words(zh, _outside(doc, BETA)) == set()
+    assert "商誉补偿（贷项通知单 CN-2026-000001）" in zh
+    assert english_words(zh, _outside(doc, BETA, "CN-2026-000001")) == set()
 
 
 @pytest.fixture()

@@ -132,10 +132,12 @@ def test_manual_review_drafts_refresh_issue_credit_void_and_replace(db, tmp_path
         with pytest.raises(CreditNoteRefused, match="already voided"):
             again()
     # voided and fully credited, the period charges nothing until the replacement; its estimate
-    # (the replacement as it would be: the trial free again, 21.20) stands in for it meanwhile
+    # (the replacement as it would be: the trial free again, the goodwill CN-2026-000001 carried
+    # as a concession, the price_error superseded: 30.00 − 0.05 − 10.00 = 19.95 net,
+    # VAT round(1.197) = 1.20, 21.15) stands in for it meanwhile
     after_void = balance(db, rules, "t02", now=NOW)
     assert after_void.invoiced == Decimal("0.00") and [(e.period, e.total) for e in after_void.estimates] == [
-        (PERIOD, Decimal("21.20")), ("2026-04", Decimal("0.00"))]
+        (PERIOD, Decimal("21.15")), ("2026-04", Decimal("0.00"))]
 
     # -- 6. the next run drafts a replacement that names the voided one; issued, it is GB-2026-000003
     report = run_period(db, rules, PERIOD, now=NOW, actor=ACTOR)
@@ -143,10 +145,11 @@ def test_manual_review_drafts_refresh_issue_credit_void_and_replace(db, tmp_path
     assert issue_period(db, rules, PERIOD, tenant="t02", now=NOW, actor=ACTOR)[0][1] == "GB-2026-000003"
     replacement = invoice_store.current(db, "t02", PERIOD)
     assert (replacement.number, replacement.replaces, replacement.total) == ("GB-2026-000003", "GB-2026-000002",
-                                                                             Decimal("21.20"))
-    assert [(line.kind, line.credit_id, line.amount) for line in replacement.lines if line.kind == "credit"] == [
+                                                                             Decimal("21.15"))
+    assert [(line.kind, line.credit_id, line.amount) for line in replacement.lines if line.kind != "rent"] == [
+        ("concession", "CN-2026-000001", Decimal("-0.05")),  # the goodwill, carried (issue 36)
         ("credit", "trial", Decimal("-10.00"))]  # the trial the voided invoice used, spent again
-    assert balance(db, rules, "t02", now=NOW).invoiced == Decimal("21.20")
+    assert balance(db, rules, "t02", now=NOW).invoiced == Decimal("21.15")
     assert [(h.number, h.status) for h in invoice_store.headers(db, tenant="t02")] == [
         ("GB-2026-000002", "voided"), ("GB-2026-000003", "issued")]
 

@@ -32,8 +32,10 @@ LO, _ = RULES.period_bounds(PERIOD)
 SECONDS = {"t01": 7, "t02": 30, "t03": 120, "t04": 61, "t05": 3}
 
 
-def seed_tenants(db: Any, seconds: dict[str, int] = SECONDS, period: str = PERIOD) -> None:
-    """Rated rent rows: `seconds[tenant]` seconds of one A800 each from the period's start, at ¥1/s."""
+def seed_tenants(db: Any, seconds: dict[str, int] = SECONDS, period: str = PERIOD, *, gpu_model: str = "A800-80G",
+                 hourly: Decimal = Decimal(3600)) -> None:
+    """Rated rent rows: `seconds[tenant]` seconds of one A800 (or `gpu_model` at `hourly` ¥ per hour)
+    each from the period's start, at ¥1/s."""
     lo, _ = RULES.period_bounds(period)
     rows = []
     for n, (tenant, count) in enumerate(sorted(seconds.items())):
@@ -42,8 +44,8 @@ def seed_tenants(db: Any, seconds: dict[str, int] = SECONDS, period: str = PERIO
             row = {c: 0 for c in RATED_SECONDS} | {
                 "gpu_uuid": f"GPU-{tenant}", "second": at, "period": period, "tenant": tenant,
                 "instance": f"i-{tenant}",
-                "site": "gz-guian", "node": "gz-n1", "plan": "hourly", "gpu_model": "A800-80G", "stream": "rent",
-                "rent_price": Decimal(3600), "rent_per_s": 3600, "discount_pct": Decimal(0), "util_pct": Decimal(50),
+                "site": "gz-guian", "node": "gz-n1", "plan": "hourly", "gpu_model": gpu_model, "stream": "rent",
+                "rent_price": hourly, "rent_per_s": 3600, "discount_pct": Decimal(0), "util_pct": Decimal(50),
                 "band": "", "tariff_per_kwh": Decimal(0), "pue": Decimal(0), "version": 1, "rated_at": at,
                 "src_partition": 0, "src_offset": second}
             rows.append([row[c] for c in RATED_SECONDS])

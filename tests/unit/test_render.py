@@ -247,6 +247,7 @@ EXPECTED_INVOICE = {
     "subtotal": "659.00",
     "discount": "0.00",
     "credit": "-10.00",
+    "concession": "0.00",
     "net": "649.00",
     "tax": "38.94",
     "total": "687.94",

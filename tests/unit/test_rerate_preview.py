@@ -61,7 +61,10 @@ def test_a_price_corrected_inside_an_hour_is_previewed_to_the_fen(db, tmp_path):
         ("rent", Decimal("7.00"), Decimal("5.00"), Decimal("0.001389"))]  # 5 s = 0.001389 GPU-h at ¥3600/h
     # t02: its hour (01:00 local) is all at ¥0.5/s: 30 × 0.5 = 15.00; VAT 0.90; total 15.90
     assert (t02.old_total, t02.new_total) == (Decimal("31.80"), fen(Fraction(15) * (1 + VAT)))
-    assert [(ln.old_amount, ln.new_amount) for ln in t02.lines] == [(None, Decimal("15.00")), (Decimal("30.00"), None)]
+    # one line per invoice line, old → new: the price changed, the line is the same rent line
+    assert [(ln.old_amount, ln.new_amount) for ln in t02.lines] == [(Decimal("30.00"), Decimal("15.00"))]
+    assert [(ln.old.unit_price, ln.new.unit_price) for ln in t02.lines] == [(Decimal("3600.000000"),
+                                                                             Decimal("1800.000000"))]
     only = rerate_preview(db, rules, PERIOD, tenant="t02")
     assert [t.tenant for t in only.tenants] == ["t02"] and only.tenants[0].new_total == t02.new_total
 
