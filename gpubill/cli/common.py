@@ -80,7 +80,7 @@ def take_corrections_to_end(database: Database, settings: Settings, before: str,
     if offline:
         (stored,) = database.query("SELECT count() FROM corrections")[0]
         err.print(f"{before}: --offline: the log of corrections was not read; the {int(stored):,} corrections stored "
-                  "are applied, any on gpu.corrections.v1 and not stored yet are left out", highlight=False)
+                  "are applied, any on gpu.corrections.v1 and not stored yet are left out", highlight=False, soft_wrap=True)
         return None
 
     from streams.errors import CorrectionsNotSynced
@@ -94,7 +94,7 @@ def take_corrections_to_end(database: Database, settings: Settings, before: str,
     if report.changed:
         err.print(f"corrections taken from the log first: {len(report.stored):,} stored, {len(report.conflicts):,} "
                   f"conflicts, {len(report.dead):,} dead-lettered ({report.read:,} messages on the topic)",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     return report
 
 

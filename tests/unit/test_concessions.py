@@ -259,7 +259,7 @@ def test_the_dry_run_and_the_void_say_each_line_once_in_the_invoice_words_and_wh
 
     # the invoice's lines in the PDF's words ("H800 GPU rent, on demand (hourly)"), each once, old → new;
     # owed: 13.15 − 5.30 − 1.06 = 6.79 → 1.38
-    assert gpubill("rerate", "--period", PERIOD, "--dry-run")[1:] == [
+    assert gpubill("rerate", "--period", PERIOD, "--dry-run", "--offline")[1:] == [  # no broker here
         "t01  GB-2026-000001  13.15 → 1.38 CNY with VAT, owed 6.79 → 1.38 (-5.41)",
         "H800 GPU rent, on demand (hourly) at 18.00 CNY/GPU-hour: - → 6.11",
         "H800 GPU rent, on demand (hourly) at 36.00 CNY/GPU-hour: 12.41 → 0.19",
