@@ -124,6 +124,20 @@ class Balance:
     burn_per_hour: Decimal  # last hour's charges with VAT, to the fen
     runway_hours: Decimal | None  # balance / burn, 2 decimals rounded down; 0 when balance ≤ 0; None: no burn
 
+    @property
+    def prepaid(self) -> bool:
+        """True when the tenant has topped up (billing/settlement.py: its invoices are settled from
+        the balance); a postpaid tenant's balance is only ever what it is charged, negative."""
+        return self.top_ups > 0
+
+    @property
+    def owed(self) -> Decimal:
+        """What a postpaid tenant is charged: its issued invoices (less their credit notes) and the
+        estimates not invoiced yet — the balance's opposite, never below zero; 0 for a prepaid
+        tenant (what it lacks shows as its negative balance). Payments of postpaid invoices are not
+        recorded (billing/settlement.py), so this is what was charged, not what is still unpaid."""
+        return Decimal(0) if self.prepaid else max(-self.balance, Decimal(0))
+
 
 # ------------------------------------------------------------------------- checks (pure)
 
