@@ -269,11 +269,12 @@ def test_sign_in_read_download_and_sign_out_in_a_real_browser(portal, browser, l
     # day 4 ran 5 × 120 s and day 5 1 × 120 s: bars in that proportion (to the pixel's rounding)
     assert heights[3] == pytest.approx(5 * heights[4], abs=0.05)
     # what is owed and what is left (issue 23): the balance, the runway, the credits, each invoice's due
-    money_words = {"en": ("Prepaid balance", "Credits left", "Nothing due", "by 2026-03-22"),
-                   "zh-CN": ("预付余额", "剩余抵扣额度", "无需付款", "2026-03-22 前")}[lang]
+    # acme has no top-ups: postpaid, the page says what it is charged, not a negative prepaid balance (issue 36)
+    money_words = {"en": ("Owed (postpaid)", "Credits left", "Nothing due", "by 2026-03-22"),
+                   "zh-CN": ("应付（后付费）", "剩余抵扣额度", "无需付款", "2026-03-22 前")}[lang]
     money = text(browser, "money")
     assert money_words[0] in money and money_words[1] in money
-    assert text(browser, "balance").lstrip("−").startswith("¥") and text(browser, "runway")
+    assert text(browser, "balance").startswith("¥") and text(browser, "runway")
     # the replacement (issued 2026-03-07) is due 15 days on, by 2026-03-22
     due = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["replacement"]}"] td.due').text
     assert due == money_words[2] or due.endswith(money_words[3]), due
