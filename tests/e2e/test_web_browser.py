@@ -307,23 +307,24 @@ def test_sign_in_read_download_and_sign_out_in_a_real_browser(portal, browser, l
     shot(browser, f"04-dashboard-phone-{tag}")
 
     # -- February in the chart (the list submits itself), its invoice as a PDF ----------------
+    tag = "" if lang == "en" else f".{lang}"  # a PDF's name carries its language (issue 36)
     Select(browser.find_element(By.ID, "chart-period")).select_by_value("2026-02")
     wait.until(lambda d: "period=2026-02" in d.current_url)
     assert len(browser.find_elements(By.CSS_SELECTOR, "#chart-svg .chart__bars rect")) == 28
     row = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["number"]}"]')
     row.find_element(By.CSS_SELECTOR, 'a[data-format="pdf"]').click()
-    pdf = downloaded(browser, f"{portal['number']}_acme_2026-02.pdf")
+    pdf = downloaded(browser, f"{portal['number']}_acme_2026-02{tag}.pdf")
     assert pdf.startswith(b"%PDF-") and pdf == portal["expected"][lang]["pdf"]  # the voided invoice itself
     row = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["replacement"]}"]')
     row.find_element(By.CSS_SELECTOR, 'a[data-format="pdf"]').click()
-    pdf = downloaded(browser, f"{portal['replacement']}_acme_2026-02.pdf")
+    pdf = downloaded(browser, f"{portal['replacement']}_acme_2026-02{tag}.pdf")
     assert pdf.startswith(b"%PDF-") and pdf == portal["expected"][lang]["replacement"]
     assert pdf != portal["expected"][lang]["pdf"]
 
     # -- the credit note as a PDF, in the page's language -------------------------------------
     note = browser.find_element(By.CSS_SELECTOR, f'tr[data-credit-note="{portal["credit_note"]}"]')
     note.find_element(By.CSS_SELECTOR, 'a[data-format="pdf"]').click()
-    pdf = downloaded(browser, f"{portal['credit_note']}_acme_2026-02.pdf")
+    pdf = downloaded(browser, f"{portal['credit_note']}_acme_2026-02{tag}.pdf")
     assert pdf.startswith(b"%PDF-") and pdf == portal["expected"][lang]["credit-note"]
 
     # -- a usage report of February as CSV, in the page's language ---------------------------
