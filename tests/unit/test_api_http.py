@@ -214,6 +214,10 @@ def test_balance_is_top_ups_less_invoices_and_estimates(client, world):
     assert Decimal(body["balance"]) == Decimal("5000.00") - Decimal(march["total"])
     other = client.get("/v1/balance", headers=bearer(seeded["tokens"]["t02"])).json()
     assert other["tenant"] == "t02" and Decimal(other["top_ups"]) == 0  # t01's top-up is t01's alone
+    # issue 36: t02 has no top-ups, so it is postpaid and owes what it is charged: its March total,
+    # 3,805.40 less the goodwill note's 5.30 = 3,800.10 (the module docstring), and nothing estimated
+    assert (body["prepaid"], body["owed"]) == (True, "0.00")
+    assert (other["prepaid"], other["owed"], other["balance"]) == (False, "3800.10", "-3800.10")
     refused = client.get("/v1/balance?tenant=t01", headers=bearer(seeded["tokens"]["t02"]))
     assert refused.status_code == 400 and refused.json()["param"] == "tenant"
 
