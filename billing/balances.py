@@ -51,7 +51,7 @@ from billing.tenants import shown_value, utc_ms, check_note, check_tenant_id, fi
 from billing_rules import energy_amount, rent_amount, round_fen
 from schemas.ids import is_id
 
-__all__ = ["MAX_AMOUNT", "Balance", "BalanceRefused", "Budget", "InvalidAmount", "InvalidRef", "PeriodEstimate",
+__all__ = ["MAX_AMOUNT", "Balance", "BalanceRefused", "Budget", "InvalidAmount", "InvalidRef", "PeriodEstimate", "has_top_ups",
            "RefConflict", "TopUp", "balance", "balance_of_all", "burn_per_hour", "burn_per_hour_by_tenant", "check_ref", "find_budget", "ledger", "parse_amount", "set_budget", "top_up"]
 
 MAX_AMOUNT = Decimal("100000000.00")  # ¥100 million: one top-up or budget above it is a typo
@@ -124,6 +124,20 @@ class Balance:
     burn_per_hour: Decimal  # last hour's charges with VAT, to the fen
     runway_hours: Decimal | None  # balance / burn, 2 decimals rounded down; 0 when balance ≤ 0; None: no burn
 
+    @property
+    def prepaid(self) -> bool:
+        """True when the tenant has topped up (billing/settlement.py: its invoices are settled from
+        the balance); a postpaid tenant's balance is only ever what it is charged, negative."""
+        return self.top_ups > 0
+
+    @property
+    def owed(self) -> Decimal:
+        """What a postpaid tenant is charged: its issued invoices (less their credit notes) and the
+        estimates not invoiced yet — the balance's opposite, never below zero; 0 for a prepaid
+        tenant (what it lacks shows as its negative balance). Payments of postpaid invoices are not
+        recorded (billing/settlement.py), so this is what was charged, not what is still unpaid."""
+        return Decimal(0) if self.prepaid else max(-self.balance, Decimal(0))
+
 
 # ------------------------------------------------------------------------- checks (pure)
 
@@ -193,6 +207,13 @@ def top_up(db: Any, tenant: str, amount: Decimal | str, ref: str, *, note: str =
     entry = TopUp(ref, tenant, amount, note, utc_ms(now))
     db.insert("balance_ledger", [tuple(getattr(entry, c) for c in _LEDGER_COLUMNS)], _LEDGER_COLUMNS)
     return entry, True
+
+
+def has_top_ups(db: Any, tenant: str) -> bool:
+    """True when `tenant` has a top-up in the ledger: it is prepaid (billing/settlement.py), its
+    invoices are settled from the balance and a credit note returns to it; else postpaid."""
+    ((count,),) = db.query("SELECT count() FROM balance_ledger FINAL WHERE tenant = {t:String}", {"t": tenant})
+    return int(count) > 0
 
 
 def ledger(db: Any, tenant: str) -> list[TopUp]:

@@ -95,7 +95,8 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
         run = run_period(database, rules, period)
         mode = settings.file_mode
         write_invoice_files(database, rules, period, out_dir / "invoices", file_mode=mode)
-        write_invoice_files(database, rules, period, out_dir / "invoices" / "zh-CN", file_mode=mode, lang="zh-CN",
+        # the Chinese PDFs beside the English ones, NUMBER_TENANT_PERIOD.zh-CN.pdf (reports.outputs.output_name)
+        write_invoice_files(database, rules, period, out_dir / "invoices", file_mode=mode, lang="zh-CN",
                             formats=("pdf",))
         invoices = list_invoices(database, period)
         for number, tenant, total_cny in invoices:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from billing import invoice_store
+from billing.balances import has_top_ups
 from billing.credit_notes import find_credit_note
 from billing.settlement import issue_date
 from reports.credit_note_model import CreditNoteDocument
@@ -32,4 +33,5 @@ def credit_note_document(db: Any, rules: Any, number: str, tenant: str | None = 
         buyer=buyer_of(db, note.tenant),
         issue_date=issue_date(rules, note.issued_at),
         names=names_of(rules, invoice),
+        prepaid=has_top_ups(db, note.tenant),
     )

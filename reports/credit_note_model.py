@@ -9,6 +9,8 @@ as JSON, CSV and PDF.
     issue_date    the note's issue time's date in the billing time zone
     names         what the rule files call the sites, bands and credits on the invoice, per language
                   (as reports.invoice_model.InvoiceDocument.names)
+    prepaid       whether the tenant has top-ups (billing.balances.has_top_ups): the credit returns to
+                  its prepaid balance, or comes off what a postpaid tenant owes; None: not known
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class CreditNoteDocument:
     buyer: Buyer | None = None
     issue_date: date | None = None
     names: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
+    prepaid: bool | None = None  # the tenant has top-ups (the credit returns to its balance); None: not known
 
     def name(self, lang: str, kind: str, key: str | None) -> str | None:
         """The rules' name of a site, band ("site/band") or credit grant in `lang`; None without one."""

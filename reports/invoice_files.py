@@ -20,7 +20,8 @@ def write_invoice_files(db: Any, rules: Any, period: str, out_dir: Path, *, file
     """Render every invoice of `period` as JSON, CSV and PDF (or `formats`) into `out_dir`, with `file_mode`;
     the PDFs labelled in `lang` (reports.render.i18n; JSON and CSV are the same in every language).
 
-    Named NUMBER_TENANT_PERIOD.fmt by `reports.outputs.output_name`: a tenant or number that
+    Named NUMBER_TENANT_PERIOD.fmt by `reports.outputs.output_name` (a PDF in another language
+    than English NUMBER_TENANT_PERIOD.LANG.pdf, beside the English one): a tenant or number that
     is not an id (a `/`, `..`, NUL, 250 characters) is named by its hash, so every invoice
     gets its own files inside `out_dir`.
     """
@@ -29,6 +30,6 @@ def write_invoice_files(db: Any, rules: Any, period: str, out_dir: Path, *, file
     for number, tenant, _ in list_invoices(db, period):
         document = invoice_document(db, rules, tenant, period)
         for fmt in formats:
-            path = path_inside(out_dir, output_name(number, tenant, period, fmt))
+            path = path_inside(out_dir, output_name(number, tenant, period, fmt, lang=lang))
             written.append(write_output(path, render_invoice(document, fmt, lang=lang), file_mode))
     return written

@@ -34,6 +34,7 @@ __all__ = ["DEFAULT_FILE_MODE", "check_file_mode", "dir_mode", "make_dirs", "out
 
 DEFAULT_FILE_MODE = 0o640
 FORMATS = frozenset({"csv", "json", "parquet", "pdf", "txt"})
+_LANGS = ("en", "zh-CN")  # reports.render.i18n.LANGS (not imported: outputs stays below the renderers)
 
 
 def check_file_mode(mode: int) -> int:
@@ -61,17 +62,24 @@ def _part(value: str) -> str:
     return f"_{digest[:32]}"
 
 
-def output_name(kind: str | None, tenant: str | None, period: str, fmt: str) -> str:
-    """``KIND_TENANT_PERIOD.FMT`` (parts that are None left out) with every part file-safe.
+def output_name(kind: str | None, tenant: str | None, period: str, fmt: str, *, lang: str = "en") -> str:
+    """``KIND_TENANT_PERIOD.FMT`` (parts that are None left out) with every part file-safe; a PDF
+    labelled in a language other than English is ``KIND_TENANT_PERIOD.LANG.pdf``
+    (``GB-2026-000001_t01_2026-11.zh-CN.pdf``), so that both languages of one document can lie in
+    one folder (and `curl -OJ` them). CSV, JSON and Parquet are the same in every language: one name.
 
     ``kind`` is what the file is (``cost-share``) or an invoice number (``GB-2026-000001``);
     a part not in the id syntax becomes ``_`` and 32 hex digits of its SHA-256.
-    ``fmt`` must be one of :data:`FORMATS` (it is ours, not the data's): ValueError if not.
+    ``fmt`` must be one of :data:`FORMATS` and ``lang`` one of reports.render.i18n.LANGS (they are
+    ours, not the data's): ValueError if not.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown output format {fmt!r}")
+    if lang not in _LANGS:
+        raise ValueError(f"unknown language {lang!r}")
     parts = [_part(part) for part in (kind, tenant, period) if part is not None]
-    return f"{'_'.join(parts)}.{fmt}"
+    tag = f".{lang}" if fmt == "pdf" and lang != "en" else ""
+    return f"{'_'.join(parts)}{tag}.{fmt}"
 
 
 def path_inside(directory: Path, name: str) -> Path:

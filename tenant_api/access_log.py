@@ -53,8 +53,8 @@ class AccessRecord:
     tenant: str  # whose data; '' when refused before that was known
     method: str  # GET, POST …
     what: str  # the route, e.g. "/v1/usage"
-    period: str  # YYYY-MM or ''
-    fmt: str  # csv | json | parquet | pdf or ''
+    period: str  # YYYY-MM served; a refusal: what the request asked (tenant_api.records.asked); '' if nothing
+    fmt: str  # csv | json | parquet | pdf served; a refusal: what was asked; '' if nothing
     bytes: int  # body bytes sent
     status: int  # HTTP status
     client: str  # the client's address

@@ -23,7 +23,7 @@ __all__ = ["ANSWERS", "BalanceAnswer", "CreditNotesAnswer", "CurrentAnswer", "In
 MONEY_FIELDS = frozenset({
     "rent", "electricity", "credits", "vat", "estimated_total", "top_ups", "invoiced", "estimated", "balance",
     "month_to_date", "budget", "burn_per_hour", "before_credits", "subtotal", "credit_used", "net", "tax", "total",
-    "amount_due"})
+    "amount_due", "owed"})
 QUANTITY_FIELDS = frozenset({"gpu_hours", "kwh"})
 _PLACES = {"budget_used": 4, "runway_hours": 2}
 
@@ -130,6 +130,8 @@ class BalanceAnswer(_Answer):
     invoices: int
     estimated: Money
     balance: Money
+    prepaid: bool  # the tenant has top-ups; a postpaid tenant's balance is what it is charged, negative
+    owed: Money  # postpaid: what it is charged (invoices less credit notes, and estimates); prepaid: "0.00"
     month_to_date: Money
     budget: Money | None
     budget_used: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]{4}$")] | None

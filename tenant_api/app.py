@@ -3,7 +3,7 @@
     create_app(settings, database, rules_provider) ─► FastAPI
         /v1/me  /v1/usage  /v1/usage/current  /v1/balance  /v1/invoices  /v1/invoices/{number}
         /v1/credit-notes  /v1/credit-notes/{number}
-        /healthz  /readyz  /metrics  /openapi.json  /docs
+        /healthz  /readyz  /metrics  /openapi.json (tenant keys)  /openapi-operator.json  /docs
         and the web page's routes (tenant_api/web.py's `install`, when present)
 
 Every route reads through one `Service` (tenant_api/service.py), which owns the limits and
@@ -23,24 +23,38 @@ from contextlib import asynccontextmanager
 from decimal import Decimal
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.security import HTTPBearer
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tenant_api.answers import ANSWERS, figures_dict, money_text
 from tenant_api.connections import ConnectionLimits
 from tenant_api.metrics import ApiMetrics
+from tenant_api.parameters import (
+    CreditNoteNumber,
+    DocumentFormat,
+    Granularity,
+    InvoiceNumber,
+    Lang,
+    Period,
+    Tenant,
+    UsageFormat,
+    operator_document,
+    refusal,
+    tenant_document,
+)
 from tenant_api.problems import MEDIA_TYPE, Problem, bad_param, reason_of
 from tenant_api.reads import Reads
-from tenant_api.records import AccessRecorder, RequestInfo, close_request, current_request, open_request
+from tenant_api.records import AccessRecorder, RequestInfo, asked, close_request, current_request, open_request
 from tenant_api.service import Download, Limits, Service
 
 __all__ = ["create_app"]
 
 log = logging.getLogger("gpubill.api")
 
-INTERNAL = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"})
+INTERNAL = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/openapi-operator.json", "/docs"})
 MAX_PARAM_CHARS = 256
 API_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store", "X-Frame-Options": "DENY",
                "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'", "Referrer-Policy": "no-referrer"}
@@ -73,6 +87,7 @@ def create_app(settings: Any, database: Any, rules_provider: Callable[[], Any], 
             service.recorder.close()  # what is pending is written before the database closes
 
     app = FastAPI(title="gpubill tenant API", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None,  # two documents, one per kind of key: _operations serves them
                   description="Usage reports, month-to-date figures, invoices and credit notes of one tenant, for "
                               "its API keys (`Authorization: Bearer gpb_...`). Errors are RFC 9457 problem JSON. "
                               "See docs/api.md.")
@@ -144,69 +159,75 @@ def _api_routes(app: FastAPI, service: Service) -> None:
         (400, "a parameter is wrong (`param` names it)"), (401, "no key, or one not valid"),
         (404, "no such thing (another tenant's too)"), (429, "over a limit; see Retry-After"))}
 
+    # declared (the documents say every /v1 route needs a Bearer key); key_of reads the header itself
+    auth = Security(HTTPBearer(auto_error=False, description="an API key: `Authorization: Bearer gpb_...`"))
+
     def answer(path: str) -> dict:
         """The problem answers, and the 200 body of `path` as tenant_api/answers.py declares it."""
         return problem_responses | {200: {"model": ANSWERS[path], "description": "the answer"}}
 
-    @app.get("/v1/me", dependencies=[Depends(_params())], responses=answer("/v1/me"), tags=["tenant"])
+    @app.get("/v1/me", dependencies=[Depends(_params()), auth], responses=answer("/v1/me"), tags=["tenant"])
     def me(key=Depends(key_of)) -> JSONResponse:
         """The tenant of the key, its display name, the key's id, role, label and expiry."""
         return _json(service.me(key))
 
-    @app.get("/v1/usage", dependencies=[Depends(_params("period", "format", "granularity", "lang", "tenant"))],
+    @app.get("/v1/usage", dependencies=[Depends(_params("period", "format", "granularity", "lang", "tenant")), auth],
              responses=problem_responses | {200: {"description": "the report file", "content": {
                  "text/csv": {}, "application/json": {}, "application/pdf": {}, "application/vnd.apache.parquet": {}}}},
              tags=["tenant"])
-    def usage(period: str | None = None, format: str | None = None, granularity: str | None = None,  # noqa: A002
-              lang: str | None = None, tenant: str | None = None, key=Depends(key_of)) -> Response:
-        """The usage report of a billing period (YYYY-MM) per day (or hour), instance and GPU, as
-        `gpubill report usage` writes it. format: csv, json, parquet or pdf (default csv);
-        granularity: day or hour (default day); lang: en or zh-CN."""
+    def usage(period: Period, format: UsageFormat = "csv", granularity: Granularity = "day",  # noqa: A002
+              lang: Lang = "en", tenant: Tenant = None, key=Depends(key_of)) -> Response:
+        """The usage report of a billing period per day (or hour), instance and GPU, as
+        `gpubill report usage` writes it."""
         return _file(service.usage_download(key, service.tenant_for(key, tenant), period, format, granularity, lang))
 
-    @app.get("/v1/usage/current", dependencies=[Depends(_params("tenant"))], responses=answer("/v1/usage/current"),
+    @app.get("/v1/usage/current", dependencies=[Depends(_params("tenant")), auth], responses=answer("/v1/usage/current"),
              tags=["tenant"])
-    def usage_current(tenant: str | None = None, key=Depends(key_of)) -> JSONResponse:
+    def usage_current(tenant: Tenant = None, key=Depends(key_of)) -> JSONResponse:
         """Month to date: GPU-hours, kWh, rent, electricity, credits and the estimated total with
         VAT — an estimate until the period is invoiced — and the time of the newest data included."""
         one = service.tenant_for(key, tenant)
         return _json({**_current_dict(service.current(key, one)), "stream": _live_dict(service.live(key, one))})
 
-    @app.get("/v1/balance", dependencies=[Depends(_params("tenant"))], responses=answer("/v1/balance"), tags=["tenant"])
-    def balance(tenant: str | None = None, key=Depends(key_of)) -> JSONResponse:
-        """The prepaid balance: top-ups less issued invoices (net of credit notes) less the estimates of every period
+    @app.get("/v1/balance", dependencies=[Depends(_params("tenant")), auth], responses=answer("/v1/balance"),
+             tags=["tenant"])
+    def balance(tenant: Tenant = None, key=Depends(key_of)) -> JSONResponse:
+        """The balance: top-ups less issued invoices (net of credit notes) less the estimates of every period
         not invoiced yet (with credits and VAT), the monthly budget's used share, the last hour's
-        burn and the runway at it (docs/balances.md). Money as strings, two decimals, CNY."""
+        burn and the runway at it (docs/balances.md). `prepaid` says whether the tenant has top-ups; a
+        postpaid tenant's negative balance is what it is charged (`owed`). Money as strings, two decimals, CNY."""
         one = service.tenant_for(key, tenant)
         return _json({**_balance_dict(service.balance(key, one)), "stream": _live_dict(service.live(key, one))})
 
-    @app.get("/v1/invoices", dependencies=[Depends(_params("tenant"))], responses=answer("/v1/invoices"), tags=["tenant"])
-    def invoices(tenant: str | None = None, key=Depends(key_of)) -> JSONResponse:
+    @app.get("/v1/invoices", dependencies=[Depends(_params("tenant")), auth], responses=answer("/v1/invoices"),
+             tags=["tenant"])
+    def invoices(tenant: Tenant = None, key=Depends(key_of)) -> JSONResponse:
         """The tenant's invoices, newest first (money as strings, two decimals, CNY)."""
         return _json({"invoices": service.invoices(key, service.tenant_for(key, tenant))})
 
-    @app.get("/v1/invoices/{number}", dependencies=[Depends(_params("format", "lang", "tenant"))],
-             responses=problem_responses, tags=["tenant"])
-    def invoice(number: str, format: str | None = None, lang: str | None = None,  # noqa: A002
-                tenant: str | None = None, key=Depends(key_of)) -> Response:
-        """One invoice by number (GB-YYYY-NNNNNN) as json, csv or pdf (default json); lang: en or zh-CN.
-        A voided invoice is that invoice, marked voided, never its replacement."""
+    @app.get("/v1/invoices/{number}", dependencies=[Depends(_params("format", "lang", "tenant")), auth],
+             responses=problem_responses | {200: {"description": "the invoice", "content": {
+                 "application/json": {}, "text/csv": {}, "application/pdf": {}}}}, tags=["tenant"])
+    def invoice(number: InvoiceNumber, format: DocumentFormat = "json", lang: Lang = "en",  # noqa: A002
+                tenant: Tenant = None, key=Depends(key_of)) -> Response:
+        """One invoice by number as json, csv or pdf. A voided invoice is that invoice, marked voided,
+        never its replacement."""
         return _file(service.invoice_download(key, service.tenant_for(key, tenant), number, format, lang))
 
-    @app.get("/v1/credit-notes", dependencies=[Depends(_params("tenant"))], responses=answer("/v1/credit-notes"),
+    @app.get("/v1/credit-notes", dependencies=[Depends(_params("tenant")), auth], responses=answer("/v1/credit-notes"),
              tags=["tenant"])
-    def credit_notes(tenant: str | None = None, key=Depends(key_of)) -> JSONResponse:
+    def credit_notes(tenant: Tenant = None, key=Depends(key_of)) -> JSONResponse:
         """The tenant's credit notes, newest first: the invoice each corrects, why, what it credits
-        before tax, the VAT reversed and the total returned to the prepaid balance (money as
-        strings, two decimals, CNY)."""
+        before tax, the VAT reversed and the total credited — to the prepaid balance, or against what a
+        postpaid tenant owes (money as strings, two decimals, CNY)."""
         return _json({"credit_notes": service.credit_notes(key, service.tenant_for(key, tenant))})
 
-    @app.get("/v1/credit-notes/{number}", dependencies=[Depends(_params("format", "lang", "tenant"))],
+    @app.get("/v1/credit-notes/{number}", dependencies=[Depends(_params("format", "lang", "tenant")), auth],
              responses=problem_responses | {200: {"description": "the credit note", "content": {
                  "application/json": {}, "text/csv": {}, "application/pdf": {}}}}, tags=["tenant"])
-    def credit_note(number: str, format: str | None = None, lang: str | None = None,  # noqa: A002
-                    tenant: str | None = None, key=Depends(key_of)) -> Response:
-        """One credit note by number (CN-YYYY-NNNNNN) as json, csv or pdf (default json); lang: en or zh-CN."""
+    def credit_note(number: CreditNoteNumber, format: DocumentFormat = "json", lang: Lang = "en",  # noqa: A002
+                    tenant: Tenant = None, key=Depends(key_of)) -> Response:
+        """One credit note by number as json, csv or pdf."""
         return _file(service.credit_note_download(key, service.tenant_for(key, tenant), number, format, lang))
 
 
@@ -233,6 +254,7 @@ def _current_dict(figures: Any, *, estimate: bool | None = True) -> dict:
 
 def _balance_dict(figures: Any) -> dict:
     out = _current_dict(figures, estimate=None)
+    out["prepaid"], out["owed"] = figures.prepaid, money_text(figures.owed)
     out["estimates"] = [{"period": e.period, "total": money_text(e.total), "closed": e.closed} for e in figures.estimates]
     return out
 
@@ -267,6 +289,16 @@ def _operations(app: FastAPI, service: Service, metrics: ApiMetrics) -> None:
         """Prometheus text: requests per route and status, latency, access records pending."""
         return Response(metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi_tenant() -> JSONResponse:
+        """The OpenAPI document for tenant keys (tenant_api/parameters.py says why there are two)."""
+        return _json(tenant_document(app.openapi()))
+
+    @app.get("/openapi-operator.json", include_in_schema=False)
+    def openapi_operator() -> JSONResponse:
+        """The OpenAPI document for operator keys: `tenant` required."""
+        return _json(operator_document(app.openapi()))
+
     @app.get("/docs", include_in_schema=False)
     def docs() -> HTMLResponse:
         return HTMLResponse(_docs_page(app.openapi()))
@@ -284,7 +316,8 @@ def _docs_page(spec: dict) -> str:
             "<style>body{font-family:sans-serif;margin:2em;max-width:70em}td{border-top:1px solid #ddd;"
             "padding:.4em;vertical-align:top}</style></head><body>"
             f"<h1>{html.escape(spec['info']['title'])}</h1><p>{html.escape(spec['info'].get('description', ''))}</p>"
-            "<p>Machine-readable: <a href='/openapi.json'>/openapi.json</a></p><table><tr><th>route</th>"
+            "<p>Machine-readable: <a href='/openapi.json'>/openapi.json</a> (tenant keys), "
+            "<a href='/openapi-operator.json'>/openapi-operator.json</a> (operator keys)</p><table><tr><th>route</th>"
             f"<th>parameters</th><th>what</th></tr>{''.join(rows)}</table></body></html>")
 
 
@@ -313,10 +346,7 @@ def _problems(app: FastAPI, service: Service) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> Response:
-        first = (exc.errors() or [{}])[0]
-        where = [str(part) for part in first.get("loc", ()) if part not in ("query", "path", "header", "body")]
-        param = ".".join(where) or "request"
-        return problem_response(bad_param(param, str(first.get("msg", "invalid"))), request)
+        return problem_response(refusal((exc.errors() or [{}])[0]), request)
 
     @app.exception_handler(NotFound)
     async def on_not_found(request: Request, exc: NotFound) -> Response:
@@ -348,7 +378,9 @@ class AccessMiddleware:
             return
         client = scope.get("client") or ("", 0)
         path = scope.get("path", "")
-        info = RequestInfo(method=scope.get("method", ""), what=path, client=str(client[0] or ""))
+        period, fmt = asked(scope.get("query_string", b""))  # what was asked: a refusal's record says so
+        info = RequestInfo(method=scope.get("method", ""), what=path, client=str(client[0] or ""), period=period,
+                           fmt=fmt)
         token = open_request(info)
         status = 500
         started = time.perf_counter()

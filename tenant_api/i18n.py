@@ -115,6 +115,8 @@ _EN: dict[str, str] = {
     "credit_notes_title": "Credit notes",
     "credit_notes_lead": "A credit note corrects an issued invoice; what it credits, with VAT, returns to your "
                          "prepaid balance.",
+    "credit_notes_lead_postpaid": "A credit note corrects an issued invoice; what it credits, with VAT, comes off "
+                                  "what you owe.",
     "no_credit_notes": "No credit notes.",
     "invoice": "Invoice",
     "reason": "Reason",
@@ -128,6 +130,9 @@ _EN: dict[str, str] = {
     # money left
     "money_title": "Balance and credits",
     "balance": "Prepaid balance",
+    "owed": "Owed (postpaid)",
+    "owed_note": "invoiced {invoiced} + not invoiced yet {estimated}; payments are not recorded here",
+    "runway_postpaid": "postpaid: invoiced each month",
     "runway": "Runway",
     "runway_hours": "{hours} h at the last hour's spend",
     "no_runway": "no spend in the last hour",
@@ -225,6 +230,7 @@ _ZH: dict[str, str] = {
     "voided_nothing_due": "已作废，无需付款",
     "credit_notes_title": "贷项通知单",
     "credit_notes_lead": "贷项通知单用于更正已开具的账单，其退还金额（含税）返还至您的预付余额。",
+    "credit_notes_lead_postpaid": "贷项通知单用于更正已开具的账单，其冲减金额（含税）从您的应付金额中扣减。",
     "no_credit_notes": "暂无贷项通知单。",
     "invoice": "账单",
     "reason": "原因",
@@ -237,6 +243,9 @@ _ZH: dict[str, str] = {
     "reason_rerate": "重新计价",
     "money_title": "余额与抵扣额度",
     "balance": "预付余额",
+    "owed": "应付（后付费）",
+    "owed_note": "已开账单 {invoiced} + 尚未开账单 {estimated}；付款不在此记录",
+    "runway_postpaid": "后付费：按月开具账单",
     "runway": "可用时长",
     "runway_hours": "按最近一小时的消费约 {hours} 小时",
     "no_runway": "最近一小时无消费",

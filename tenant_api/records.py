@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["AccessRecorder", "RequestInfo", "current_request"]
+__all__ = ["AccessRecorder", "RequestInfo", "asked", "current_request"]
 
 log = logging.getLogger("gpubill.api")
 
@@ -49,6 +49,28 @@ class RequestInfo:
     bytes: int = 0
     reason: str = ""
     extra: dict = field(default_factory=dict)
+
+
+ASKED_CHARS = 16  # what the access log keeps of a period or format (tenant_api.access_log.MAX_SHORT_CHARS)
+
+
+def asked(query_string: bytes) -> tuple[str, str]:
+    """The `period` and `format` a request's query string asks for, as it asks (the first of
+    each; '' when not given), so that a refused request's record says what was asked — the
+    service replaces them with what it served. Anything unprintable becomes `?`; a value
+    longer than ASKED_CHARS is cut to its first ASKED_CHARS − 1 characters and `…`."""
+    from urllib.parse import parse_qsl
+
+    found: dict[str, str] = {}
+    try:
+        pairs = parse_qsl(query_string.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=64)
+    except ValueError:  # more fields than that: the app refuses it; the record says nothing asked
+        pairs = []
+    for name, value in pairs:
+        if name in ("period", "format") and name not in found:
+            text = "".join(c if c.isprintable() else "?" for c in value[:ASKED_CHARS])
+            found[name] = text if len(value) <= ASKED_CHARS else text[:ASKED_CHARS - 1] + "…"
+    return found.get("period", ""), found.get("format", "")
 
 
 _CURRENT: ContextVar[RequestInfo | None] = ContextVar("gpubill_api_request", default=None)

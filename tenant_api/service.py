@@ -295,7 +295,7 @@ class Service:
         with self._download_slot(key):
             body = self.cache.get_or_build(("usage-file", tenant, period, granularity, fmt, lang), build)
         kind = "usage" if granularity == "day" else "usage-hourly"
-        download = Download(body, MEDIA_TYPES[fmt], output_name(kind, tenant, period, fmt))
+        download = Download(body, MEDIA_TYPES[fmt], output_name(kind, tenant, period, fmt, lang=lang))
         self.recorder.downloaded(len(body))
         return download
 
@@ -359,7 +359,7 @@ class Service:
                 return render(built, fmt, lang=lang)
 
             body = self.cache.get_or_build((f"{kind}-file", tenant, number, fmt, lang), build)
-        download = Download(body, MEDIA_TYPES[fmt], output_name(number, tenant, period, fmt))
+        download = Download(body, MEDIA_TYPES[fmt], output_name(number, tenant, period, fmt, lang=lang))
         self.recorder.downloaded(len(body))
         return download
 
@@ -389,6 +389,7 @@ class Service:
         return self.reads.run(lambda db: read(db, rules))
 
     def _period(self, period: str | None) -> str:
+        """`period` checked: 400 when missing or not a month; 404 when it is one with no report."""
         if period is None or period == "":
             raise bad_param("period", "missing: give the billing period as YYYY-MM, e.g. period=2026-03")
         if not isinstance(period, str) or not PERIOD.fullmatch(period):
@@ -400,9 +401,9 @@ class Service:
             lo, _ = rules.period_bounds(period)
         except (BillingRulesError, ValueError):
             # the rules' own words name the month after it (10000-01 for 9999-12): say what was sent
-            raise bad_param("period", f"{period} is out of range: billing periods run from 0001-01 to 9999-11") from None
+            raise _no_period(f"{period} is out of range: billing periods run from 0001-01 to 9999-11") from None
         if lo > self.now().timestamp():
-            raise bad_param("period", f"{period} has not begun")
+            raise _no_period(f"{period} has not begun")
         return period
 
     def _choice(self, param: str, value: str | None, allowed: tuple[str, ...], *, default: str) -> str:
@@ -426,6 +427,12 @@ _REFUSED = {"expired": "the key has expired: ask the operator for a new one"}
 
 def _unauthorized(detail: str, reason: str) -> Problem:
     return Problem(401, detail, headers={"WWW-Authenticate": 'Bearer realm="gpubill"'}, reason=reason)
+
+
+def _no_period(why: str) -> Problem:
+    """A well-formed month with no report (not begun, or outside the calendar the rules bound):
+    404, not 400 — the request is as the schema says, there is nothing there (yet)."""
+    return Problem(404, f"period: {why}: there is no report of it", param="period", reason="no-period")
 
 
 def _no_invoice() -> Problem:

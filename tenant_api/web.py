@@ -320,7 +320,8 @@ class Page:
         return self._headers(response, request)
 
     def _money_left(self, t: Words, lang: str, key: Any, tenant: str) -> dict[str, Any]:
-        """The balance, the runway at the last hour's spend and the credits left, for the page."""
+        """The balance, the runway at the last hour's spend and the credits left, for the page; for a
+        postpaid tenant (no top-ups) what it is charged instead of a negative "prepaid balance"."""
         try:
             figures = self.service.balance(key, tenant)
         except NotFound:  # an operator looking at a tenant that is not registered: it has no balance
@@ -331,9 +332,14 @@ class Page:
             return {"balance": None, "runway": "", "credits": []}
         credits = [(reason_zh if lang != "en" and reason_zh else (c.reason if lang == "en" else t("credit_word")),
                     money(c.remaining)) for c, reason_zh in self.service.credits(key, tenant)]
+        if not figures.prepaid:  # issue 36: not "Prepaid balance −¥12.49" but what it is charged
+            return {"balance": money(figures.owed), "balance_label": t("owed"), "prepaid": False,
+                    "balance_note": t("owed_note", invoiced=money(figures.invoiced), estimated=money(figures.estimated)),
+                    "runway": t("runway_postpaid"), "credits": credits}
         runway = (t("runway_hours", hours=number(figures.runway_hours, 2)) if figures.runway_hours is not None
                   else t("no_runway"))
-        return {"balance": money(figures.balance), "runway": runway, "credits": credits}
+        return {"balance": money(figures.balance), "balance_label": t("balance"), "prepaid": True, "balance_note": "",
+                "runway": runway, "credits": credits}
 
     def _render(self, request: Request, template: str, lang: str, context: dict[str, Any], *,
                 status: int = 200) -> Response:

@@ -126,8 +126,8 @@ def key_audit(
     table = Table("time", "key", "tenant", "request", "period", "format", "bytes", "status", "client", "reason")
     for r in records:
         table.add_row(_iso(r.time), terminal_text(r.key_id) or "-", terminal_text(r.tenant) or "-",
-                      f"{terminal_text(r.method)} {terminal_text(r.what, 80)}", terminal_text(r.period),
-                      terminal_text(r.fmt), str(r.bytes), str(r.status), terminal_text(r.client, 60),
+                      f"{terminal_text(r.method)} {terminal_text(r.what, 80)}", terminal_text(r.period) or "-",
+                      terminal_text(r.fmt) or "-", str(r.bytes), str(r.status), terminal_text(r.client, 60),
                       terminal_text(r.reason, 80))
     out.print(table)
     err.print(f"{len(records)} records, newest first" + (f" (the newest {limit}; --limit shows more)"

@@ -13,8 +13,9 @@ The PDF looks like the invoice (the same masthead, party blocks, facts and total
 `reports.render.invoice`): seller and the note's facts (number, issue date in the billing zone,
 the invoice it credits, its period, the reason); the customer; the note; the lines (the
 invoice's line number, what the line is, the amount before tax); credited before VAT → VAT
-reversed → total credited (on zh-CN documents also in capital numerals); and that the amount
-returns to the tenant's prepaid balance.
+reversed → total credited (on zh-CN documents also in capital numerals); and what becomes of the
+amount, naming the customer: added to its prepaid balance, or credited against what a postpaid
+customer owes (`CreditNoteDocument.prepaid`).
 """
 
 from __future__ import annotations
@@ -119,6 +120,13 @@ def _line_cell(pdf: ReportPDF, doc: CreditNoteDocument, line: dict[str, Any]) ->
     return pdf.label(f"kind.{line['kind']}") if line["kind"] in kinds else str(line["kind"])
 
 
+def _customer(doc: CreditNoteDocument, d: dict[str, Any]) -> str:
+    """The customer by name, as the buyer block's first line names it: the legal name, else the
+    display name, else (an unregistered tenant) the tenant id."""
+    buyer = doc.buyer
+    return (buyer.legal_name or buyer.display_name or buyer.tenant) if buyer is not None else d["tenant"]
+
+
 def _outside_texts(doc: CreditNoteDocument, d: dict[str, Any]) -> list[str]:
     """Every text of the note that comes from outside (they decide whether the PDF needs the CJK font)."""
     texts = [str(d[k] or "") for k in ("number", "invoice", "tenant", "period", "reason", "note", "currency")]
@@ -185,7 +193,8 @@ def credit_note_pdf(value: CreditNoteDocument | CreditNote, *, lang: str = "en")
 
     pdf.set_font("Helvetica", "B", 9)
     pdf.set_text_color(*INK)
-    pdf.multi_cell(0, 5, pdf.txt(pdf.label("cn.returns", amount=yuan(pdf, d["total"]), tenant=d["tenant"])),
+    returns = {True: "cn.returns_prepaid", False: "cn.returns_postpaid", None: "cn.returns"}[doc.prepaid]
+    pdf.multi_cell(0, 5, pdf.txt(pdf.label(returns, amount=yuan(pdf, d["total"]), customer=_customer(doc, d))),
                    new_x="LMARGIN", new_y="NEXT", wrapmode=pdf.wrapping())
     pdf.ln(4)
     pdf.set_font("Helvetica", "", 7.5)

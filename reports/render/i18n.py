@@ -154,7 +154,9 @@ _LABELS: dict[str, dict[str, str]] = {
         "cn.subtotal": "Credited before VAT",
         "cn.vat": "VAT {rate}% reversed",
         "cn.total": "Total credited ({currency})",
-        "cn.returns": "The amount returns to the tenant's prepaid balance: {amount} is added to the balance of {tenant}.",
+        "cn.returns_prepaid": "The amount returns to the prepaid balance of {customer}: {amount} is added to it.",
+        "cn.returns_postpaid": "The amount is credited against what {customer} owes: {amount} less to pay.",
+        "cn.returns": "{amount} is credited to {customer}.",
         "cn.notes": ("Amounts in {currency}. Line amounts are before VAT; a negative line takes back a negative "
                      "line of the invoice (a credit, a discount, an adjustment). VAT is reversed at the invoice's rate, {rate}%; credit notes never "
                      "credit more than the invoice."),
@@ -264,7 +266,9 @@ _LABELS: dict[str, dict[str, str]] = {
         "cn.subtotal": "冲减金额（不含税）",
         "cn.vat": "冲减增值税 {rate}%",
         "cn.total": "冲减价税合计 ({currency})",
-        "cn.returns": "金额退回预付余额：客户 {tenant} 的预付余额增加 {amount}。",
+        "cn.returns_prepaid": "金额退回预付余额：{customer}的预付余额增加 {amount}。",
+        "cn.returns_postpaid": "金额从{customer}的应付款中扣减：应付金额减少 {amount}。",
+        "cn.returns": "{customer}获得贷记 {amount}。",
         "cn.notes": ("金额单位：{currency}（人民币）。各行金额不含税；负数行冲回原账单的负数行（抵扣额度、折扣或调整）。"
                      "增值税按原账单税率 {rate}% 冲减；贷项通知单冲减的金额不超过原账单。"),
         "reason.price_error": "价格错误",

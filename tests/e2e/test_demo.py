@@ -66,7 +66,7 @@ def test_the_demos_documents_agree_and_show_every_block(gpubill):
         table = pq.read_table(next((out / "usage").glob(f"{tenant}_*.parquet")))
         assert {k: sum((D(v) for v in table.column(k).to_pylist()), D(0)) for k in expected} == expected, tenant
         assert inv["seller"]["tax_id"] == seller.tax_id and inv["buyer"]["tax_id"].startswith("91520115MA6DEM")
-        for lang, pdf in (("en", path.with_suffix(".pdf")), ("zh-CN", out / "invoices" / "zh-CN" / path.with_suffix(".pdf").name)):
+        for lang, pdf in (("en", path.with_suffix(".pdf")), ("zh-CN", path.with_suffix(".zh-CN.pdf"))):
             data = pdf.read_bytes()
             save_pages(data, artifacts / f"{tenant}-{lang}")
             text = pdf_text(data)

@@ -269,11 +269,12 @@ def test_sign_in_read_download_and_sign_out_in_a_real_browser(portal, browser, l
     # day 4 ran 5 × 120 s and day 5 1 × 120 s: bars in that proportion (to the pixel's rounding)
     assert heights[3] == pytest.approx(5 * heights[4], abs=0.05)
     # what is owed and what is left (issue 23): the balance, the runway, the credits, each invoice's due
-    money_words = {"en": ("Prepaid balance", "Credits left", "Nothing due", "by 2026-03-22"),
-                   "zh-CN": ("预付余额", "剩余抵扣额度", "无需付款", "2026-03-22 前")}[lang]
+    # acme has no top-ups: postpaid, the page says what it is charged, not a negative prepaid balance (issue 36)
+    money_words = {"en": ("Owed (postpaid)", "Credits left", "Nothing due", "by 2026-03-22"),
+                   "zh-CN": ("应付（后付费）", "剩余抵扣额度", "无需付款", "2026-03-22 前")}[lang]
     money = text(browser, "money")
     assert money_words[0] in money and money_words[1] in money
-    assert text(browser, "balance").lstrip("−").startswith("¥") and text(browser, "runway")
+    assert text(browser, "balance").startswith("¥") and text(browser, "runway")
     # the replacement (issued 2026-03-07) is due 15 days on, by 2026-03-22
     due = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["replacement"]}"] td.due').text
     assert due == money_words[2] or due.endswith(money_words[3]), due
@@ -306,23 +307,24 @@ def test_sign_in_read_download_and_sign_out_in_a_real_browser(portal, browser, l
     shot(browser, f"04-dashboard-phone-{tag}")
 
     # -- February in the chart (the list submits itself), its invoice as a PDF ----------------
+    tag = "" if lang == "en" else f".{lang}"  # a PDF's name carries its language (issue 36)
     Select(browser.find_element(By.ID, "chart-period")).select_by_value("2026-02")
     wait.until(lambda d: "period=2026-02" in d.current_url)
     assert len(browser.find_elements(By.CSS_SELECTOR, "#chart-svg .chart__bars rect")) == 28
     row = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["number"]}"]')
     row.find_element(By.CSS_SELECTOR, 'a[data-format="pdf"]').click()
-    pdf = downloaded(browser, f"{portal['number']}_acme_2026-02.pdf")
+    pdf = downloaded(browser, f"{portal['number']}_acme_2026-02{tag}.pdf")
     assert pdf.startswith(b"%PDF-") and pdf == portal["expected"][lang]["pdf"]  # the voided invoice itself
     row = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["replacement"]}"]')
     row.find_element(By.CSS_SELECTOR, 'a[data-format="pdf"]').click()
-    pdf = downloaded(browser, f"{portal['replacement']}_acme_2026-02.pdf")
+    pdf = downloaded(browser, f"{portal['replacement']}_acme_2026-02{tag}.pdf")
     assert pdf.startswith(b"%PDF-") and pdf == portal["expected"][lang]["replacement"]
     assert pdf != portal["expected"][lang]["pdf"]
 
     # -- the credit note as a PDF, in the page's language -------------------------------------
     note = browser.find_element(By.CSS_SELECTOR, f'tr[data-credit-note="{portal["credit_note"]}"]')
     note.find_element(By.CSS_SELECTOR, 'a[data-format="pdf"]').click()
-    pdf = downloaded(browser, f"{portal['credit_note']}_acme_2026-02.pdf")
+    pdf = downloaded(browser, f"{portal['credit_note']}_acme_2026-02{tag}.pdf")
     assert pdf.startswith(b"%PDF-") and pdf == portal["expected"][lang]["credit-note"]
 
     # -- a usage report of February as CSV, in the page's language ---------------------------

@@ -233,6 +233,6 @@ def test_the_page_shows_the_voided_invoice_its_replacement_and_the_credit_note(c
                                              lang=lang)
     pdf = browser.get("/files/credit-notes/CN-2026-000002?format=pdf")
     assert pdf.content.startswith(b"%PDF-") and pdf.headers["content-disposition"] == (
-        'attachment; filename="CN-2026-000002_t03_2026-03.pdf"')
+        f'attachment; filename="CN-2026-000002_t03_2026-03{"" if lang == "en" else "." + lang}.pdf"')  # issue 36
     old = orjson.loads(browser.get("/files/invoices/GB-2026-000003?format=json").content)
     assert (old["number"], old["status"]) == ("GB-2026-000003", "voided")

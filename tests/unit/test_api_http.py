@@ -177,6 +177,13 @@ def test_invoices_list_and_download(client, world):
         got = client.get(f"/v1/invoices/{only['number']}?format={fmt}", headers=bearer(seeded["tokens"]["t02"]))
         assert got.status_code == 200, got.text
         assert got.headers["content-disposition"] == f'attachment; filename="{only["number"]}_t02_{PERIOD}.{fmt}"'
+    # issue 36: the two languages of a PDF download under two names
+    names = {client.get(f"/v1/invoices/{only['number']}?format=pdf&lang={lang}",
+                        headers=bearer(seeded["tokens"]["t02"])).headers["content-disposition"] for lang in ("en", "zh-CN")}
+    assert names == {f'attachment; filename="{only["number"]}_t02_{PERIOD}.pdf"',
+                     f'attachment; filename="{only["number"]}_t02_{PERIOD}.zh-CN.pdf"'}
+    usage = client.get(f"/v1/usage?period={PERIOD}&format=pdf&lang=zh-CN", headers=bearer(seeded["tokens"]["t02"]))
+    assert usage.headers["content-disposition"] == f'attachment; filename="usage_t02_{PERIOD}.zh-CN.pdf"'
     invoice = client.get(f"/v1/invoices/{only['number']}", headers=bearer(seeded["tokens"]["t02"])).json()
     assert invoice["number"] == only["number"] and invoice["tenant"] == "t02"
 
@@ -207,6 +214,10 @@ def test_balance_is_top_ups_less_invoices_and_estimates(client, world):
     assert Decimal(body["balance"]) == Decimal("5000.00") - Decimal(march["total"])
     other = client.get("/v1/balance", headers=bearer(seeded["tokens"]["t02"])).json()
     assert other["tenant"] == "t02" and Decimal(other["top_ups"]) == 0  # t01's top-up is t01's alone
+    # issue 36: t02 has no top-ups, so it is postpaid and owes what it is charged: its March total,
+    # 3,805.40 less the goodwill note's 5.30 = 3,800.10 (the module docstring), and nothing estimated
+    assert (body["prepaid"], body["owed"]) == (True, "0.00")
+    assert (other["prepaid"], other["owed"], other["balance"]) == (False, "3800.10", "-3800.10")
     refused = client.get("/v1/balance?tenant=t01", headers=bearer(seeded["tokens"]["t02"]))
     assert refused.status_code == 400 and refused.json()["param"] == "tenant"
 
@@ -388,11 +399,20 @@ def test_an_operator_s_unknown_tenant_has_no_balance_and_hourly_pdfs_are_refused
     assert shown.status_code == 200 and 'id="money"' not in shown.text and 'id="summary"' in shown.text
 
 
+def test_a_month_not_begun_is_404_naming_the_period(client, world):
+    # issue 36: the schema's pattern admits 2099-01; a 400 contradicted it (schemathesis ST202)
+    _, seeded = world
+    answer = client.get("/v1/usage?period=2099-01", headers=bearer(seeded["tokens"]["t01"]))
+    assert answer.status_code == 404 and answer.json()["param"] == "period"
+    assert answer.json()["detail"] == "period: 2099-01 has not begun: there is no report of it"
+
+
 def test_a_period_out_of_range_is_named_as_sent(client, world):
-    # issue 21, finding 9: period=9999-12 answered "got '10000-01'"
+    # issue 21, finding 9: period=9999-12 answered "got '10000-01'"; issue 36: a well-formed month
+    # with no report is 404 (the schema's pattern admits it, so a 400 would contradict the schema)
     _, seeded = world
     answer = client.get("/v1/usage?period=9999-12", headers=bearer(seeded["tokens"]["t01"]))
-    assert answer.status_code == 400 and answer.headers["content-type"] == "application/problem+json"
+    assert answer.status_code == 404 and answer.headers["content-type"] == "application/problem+json"
     problem = answer.json()
     assert problem["param"] == "period" and "9999-12" in problem["detail"] and "10000" not in problem["detail"]
 
@@ -464,7 +484,7 @@ def test_downloads_in_flight_are_capped_per_key(world):
 
 @pytest.mark.parametrize(("query", "param"), [
     ("", "period"), ("period=2026-3", "period"), ("period=2026-13", "period"),
-    ("period=2099-01", "period"), ("period=2026-03&format=exe", "format"), ("period=2026-03&format=CSV", "format"),
+    ("period=2026-03&format=exe", "format"), ("period=2026-03&format=CSV", "format"),
     ("period=2026-03&granularity=minute", "granularity"), ("period=2026-03&lang=fr", "lang"),
     ("period=2026-03&period=2026-02", "period"), ("period=2026-03&formt=pdf", "formt"),
     ("period=" + "9" * 300, "period"), ("period=2026-03%00", "period"), ("period=２０２６-03", "period"),
@@ -534,3 +554,32 @@ def test_downloads_and_refusals_are_recorded(world):
     assert download.client == "testclient" and download.reason == ""
     refusals = access_log(db, key_id=revoked.id, since=started)
     assert [(r.status, r.reason, r.what, r.tenant) for r in refusals] == [(401, "revoked", "/v1/invoices", "")]
+
+
+def test_refused_requests_record_what_they_asked(world):
+    """Issue 36: `key audit` showed a refused download with empty period and format. A refusal's
+    record keeps what was asked (unprintable characters as ?, cut to 16 with …); a served download
+    keeps what was served (the default format too)."""
+    db, seeded = world
+    started = datetime.now(UTC).replace(microsecond=0)
+    key, token = create_key(db, tenant="t01", label="audited here")
+    revoked, revoked_token = create_key(db, tenant="t01", label="revoked, audited here")
+    revoke_key(db, revoked.id)
+    with make_client(db) as http:
+        answers = [
+            http.get(f"/v1/usage?period={PERIOD}&format=pdf", headers=bearer(revoked_token)).status_code,
+            http.get("/v1/usage?period=2026-13&format=xlsx", headers=bearer(token)).status_code,
+            http.get("/v1/usage", params={"period": PERIOD, "format": "\x1b[31m" + "x" * 30}, headers=bearer(token)).status_code,
+            http.get(f"/v1/usage?period={PERIOD}", headers=bearer(token)).status_code,
+        ]
+        assert answers == [401, 400, 400, 200]
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            records = access_log(db, key_id=key.id, since=started) + access_log(db, key_id=revoked.id, since=started)
+            if len(records) == 4:
+                break
+            time.sleep(0.1)
+    asked = sorted((r.status, r.period, r.fmt) for r in records)
+    # by hand: "\x1b[31m" + 30 × "x" → "?[31m" (5) + 10 × "x" + "…" = 16 characters
+    assert asked == [(200, PERIOD, "csv"), (400, PERIOD, "?[31m" + "x" * 10 + "…"), (400, "2026-13", "xlsx"),
+                     (401, PERIOD, "pdf")]

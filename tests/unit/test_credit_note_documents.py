@@ -146,7 +146,8 @@ def test_an_english_credit_note_pdf(goodwill):
         PERIOD, "Reason", "Goodwill", f"Note: {GOODWILL_NOTE}",
         "RTX4090 GPU rent, monthly plan", "5.00",
         "Credited before VAT", "¥5.00", "VAT 6% reversed", "¥0.30", "Total credited (CNY)", "¥5.30",
-        "The amount returns to the tenant's prepaid balance: ¥5.30 is added to the balance of beta.",
+        # issue 36: beta has no top-ups (postpaid), and is named, not its id; it said "added to the balance of beta"
+        f"The amount is credited against what {BUYER['legal_name']} owes: ¥5.30 less to pay.",
     ):
         assert expected in text, expected
     assert "大写" not in text  # capitals on Chinese documents only
@@ -165,11 +166,23 @@ def test_a_chinese_credit_note_pdf_is_all_chinese_and_says_its_total_in_capitals
         "RTX4090 GPU 租金（包月）", "795.00", "合同折扣 10%：RTX4090 GPU 租金（包月）", "-80.00", "新用户试用额度", "-10.00",
         "冲减金额（不含税）", "¥705.00", "冲减增值税 6%", "¥42.30", "冲减价税合计 (CNY)", "¥747.30",
         "大写：人民币柒佰肆拾柒元叁角",  # 747.30: 柒佰肆拾柒元 叁角, nothing after 角
-        "金额退回预付余额",
+        f"金额从{BUYER['legal_name']}的应付款中扣减：应付金额减少 ¥747.30。",  # postpaid (issue 36)
     ):
         assert expected in text, expected
     assert english_words(text, _outside(doc, note.number, note.note)) == set()
     assert "发票" not in text  # 贷项通知单: not a red-letter fapiao
+
+
+def test_a_prepaid_customer_s_credit_returns_to_its_balance(goodwill):
+    from billing.balances import top_up
+
+    db, note = goodwill
+    top_up(db, "beta", D("100.00"), "pay-beta-1")
+    doc = credit_note_document(db, RULES, note.number)
+    en, zh = (pdf_text(render_credit_note(doc, "pdf", lang=lang)) for lang in ("en", "zh-CN"))
+    assert f"The amount returns to the prepaid balance of {BUYER['legal_name']}: ¥5.30 is added to it." in en
+    assert f"金额退回预付余额：{BUYER['legal_name']}的预付余额增加 ¥5.30。" in zh
+    assert "owes" not in en and "应付" not in zh
 
 
 @pytest.mark.parametrize("reason, en, zh", [

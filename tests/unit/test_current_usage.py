@@ -224,6 +224,8 @@ def test_cli_invoices_in_chinese(db_path, tmp_path):
     assert done.returncode == 0, done.stderr
     pdfs = sorted(out.glob("*.pdf"))
     assert len(pdfs) == 2 and all(b"/Lang (zh-CN)" in p.read_bytes() for p in pdfs)
+    # issue 36: the language is in a PDF's name, so the English run into the same folder keeps both
+    assert all(p.name.endswith(f"_acme_{PERIOD}.zh-CN.pdf") or p.name.endswith(f"_beta_{PERIOD}.zh-CN.pdf") for p in pdfs)
     shown = gpubill(db_path, tmp_path, "invoice", "show", "--tenant", "acme", "--period", PERIOD, "--format", "json",
                     "--lang", "zh-CN")
     assert shown.returncode == 0, shown.stderr

@@ -186,6 +186,20 @@ def test_names_keep_ids_and_never_collide():
         output_name("usage", "acme", "2026-03", "exe")
 
 
+def test_a_pdf_s_language_is_in_its_name():
+    # issue 36: the English and Chinese PDFs of one invoice had one name (`curl -OJ` failed on the second)
+    from reports.outputs import _LANGS
+    from reports.render.i18n import LANGS
+
+    assert _LANGS == LANGS
+    pdfs = {output_name("GB-2026-000001", "acme", "2026-03", "pdf", lang=lang) for lang in LANGS}
+    assert pdfs == {"GB-2026-000001_acme_2026-03.pdf", "GB-2026-000001_acme_2026-03.zh-CN.pdf"}
+    # CSV and JSON are the same in every language: one name
+    assert output_name("usage", "acme", "2026-03", "csv", lang="zh-CN") == "usage_acme_2026-03.csv"
+    with pytest.raises(ValueError, match="unknown language"):
+        output_name("usage", "acme", "2026-03", "pdf", lang="../x")
+
+
 @pytest.mark.parametrize("name", ["../x", "a/b", "..", "", "/etc/passwd"])
 def test_path_inside_refuses_names_that_leave(name, tmp_path):
     with pytest.raises(ValueError, match="leaves the output directory"):

@@ -94,6 +94,7 @@ CREDIT_NOTES = {"acme": [{**_NOTE, "number": "CN-2026-000002", "invoice": "GB-20
                 "beta": [{**_NOTE, "number": "CN-2026-000003", "invoice": "GB-2026-000002", "reason": "price_error",
                           "subtotal": "1.00", "tax": "0.06", "total": "1.06"}]}
 BALANCES = {"acme": (Decimal("-1000.10"), None), "beta": (Decimal("193.00"), Decimal("12.50"))}
+PREPAID = {"beta"}  # acme is postpaid: no top-ups
 
 
 @dataclass
@@ -140,7 +141,10 @@ class FakeService:
         from types import SimpleNamespace
 
         left, runway = BALANCES.get(tenant, (Decimal("0.00"), None))
-        return SimpleNamespace(balance=left, runway_hours=runway)
+        prepaid = tenant in PREPAID
+        # a postpaid tenant's balance is what it is charged, negative: its invoices and estimates
+        return SimpleNamespace(balance=left, runway_hours=runway, prepaid=prepaid,
+                               owed=Decimal(0) if prepaid else -left, invoiced=Decimal("1000.10"), estimated=-left - Decimal("1000.10"))
 
     def credits(self, key: Key, tenant: str) -> list:
         from types import SimpleNamespace
@@ -465,11 +469,15 @@ def test_the_page_shows_what_is_owed_and_what_is_left(portal):
     portal.sign_in()
     page = portal.client.get("/?lang=en").text
     assert "Qiancloud GPU" in page and "GPU Billing" not in page
-    assert 'id="balance">−¥1,000.10<' in page and "no spend in the last hour" in page
+    # issue 36: acme is postpaid; its page said "Prepaid balance −¥1,000.10": now what it is charged
+    assert "Prepaid balance" not in page and "Owed (postpaid)" in page
+    assert 'data-prepaid="no">¥1,000.10<' in page and "postpaid: invoiced each month" in page
+    assert "invoiced ¥1,000.10 + not invoiced yet ¥0.00" in page
     assert "New-user trial credit ¥2.30" in page
     assert "¥1,000.10 by 2026-03-19" in page  # amount due and due date of the postpaid invoice
     zh = portal.client.get("/?lang=zh-CN").text
     assert "黔云算力" in zh and "新用户试用额度 ¥2.30" in zh and "¥1,000.10，2026-03-19 前" in zh
+    assert "应付（后付费）" in zh and "预付余额" not in zh
     assert "账单" in zh and "发票" not in zh
 
 
@@ -611,3 +619,10 @@ def test_the_page_loads_nothing_from_the_network_and_nothing_inline(portal):
         body = asset.text.replace('xmlns="http://www.w3.org/2000/svg"', "")
         assert "http:" not in body and "https:" not in body and "@import" not in body and "url(" not in body
     assert portal.client.get("/assets/..%2Fweb.py").status_code == 404
+
+
+def test_a_prepaid_tenant_keeps_its_balance_and_runway(portal):
+    portal.sign_in("gpb_k_beta_secret")
+    page = portal.client.get("/?lang=en").text
+    assert "Prepaid balance" in page and 'data-prepaid="yes">¥193.00<' in page and "Owed" not in page
+    assert "12.50 h at the last hour" in page
