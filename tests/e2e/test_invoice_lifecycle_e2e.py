@@ -137,7 +137,7 @@ def test_drafts_issue_credit_void_and_replace_through_the_command_line(gpubill):
     # -- 6. the next run drafts the replacement; issued, it is GB-2026-000003, names what it
     #   replaces, and spends the trial credit the voided invoice gave back
     run = gpubill.run("invoice", "run", "--period", "2026-03")
-    assert "1 drafts made, 0 refreshed, 0 unchanged, 1 already issued" in run.stdout
+    assert "1 draft made, 0 refreshed, 0 unchanged, 1 already issued" in run.stdout
     assert "GB-2026-000003" in gpubill.run("invoice", "issue", "--period", "2026-03", "--tenant", "beta").stdout
     replacement = gpubill.json("invoice", "show", "--period", "2026-03", "--tenant", "beta", "--format", "json")
     assert (replacement["number"], replacement["status"], replacement["total"]) == ("GB-2026-000003", "issued", "49.26")
