@@ -286,8 +286,8 @@ def _lock_embedded(path: Path, *, follow: bool, wait_s: float) -> tuple[int | No
                     f"the embedded database {path} is in use by {holder_text or 'another process'} (waited "
                     f"{wait_s:g} s), which does not serve it to other commands{ignored}; stop that process, or hold "
                     "the database in one that serves it — `gpubill up` (GPUBILL_GATEWAY_PORT not 0) or `gpubill "
-                    "clickhouse serve` — and every command finds it, or use a ClickHouse server "
-                    "(http://user:pass@host:8123/db)"
+                    "clickhouse serve` — and every command finds it, or point GPUBILL_CLICKHOUSE at a ClickHouse "
+                    "server (http://user:pass@host:8123/db)"
                 ) from None
             time.sleep(_LOCK_POLL_S)
     os.ftruncate(fd, 0)

@@ -3,7 +3,10 @@
 The worker is streams/worker.py (Faust) around a streams/pipeline.py `Pipeline`; the
 scheduler is billing/scheduler.py's billing and rollup jobs on APScheduler. `up` runs both in one
 process, for the embedded database, which one process at a time may open, and serves the
-tenant API and web page (tenant_api/) from a thread of that process on the same database.
+tenant API and web page (tenant_api/) from a thread of that process on the same database —
+and the database itself, through the gateway (gpubill/devenv/ch_gateway.py `start`), to every
+other command, which finds it by the record beside it (warehouse/served.py). What `up` says
+when it starts and whether it already runs: running.py.
 """
 
 from __future__ import annotations

@@ -27,10 +27,12 @@ the part of ClickHouse's HTTP protocol that clickhouse-connect's HTTP client spe
 
 Credentials: users `gpubill` (reads and writes) and `finance` (read-only, forced); their
 passwords come from GPUBILL_GATEWAY_PASSWORD / GPUBILL_GATEWAY_FINANCE_PASSWORD or are
-generated on the first start into <GPUBILL_HOME>/clickhouse-gateway.credentials (0600) and
-printed once. gpubill's own commands find them in their DSN, nowhere else:
-GPUBILL_CLICKHOUSE=http://gpubill:PASSWORD@127.0.0.1:8123/ — the same form as for a
-ClickHouse server; `spawn` hands its caller that DSN.
+generated on the first start into <GPUBILL_HOME>/clickhouse-gateway.credentials (0600; a
+log line says where, never what). `serve` (and `gpubill up`, through `start` and `publish`)
+writes the record beside the database by which gpubill's own commands find the gateway and
+its DSN (warehouse/served.py, 0600); elsewhere they take the DSN from GPUBILL_CLICKHOUSE,
+http://gpubill:PASSWORD@127.0.0.1:8123/ — the same form as for a ClickHouse server; `spawn`
+hands its caller that DSN.
 
 What it answers: queries with server-side parameters (`param_*`, in the URL or as
 multipart form fields), `database` (the project's only), settings as URL parameters (those
