@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     kafka_username: str | None = Field(None, description="SASL user of this process")
     kafka_password: SecretStr | None = Field(None, validate_default=True, description="its password (never logged)")
     kafka_cafile: str | None = Field(None, description="CA bundle (PEM) to trust for TLS; default: the system's")
+    log_format: Literal["auto", "human", "json"] = Field(
+        "auto", description="`gpubill up`'s logs: `json` (every line as JSON on stderr), `human` (a banner, then "
+        "warnings as short lines; every line as JSON in GPUBILL_HOME/logs/up.log) or `auto` (human on a terminal, "
+        "json when piped)")
     metrics_host: str = Field("127.0.0.1", description="address the worker's metrics server binds (0.0.0.0: every "
                               "interface, for a scraper in another container)")
     retain_periods: int | None = Field(
@@ -73,7 +77,11 @@ class Settings(BaseSettings):
         "(the current one included) and drops older ones once archived; unset: keep everything")
     file_mode: int = Field(0o640, description="mode of the files gpubill writes, octal like 0640 or 0600 "
                            "(directories it creates get the matching 0750/0700); never readable by others")
-    # `gpubill clickhouse serve` (gpubill/devenv/ch_gateway.py): its users' passwords and limits
+    # the gateway that serves the embedded database (gpubill/devenv/ch_gateway.py): `gpubill up`'s
+    # own, and `gpubill clickhouse serve`; its users' passwords and limits
+    gateway_port: int = Field(8123, ge=0, le=65535, description="port on 127.0.0.1 where `gpubill up` serves its "
+                              "embedded database to the other gpubill commands (they find it by themselves) and to "
+                              "finance tools (0: `up` keeps the database to itself)")
     gateway_password: SecretStr | None = Field(None, description="password of the gateway's read-write user "
                                                "`gpubill`; unset: generated into the state directory on first start")
     gateway_finance_password: SecretStr | None = Field(None, description="password of the gateway's read-only "

@@ -3,8 +3,10 @@
 The same code serves the embedded engine (`chdb:///abs/path`, the default under ./var/)
 and a server (`http://user:pass@host:8123/db`). chDB allows one process per directory and
 fails with an unhelpful message when a second one tries, so before opening it we take an
-advisory lock of our own beside it and write our pid and command there; a second process
-is told which process holds the database and what to do.
+advisory lock of our own beside it and write our pid and command there. When the process
+holding it serves it (`gpubill up`, `gpubill clickhouse serve`: the record beside it,
+warehouse/served.py), a second process goes through that server instead, with no setting;
+when it does not, the second process is told which process holds the database and what to do.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from urllib.parse import urlsplit
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError, DataError, ProgrammingError
 
-from warehouse import migrations
+from warehouse import migrations, served
 from warehouse.errors import PERMANENT_CODES, DatabaseBusy, DatabaseError, DsnInvalid, StatementRefused
 
 
@@ -206,9 +208,12 @@ class Database:
         self.close()
 
 
-def open_database(dsn: str, *, migrate: bool = True) -> Database:
+def open_database(dsn: str, *, migrate: bool = True, follow: bool = True, wait_s: float | None = None) -> Database:
     """Open ClickHouse at `dsn` and bring its schema up to date.
 
+    An embedded database held by a process that serves it (its record, warehouse/served.py)
+    is opened through that server (`follow`; the returned Database's dsn is the server's);
+    one held by a process that does not is waited for `wait_s` (default `lock_wait_s()`).
     Raises DatabaseBusy when another process holds the embedded database, DatabaseError
     when the server cannot be reached or refuses us, DsnInvalid for a malformed DSN.
     """
@@ -217,7 +222,9 @@ def open_database(dsn: str, *, migrate: bool = True) -> Database:
     if dsn.startswith("chdb:"):
         path = Path(dsn[len("chdb://") :])
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock_fd = _lock_embedded(path)
+        lock_fd, through = _lock_embedded(path, follow=follow, wait_s=lock_wait_s() if wait_s is None else wait_s)
+        if through is not None:
+            dsn = through
     try:
         client = clickhouse_connect.get_client(dsn=dsn, **({} if lock_fd is not None else {"connect_timeout": 5}))
         database = Database(dsn=dsn, client=client, _lock_fd=lock_fd)
@@ -248,29 +255,55 @@ def lock_wait_s() -> float:
         return LOCK_WAIT_S
 
 
-def _lock_embedded(path: Path) -> int:
-    lock_path = path.with_name(path.name + ".lock")
+def _lock_embedded(path: Path, *, follow: bool, wait_s: float) -> tuple[int | None, str | None]:
+    """(the lock's descriptor, None) once this process holds `path`; (None, the server's DSN)
+    when the holder serves it and `follow`. Polls for `wait_s`, then DatabaseBusy."""
+    lock_path = served.lock_path(path)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    wait_s = lock_wait_s()
     deadline = time.monotonic() + wait_s
+    ignored = ""
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
+            holder_text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+            held = served.parse_holder(holder_text)
+            if follow and held is not None:
+                try:
+                    record = served.read_record(path, held.pid)
+                except FileNotFoundError:
+                    pass
+                except (served.Ignored, OSError) as exc:
+                    ignored = f"; its record was ignored: {exc}"
+                else:
+                    if record.serving:
+                        os.close(fd)
+                        return None, record.dsn
             if time.monotonic() >= deadline:
-                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another process"
                 os.close(fd)
                 raise DatabaseBusy(
-                    f"the embedded database {path} is in use by {holder} (waited {wait_s:g} s); stop that process, "
-                    "or let processes share it: run `gpubill clickhouse serve` and point GPUBILL_CLICKHOUSE at "
-                    "the URL it prints, or use a ClickHouse server (http://user:pass@host:8123/db)"
+                    f"the embedded database {path} is in use by {holder_text or 'another process'} (waited "
+                    f"{wait_s:g} s), which does not serve it to other commands{ignored}; stop that process, or hold "
+                    "the database in one that serves it — `gpubill up` (GPUBILL_GATEWAY_PORT not 0) or `gpubill "
+                    "clickhouse serve` — and every command finds it, or point GPUBILL_CLICKHOUSE at a ClickHouse "
+                    "server (http://user:pass@host:8123/db)"
                 ) from None
             time.sleep(_LOCK_POLL_S)
     os.ftruncate(fd, 0)
-    command = " ".join(Path(sys.argv[0]).name if i == 0 else a for i, a in enumerate(sys.argv))
+    command = " ".join([_program_name(), *sys.argv[1:]])
     os.pwrite(fd, f"pid {os.getpid()} ({command})".encode(), 0)
-    return fd
+    return fd, None
+
+
+def _program_name() -> str:
+    """`gpubill` for the installed script and for `python -m gpubill.cli` alike (the lock's
+    text names the holder to people and to warehouse/served.py)."""
+    name = Path(sys.argv[0]).name
+    orig = getattr(sys, "orig_argv", [])
+    if name == "__main__.py" and "-m" in orig[:-1]:
+        return orig[orig.index("-m") + 1].split(".")[0]
+    return name
 
 
 def _failpoint(name: str, message: str) -> None:

@@ -4,6 +4,7 @@ This module only assembles the commands; each group lives in its own module:
 
     gpubill simulate | replay                 producers.py
     gpubill worker | spend-tracker | up | scheduler   processes.py
+    gpubill status                            running.py (and up's banner, its one-instance check)
     gpubill serve                             serve.py
     gpubill kafka up | down                   kafka.py
     gpubill invoice run | show                invoice.py
@@ -37,7 +38,7 @@ import typer
 
 from gpubill.cli import (
     archive, balance, bench, correct, credit_note, db, demo, dlq, events, invoice, kafka, key, processes, producers,
-    report, rerate, rollup, rules, serve, tenant, verify_log,
+    report, rerate, rollup, rules, running, serve, tenant, verify_log,
 )
 from gpubill.cli.common import err, terminal_text
 from gpubill.errors import USER_ERRORS
@@ -59,6 +60,7 @@ app.command()(producers.simulate)
 app.command()(producers.replay)
 app.command()(processes.worker)
 app.command()(processes.up)
+app.command()(running.status)
 app.command("spend-tracker")(processes.spend_tracker)
 app.command()(processes.scheduler)
 app.command()(serve.serve)

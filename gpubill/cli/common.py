@@ -44,8 +44,8 @@ def _console(*, stderr: bool = False) -> Console:
 out = _console()
 err = _console(stderr=True)
 
-__all__ = ["check_format", "check_period", "connect", "emit", "err", "out", "print_figures", "read_rules",
-           "take_corrections_to_end", "terminal_text"]
+__all__ = ["check_format", "check_period", "connect", "count", "emit", "err", "money", "out", "print_figures",
+           "read_rules", "take_corrections_to_end", "terminal_text"]
 
 PERIOD = re.compile(r"[0-9]{4}-(0[1-9]|1[0-2])")  # ASCII digits: \d takes "２０２６" too
 
@@ -139,3 +139,16 @@ def print_figures(result: dict, as_json: bool) -> None:
         return
     for name, value in result.items():
         out.print(f"{terminal_text(name):>20}  {terminal_text(value)}", highlight=False)
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """`1 invoice`, `0 invoices`, `2 invoices`, `1,234 readings`: a number and its noun, in English."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+def money(amount) -> str:
+    """An amount for a terminal: `¥1,234.56`, `-¥10.00` (ASCII minus: it pastes into a spreadsheet);
+    half up to the fen (reports.render.format.yuan_str)."""
+    from reports.render.format import yuan_str
+
+    return yuan_str(amount)

@@ -59,11 +59,12 @@ def clickhouse_serve(
     """Serve the embedded database over ClickHouse's HTTP interface to other gpubill processes.
 
     Holds the chDB database (the one process allowed) so that workers, scheduler and
-    reports can share it. Users: gpubill (read-write) and finance (read-only); their
-    passwords are GPUBILL_GATEWAY_PASSWORD / GPUBILL_GATEWAY_FINANCE_PASSWORD, or are
-    generated on the first start into GPUBILL_HOME/clickhouse-gateway.credentials (0600)
-    and printed that once. Start the others with
-    GPUBILL_CLICKHOUSE=http://gpubill:PASSWORD@127.0.0.1:8123/. Refuses SYSTEM, files,
+    reports can share it (`gpubill up` serves its own the same way). Users: gpubill
+    (read-write) and finance (read-only); their passwords are GPUBILL_GATEWAY_PASSWORD /
+    GPUBILL_GATEWAY_FINANCE_PASSWORD, or are generated on the first start into
+    GPUBILL_HOME/clickhouse-gateway.credentials (0600; never logged). The other commands
+    find it by themselves (the 0600 record beside the database); `gpubill status
+    --finance-url` prints the finance user's URL. Refuses SYSTEM, files,
     network and external engines for every user; limits body size, statement time and
     memory (GPUBILL_GATEWAY_MAX_*). No TLS, one statement at a time. Stops on SIGTERM or
     Ctrl-C after the statement in flight.

@@ -4,16 +4,21 @@ lifecycle (billing/invoicing.py, billing/credit_notes.py and billing/journal.py 
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from datetime import datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from gpubill.cli.common import check_format, check_period, connect, emit, err, out, read_rules, terminal_text
+from gpubill.cli.common import (
+    check_format, check_period, connect, count, emit, err, money, out, read_rules, terminal_text,
+)
 from gpubill.cli.report import check_choice
 from gpubill.config import load_settings
 from gpubill.errors import GpubillError
+from reports.render.format import visible_text
 from reports.render.i18n import LANGS
 
 app = typer.Typer(help="Monthly invoices.", no_args_is_help=True)
@@ -35,28 +40,55 @@ def invoice_run(
     rules = read_rules(settings)
     check_ended(rules, check_period(period))
     with connect(settings) as database:
-        report = run_period(database, rules, check_period(period),
-                            progress=lambda n: err.print(f"[dim]{terminal_text(n)}[/dim]"),
-                            on_wait=lambda message: err.print(terminal_text(message), highlight=False))
-        if rules.review == "manual":
-            out.print(f"{period}: {len(report.drafted)} drafts made, {len(report.refreshed)} refreshed, "
-                      f"{len(report.unchanged)} unchanged, {len(report.existing)} already issued (review = manual: "
-                      f"`gpubill invoice drafts --period {period}`, then `gpubill invoice issue --period {period}`)")
-        else:
-            out.print(f"{period}: {len(report.created)} invoices created, {len(report.existing)} already final")
+        with _progress("issuing invoices") as progress:
+            report = run_period(database, rules, check_period(period), progress=progress,
+                                on_wait=lambda message: err.print(terminal_text(message), highlight=False))
+        out.print(run_summary(report, rules.review == "manual", period), highlight=False)
         if report.unregistered:
-            err.print(f"{len(report.unregistered)} of them for tenants that are not registered (no trial credit); "
+            err.print(f"{len(report.unregistered):,} of them for tenants that are not registered (no trial credit); "
                       f"see `gpubill tenant unknown --period {period}`", highlight=False)
         listed = list_invoices(database, period)
-        for number, tenant, total in listed:
-            out.print(f"  {terminal_text(number)}  {terminal_text(tenant):<24} {total:>14} CNY", highlight=False)
+        out.print(invoices_table(listed), markup=False, highlight=False)
         if out_dir:
             if lang != "en" and len(listed) >= WARM_UP_FROM:
                 from reports.render.fonts import warm_up
 
                 warm_up()  # seconds once, then each Chinese PDF costs a fraction of the full font's
             written = write_invoice_files(database, rules, period, out_dir, file_mode=settings.file_mode, lang=lang)
-            err.print(f"wrote {len(written)} files to {terminal_text(out_dir)}", highlight=False)
+            err.print(f"wrote {count(len(written), 'file')} to {terminal_text(out_dir)}", highlight=False)
+
+
+def run_summary(report, manual: bool, period: str) -> str:
+    """`invoice run`'s sentence: what it did to the period's invoices, in words with their plurals."""
+    if manual:
+        return (f"{period}: {count(len(report.drafted), 'draft')} made, {len(report.refreshed):,} refreshed, "
+                f"{len(report.unchanged):,} unchanged, {len(report.existing):,} already issued (review = manual: "
+                f"`gpubill invoice drafts --period {period}`, then `gpubill invoice issue --period {period}`)")
+    return f"{period}: {count(len(report.created), 'invoice')} created, {len(report.existing):,} already final"
+
+
+def invoices_table(listed) -> str:
+    """The period's invoices, one a line — number (or draft id), tenant, total with VAT as money —
+    and their sum; aligned, never cut."""
+    if not listed:
+        return "  no invoices for this period (no tenant had charges)"
+    total = sum((amount for _number, _tenant, amount in listed), Decimal(0))
+    rows = [("invoice", "tenant", "total, VAT incl.")]
+    rows += [(visible_text(number), visible_text(tenant), money(amount)) for number, tenant, amount in listed]
+    rows.append((f"{count(len(listed), 'invoice')}", "", money(total)))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join(f"  {a:<{widths[0]}}  {b:<{widths[1]}}  {c:>{widths[2]}}".rstrip() for a, b, c in rows)
+
+
+@contextmanager
+def _progress(what: str):
+    """A transient line on a terminal naming the invoice just issued (nothing when piped: the
+    table after the run lists them all); yields the callback for run_period's `progress`."""
+    if not err.is_terminal:
+        yield None
+        return
+    with err.status(what) as shown:
+        yield lambda number: shown.update(f"{what}: {terminal_text(number)}")
 
 
 @app.command("show")
@@ -151,7 +183,7 @@ def invoice_issue(
     with connect(settings) as database:
         issued = issue_period(database, rules, check_period(period), tenant=tenant,
                               on_wait=lambda message: err.print(terminal_text(message), highlight=False))
-    out.print(f"{period}: {len(issued)} invoices issued")
+    out.print(f"{period}: {count(len(issued), 'invoice')} issued")
     for draft_id, number in issued:
         out.print(f"  {terminal_text(draft_id)} → {terminal_text(number)}", highlight=False)
 

@@ -3,13 +3,17 @@
 The worker is streams/worker.py (Faust) around a streams/pipeline.py `Pipeline`; the
 scheduler is billing/scheduler.py's billing and rollup jobs on APScheduler. `up` runs both in one
 process, for the embedded database, which one process at a time may open, and serves the
-tenant API and web page (tenant_api/) from a thread of that process on the same database.
+tenant API and web page (tenant_api/) from a thread of that process on the same database —
+and the database itself, through the gateway (gpubill/devenv/ch_gateway.py `start`), to every
+other command, which finds it by the record beside it (warehouse/served.py). What `up` says
+when it starts and whether it already runs: running.py.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timezone
 from pathlib import Path
@@ -209,56 +213,137 @@ def spend_tracker(
 
 def up(
     listen: Optional[str] = typer.Option(None, "--listen", help="host:port of the tenant API and web page (default 127.0.0.1:GPUBILL_HTTP_PORT; GPUBILL_HTTP_PORT=0: no API)."),
+    log_format: Optional[str] = typer.Option(None, "--log-format", help="auto (default, GPUBILL_LOG_FORMAT): on a terminal a short banner and warnings, every log line as JSON in GPUBILL_HOME/logs/up.log; piped, JSON lines on stderr. human or json force one."),
 ) -> None:
-    """Run worker, scheduler and the tenant API in one process (the embedded database allows one process)."""
+    """Run worker, scheduler and the tenant API in one process, and serve its embedded database to
+    every other gpubill command and to finance tools (127.0.0.1:GPUBILL_GATEWAY_PORT)."""
     import asyncio
 
+    from gpubill.cli.running import UP_COMMAND, refuse_second_up
     from streams.kafka.admin import ensure_pipeline_topics
     from streams.metrics import Metrics
     from streams.worker import run_worker
 
     settings = load_settings()
-    setup_logging("INFO")
+    human = _human_logs(log_format or settings.log_format)
+    refuse_second_up(settings)  # one line, before a port is bound or the broker asked
+    log_file = settings.home_path / "logs" / "up.log" if human else None
+    setup_logging("INFO", json_file=log_file, file_mode=settings.file_mode)
     rules = read_rules(settings)
     ensure_pipeline_topics(settings)
     target = _webhook_target()  # checked before anything opens
     api = _bind_api(settings, listen)  # before the database: a taken port costs nothing
+    gateway_server = None
     try:
+        gateway_server = _bind_gateway(settings)
         database = connect(settings)
     except BaseException:
         if api is not None:
             api.socket.close()
+        if gateway_server is not None:
+            gateway_server.server_close()
         raise
-    Metrics.serve(settings.metrics_port, settings.metrics_host)
-    pipeline = _pipeline(settings, rules, database, metrics=True)
-    _start_from_committed(settings, pipeline)
-
-    async def api_task() -> None:
-        # Started as a task of the worker, once its signal handlers are in place: from the first
-        # answer on, SIGTERM stops the whole process cleanly (before them, it would kill it).
-        await asyncio.get_running_loop().run_in_executor(None, _start_api, settings, api, database, pipeline)
-        await asyncio.Event().wait()
-
-    jobs, scheduler_task = _scheduler(settings, database, pipeline)
-
-    webhooks, webhook_records = _webhook_task(settings, target, database)
-    # a log line like every other line of `up` (one format: gpubill/logs.py)
-    logging.getLogger("gpubill.up").info(
-        "gpubill up: worker + scheduler%s%s; metrics on :%s; Ctrl-C to stop",
-        " + tenant API" if api else "", " + webhooks" if webhooks else "", settings.metrics_port)
+    gateway = _serve_database(settings, gateway_server, database, UP_COMMAND)
     try:
-        code = run_worker(settings, pipeline, loglevel="INFO", rules_dir=Path(settings.rules),
-                          extra_tasks=[scheduler_task] + ([api_task] if api is not None else [])
-                          + ([webhooks] if webhooks else []),
-                          **_track_spend(settings, pipeline, database, inline=True))
+        Metrics.serve(settings.metrics_port, settings.metrics_host)
+        pipeline = _pipeline(settings, rules, database, metrics=True)
+        _start_from_committed(settings, pipeline)
+
+        async def api_task() -> None:
+            # Started as a task of the worker, once its signal handlers are in place: from the first
+            # answer on, SIGTERM stops the whole process cleanly (before them, it would kill it).
+            await asyncio.get_running_loop().run_in_executor(None, _start_api, settings, api, database, pipeline)
+            await asyncio.Event().wait()
+
+        jobs, scheduler_task = _scheduler(settings, database, pipeline)
+
+        webhooks, webhook_records = _webhook_task(settings, target, database)
+        parts = ["worker", "scheduler"] + (["tenant API"] if api else []) + (["webhooks"] if webhooks else []) \
+            + (["database gateway"] if gateway else [])
+        # a log line like every other line of `up` (one format: gpubill/logs.py)
+        logging.getLogger("gpubill.up").info(
+            "gpubill up: %s; metrics on :%s; Ctrl-C to stop", " + ".join(parts), settings.metrics_port,
+            extra={"database_url": gateway.url if gateway else None})
+        if human:
+            from gpubill.cli.running import banner
+            from gpubill.devenv.gateway.auth import READER
+
+            sys.stdout.write(banner(pid=os.getpid(), parts=parts, api_url=api.url if api else None,
+                                    gateway_url=gateway.url if gateway else None,
+                                    finance_dsn=gateway.dsn(READER) if gateway else None,
+                                    metrics_port=settings.metrics_port, metrics_host=settings.metrics_host,
+                                    settings=settings, log_file=log_file))
+            sys.stdout.flush()
+        try:
+            code = run_worker(settings, pipeline, loglevel="INFO", rules_dir=Path(settings.rules),
+                              extra_tasks=[scheduler_task] + ([api_task] if api is not None else [])
+                              + ([webhooks] if webhooks else []),
+                              **_track_spend(settings, pipeline, database, inline=True))
+        finally:
+            if api is not None:
+                api.stop()  # requests in flight finish and the access records are written, then the database closes
+            jobs.stop()  # a billing run or rollup in flight finishes first
+            if webhook_records is not None:
+                webhook_records.shutdown(wait=True)  # and a delivery attempt being recorded
     finally:
-        if api is not None:
-            api.stop()  # requests in flight finish and the access records are written, then the database closes
-        jobs.stop()  # a billing run or rollup in flight finishes first
-        if webhook_records is not None:
-            webhook_records.shutdown(wait=True)  # and a delivery attempt being recorded
+        _stop_serving(settings, gateway, database)
     database.close()
+    if human:
+        sys.stdout.write(f"gpubill up stopped (exit {code})\n")
     raise typer.Exit(code)
+
+
+def _human_logs(log_format: str) -> bool:
+    from gpubill.logs import human_logs
+
+    try:
+        return human_logs(log_format)
+    except ValueError as exc:
+        raise GpubillError(f"--log-format: {exc}") from None
+
+
+def _bind_gateway(settings: Settings):
+    """`up`'s database gateway socket on 127.0.0.1:GPUBILL_GATEWAY_PORT, bound before the database
+    is opened (a taken port costs nothing); None for a server DSN or GPUBILL_GATEWAY_PORT=0."""
+    if not settings.embedded or not settings.gateway_port:
+        return None
+    from gpubill.devenv.ch_gateway import bind_for
+
+    return bind_for(settings, f"127.0.0.1:{settings.gateway_port}")
+
+
+def _serve_database(settings: Settings, server, database, command: str):
+    """Serve `database` on the bound `server` (None: not served) and publish the record by which
+    every other command finds it (warehouse/served.py); the running gateway or None. A database
+    `up` reached through another process's server is not served again."""
+    from gpubill.devenv.ch_gateway import publish, start
+
+    if not database.embedded:
+        if server is not None:
+            server.server_close()
+        return None
+    gateway = None
+    try:
+        if server is not None:
+            gateway = start(settings, server, database)
+        publish(gateway, settings.clickhouse, command)
+    except BaseException:
+        if gateway is not None:
+            gateway.stop()
+        database.close()
+        raise
+    return gateway
+
+
+def _stop_serving(settings: Settings, gateway, database) -> None:
+    """Withdraw `up`'s record, then stop its gateway (the statements in flight finish)."""
+    if database.embedded:
+        from gpubill.cli.running import database_path
+        from warehouse import served
+
+        served.withdraw(database_path(settings), os.getpid())
+    if gateway is not None:
+        gateway.stop()
 
 
 class _Jobs:

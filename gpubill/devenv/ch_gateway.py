@@ -27,10 +27,12 @@ the part of ClickHouse's HTTP protocol that clickhouse-connect's HTTP client spe
 
 Credentials: users `gpubill` (reads and writes) and `finance` (read-only, forced); their
 passwords come from GPUBILL_GATEWAY_PASSWORD / GPUBILL_GATEWAY_FINANCE_PASSWORD or are
-generated on the first start into <GPUBILL_HOME>/clickhouse-gateway.credentials (0600) and
-printed once. gpubill's own commands find them in their DSN, nowhere else:
-GPUBILL_CLICKHOUSE=http://gpubill:PASSWORD@127.0.0.1:8123/ — the same form as for a
-ClickHouse server; `spawn` hands its caller that DSN.
+generated on the first start into <GPUBILL_HOME>/clickhouse-gateway.credentials (0600; a
+log line says where, never what). `serve` (and `gpubill up`, through `start` and `publish`)
+writes the record beside the database by which gpubill's own commands find the gateway and
+its DSN (warehouse/served.py, 0600); elsewhere they take the DSN from GPUBILL_CLICKHOUSE,
+http://gpubill:PASSWORD@127.0.0.1:8123/ — the same form as for a ClickHouse server; `spawn`
+hands its caller that DSN.
 
 What it answers: queries with server-side parameters (`param_*`, in the URL or as
 multipart form fields), `database` (the project's only), settings as URL parameters (those
@@ -52,6 +54,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import signal
 import threading
@@ -59,7 +62,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 from gpubill.config import Settings
@@ -88,11 +93,12 @@ from gpubill.devenv.gateway.spawn import GatewayStartError, SpawnedGateway, spaw
 from gpubill.devenv.gateway.sql_guard import Limits, SqlGuard
 from gpubill.errors import ConfigError, GpubillError
 from warehouse.chdb_engine import TRAILING_FORMAT, Answer, Engine, Statement, StatementFailed
-from warehouse.connection import normalize_dsn, open_database, redact
+from warehouse import served
+from warehouse.connection import Database, normalize_dsn, open_database, redact
 from warehouse.errors import DatabaseError
 
-__all__ = ["GatewayError", "GatewayStartError", "SpawnedGateway", "decode_body", "parse_listen", "read_statement", "serve", "spawn",
-           "split_inline_data"]
+__all__ = ["GatewayError", "GatewayStartError", "RunningGateway", "SpawnedGateway", "bind_for", "decode_body", "parse_listen",
+           "publish", "read_statement", "serve", "spawn", "split_inline_data", "start"]
 
 log = logging.getLogger("gpubill.gateway")
 
@@ -503,6 +509,87 @@ def check_guard(engine: Engine, guard: SqlGuard) -> None:
              engine.version, len(GUARD_PROBES), len(guard.tables))
 
 
+def bind_for(settings: Settings, listen: str) -> GatewayServer:
+    """`bind` with the limits of `settings` (GPUBILL_GATEWAY_*)."""
+    return bind(listen, max_connections=settings.gateway_max_connections,
+                head_timeout_s=settings.gateway_head_timeout_s, body_min_rate=settings.gateway_body_min_rate_kb << 10,
+                body_budget_bytes=settings.gateway_body_budget_mb << 20)
+
+
+@dataclass
+class RunningGateway:
+    """A gateway serving in a thread of this process (`start`); `stop` ends it and closes its database."""
+
+    server: GatewayServer
+    thread: threading.Thread
+    credentials: Credentials
+    created: Path | None  # the credentials file when this start generated it (the passwords are there, 0600)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.server.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+
+    def dsn(self, user: str = WRITER) -> str:
+        """The DSN of `user`, password included (never log it: `redact`)."""
+        return self.credentials.dsn(*self.address, user)
+
+    def stop(self) -> None:
+        """Refuse new connections, finish the statements in flight, close the database."""
+        self.server.shutdown()
+        self.server.server_close()
+        self.server.engine.close()
+
+
+def gateway_credentials(settings: Settings) -> tuple[Credentials, Path | None]:
+    """The users' passwords: settings', else the credentials file's (generated 0600 on the first
+    start, never logged); and the file's path when this call generated it."""
+    return load_credentials(settings.home_path, {
+        WRITER: _secret(settings.gateway_password), READER: _secret(settings.gateway_finance_password)})
+
+
+def start(settings: Settings, server: GatewayServer, database: Database,
+          credentials: tuple[Credentials, Path | None] | None = None) -> RunningGateway:
+    """Serve `database` (an embedded one this process holds) on the bound `server` from a thread,
+    with `credentials` (default `gateway_credentials(settings)`). Raises GpubillError when the
+    guard does not fit the installed chDB; on any failure the socket is closed and `database`
+    left open for its owner."""
+    try:
+        credentials, created = credentials or gateway_credentials(settings)
+        limits = Limits(max_execution_s=settings.gateway_max_execution_s,
+                        max_memory_bytes=settings.gateway_max_memory_mb << 20)
+        server.engine = Engine(database, lock_wait_s=float(settings.gateway_max_execution_s))
+        host, port = server.server_address[:2]
+        server.gate = Gate(credentials, BrowserGuard(host, port), sql_guard(server.engine), limits,
+                           settings.gateway_max_body_mb << 20)
+        check_guard(server.engine, server.gate.guard)
+    except BaseException:
+        server.server_close()
+        raise
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning("listening on %s: reachable from the network, without TLS (passwords travel in clear)", host)
+    thread = threading.Thread(target=server.serve_forever, name="gateway", daemon=True)
+    thread.start()
+    if created is not None:  # the passwords stay in the file: a log line is no place for them
+        log.info("generated the gateway's passwords into %s (mode 0600)", created)
+    return RunningGateway(server, thread, credentials, created)
+
+
+def publish(gateway: RunningGateway | None, database_dsn: str, command: str) -> Path:
+    """Write the record by which every gpubill command finds the database `database_dsn`
+    (chdb://…) and goes through `gateway` (None: held, not served) — warehouse/served.py."""
+    path = Path(normalize_dsn(database_dsn)[len("chdb://"):])
+    return served.publish(path, served.Served(
+        pid=os.getpid(), command=command, database=str(path),
+        dsn=gateway.dsn(WRITER) if gateway else "", finance_dsn=gateway.dsn(READER) if gateway else "",
+        started=datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")))
+
+
 def serve(settings: Settings, listen: str, *, announce: Callable[[str], None] = log.warning,
           stop: threading.Event | None = None) -> None:
     """Serve the embedded database of `settings` on `listen` until SIGTERM/SIGINT (or `stop` is set).
@@ -512,49 +599,38 @@ def serve(settings: Settings, listen: str, *, announce: Callable[[str], None] = 
     dsn = normalize_dsn(settings.clickhouse)
     if not dsn.startswith("chdb:"):
         raise ConfigError(f"GPUBILL_CLICKHOUSE: the gateway serves an embedded database (chdb:///path), not {redact(dsn)}")
-    server = bind(listen, max_connections=settings.gateway_max_connections,
-                  head_timeout_s=settings.gateway_head_timeout_s, body_min_rate=settings.gateway_body_min_rate_kb << 10,
-                  body_budget_bytes=settings.gateway_body_budget_mb << 20)
+    path = Path(dsn[len("chdb://"):])
+    _held, record, _ignored = served.current(path)
+    if record is not None and record.serving:
+        raise GpubillError(f"{record.command or 'pid ' + str(record.pid)} (pid {record.pid}) already serves {path} "
+                           f"on {redact(record.dsn)}; every gpubill command finds it by itself (`gpubill status`)")
+    server = bind_for(settings, listen)
     try:
-        credentials, created = load_credentials(settings.home_path, {
-            WRITER: _secret(settings.gateway_password), READER: _secret(settings.gateway_finance_password)})
-        limits = Limits(max_execution_s=settings.gateway_max_execution_s,
-                        max_memory_bytes=settings.gateway_max_memory_mb << 20)
-        server.engine = Engine(open_database(dsn), lock_wait_s=float(settings.gateway_max_execution_s))
+        credentials = gateway_credentials(settings)
+        database = open_database(dsn, follow=False)
     except BaseException:
         server.server_close()
         raise
-    host, port = server.server_address[:2]
     try:
-        server.gate = Gate(credentials, BrowserGuard(host, port), sql_guard(server.engine), limits,
-                           settings.gateway_max_body_mb << 20)
-        check_guard(server.engine, server.gate.guard)
+        gateway = start(settings, server, database, credentials)
     except BaseException:
-        server.server_close()
-        server.engine.close()
+        database.close()
         raise
     stop = stop or _stop_on_signals()
-    if host not in ("127.0.0.1", "::1", "localhost"):
-        log.warning("listening on %s: reachable from the network, without TLS (passwords travel in clear)", host)
-    thread = threading.Thread(target=server.serve_forever, name="gateway", daemon=True)
-    thread.start()
-    if created is not None:  # the first start: the only time the passwords are shown
-        announce(f"generated the gateway's passwords into {created} (mode 0600; shown this once): "
-                 f"user gpubill: {credentials.passwords[WRITER]}  user finance: {credentials.passwords[READER]}")
-    if settings.gateway_password and settings.gateway_finance_password:
-        where = "from settings"
-    else:
-        where = f"in {settings.home_path / CREDENTIALS_FILE}"
-    announce(f"serving {dsn} as ClickHouse HTTP on http://{host}:{port}/ to users gpubill (read-write) and finance "
-             f"(read-only), passwords {where}; point gpubill at it with "
-             f"GPUBILL_CLICKHOUSE={redact(credentials.dsn(host, port))}")
     try:
+        record_file = publish(gateway, dsn, "gpubill clickhouse serve")
+        if settings.gateway_password and settings.gateway_finance_password:
+            where = "from settings"
+        else:
+            where = f"in {settings.home_path / CREDENTIALS_FILE}"
+        announce(f"serving {dsn} as ClickHouse HTTP on {gateway.url} to users gpubill (read-write) and finance "
+                 f"(read-only), passwords {where}; gpubill commands with this GPUBILL_CLICKHOUSE find it by "
+                 f"themselves ({record_file}); a finance tool's URL: `gpubill status --finance-url`")
         while not stop.wait(0.5):  # a timed wait lets the signal handlers run promptly
             pass
     finally:
-        server.shutdown()
-        server.server_close()
-        server.engine.close()
+        served.withdraw(path, os.getpid())
+        gateway.stop()
         log.warning("gateway stopped; database closed")
 
 

@@ -60,8 +60,11 @@ from reports.errors import ReportsError
 __all__ = ["CJK_FONTS", "CjkFont", "FontMissing", "attach_cjk", "cjk_font", "face_for", "self_check", "warm_up"]
 
 log = logging.getLogger("gpubill.render")
-# fontTools logs every subsetting step at INFO: one line per table per PDF drowns the service's log
-logging.getLogger("fontTools.subset").setLevel(logging.WARNING)
+# fontTools logs every subsetting step at INFO: one line per table per PDF drowns the service's log;
+# and at WARNING "FFTM NOT subset; don't know how to subset; dropped" for every font that has
+# FontForge's timestamp table (WenQuanYi has): dropping it is right (PDFs never read it), so its
+# warnings are noise too. Errors still show.
+logging.getLogger("fontTools.subset").setLevel(logging.ERROR)
 
 
 class FontMissing(ReportsError):

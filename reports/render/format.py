@@ -42,6 +42,7 @@ __all__ = [
     "terminal_text",
     "unit_price_str",
     "visible_text",
+    "yuan_str",
 ]
 
 _STEP = {n: Decimal(1).scaleb(-n) for n in range(0, 13)}
@@ -108,6 +109,12 @@ def percent_str(fraction: Decimal | int | str, places: int = 2) -> str:
 def grouped(value: Decimal | int | str, places: int) -> str:
     """A number for people, with thousands separators: ``1234.5 -> "1,234.50"``."""
     return f"{round_half_up(value, places):,f}"
+
+
+def yuan_str(value: Decimal | int | str) -> str:
+    """Money for people on a terminal or in text: ``¥1,234.56``, ``-¥10.00`` (half up to the fen)."""
+    rounded = round_half_up(value, 2)
+    return f"{'-' if rounded < 0 else ''}¥{grouped(rounded.copy_abs(), 2)}"
 
 
 _LATIN1_SWAPS = str.maketrans(

@@ -152,6 +152,9 @@ def gpubill(tmp_path, broker) -> Gpubill:
         # `gpubill up` serves the tenant API too: off unless a test turns it on (tests/e2e/test_api_up.py),
         # so that parallel runs and a developer's own server on 8080 do not collide
         "GPUBILL_HTTP_PORT": "0",
+        # and it serves its database on GPUBILL_GATEWAY_PORT (8123): off unless a test turns it on
+        # (tests/e2e/test_up.py), for the same reason
+        "GPUBILL_GATEWAY_PORT": "0",
         "NO_COLOR": "1",
         "COLUMNS": "200",
     }

@@ -33,7 +33,7 @@ def test_a_bad_element_is_dead_lettered_alone(gpubill):
     # the other five readings went through: acme rents 3 s (3 × ¥1 in the test rules),
     # and the energy of B1 and B3: 2 × 1000 W × 1 s = 2,000,000 mJ
     invoice = gpubill.run("invoice", "run", "--period", "2026-03")
-    assert "1 invoices created" in invoice.stdout
+    assert "1 invoice created" in invoice.stdout
     shown = gpubill.json("invoice", "show", "--period", "2026-03", "--tenant", "acme", "--format", "json")
     [rent] = [line for line in shown["lines"] if line["kind"] == "rent"]
     assert rent["amount"] == "3.00"

@@ -46,7 +46,7 @@ def invoiced(dsn: str, tmp_path: Path) -> None:
     with open_database(dsn) as db:
         seed_tenants(db, {"t01": 30})
     code, stdout, stderr = outcome(command(dsn, tmp_path, "invoice", "run", "--period", PERIOD))
-    assert code == 0 and "1 invoices created" in stdout, (stdout, stderr)
+    assert code == 0 and "1 invoice created" in stdout, (stdout, stderr)
 
 
 def credit(dsn: str, tmp_path: Path, amount: str, failpoints: Path | None = None) -> subprocess.Popen:

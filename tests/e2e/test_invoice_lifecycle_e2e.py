@@ -139,7 +139,7 @@ def test_drafts_issue_credit_void_and_replace_through_the_command_line(gpubill):
     #   (issue 36): 60.00 + 2.47 − 6.00 − 5.00 − 10.00 = 41.47 net; VAT round(2.4882) = 2.49; 43.96,
     #   what beta owed before the void (49.26 − 5.30)
     run = gpubill.run("invoice", "run", "--period", "2026-03")
-    assert "1 drafts made, 0 refreshed, 0 unchanged, 1 already issued" in run.stdout
+    assert "1 draft made, 0 refreshed, 0 unchanged, 1 already issued" in run.stdout
     assert "GB-2026-000003" in gpubill.run("invoice", "issue", "--period", "2026-03", "--tenant", "beta").stdout
     replacement = gpubill.json("invoice", "show", "--period", "2026-03", "--tenant", "beta", "--format", "json")
     assert (replacement["number"], replacement["status"], replacement["total"]) == ("GB-2026-000003", "issued", "43.96")
