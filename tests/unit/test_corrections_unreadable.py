@@ -1,7 +1,8 @@
 """A command that plans money refuses in one line when the log of corrections cannot be read
 (issue 36, item 3): never a plausible number without them. No broker answers on the port here
-(a real refused connection, no mock); the planning commands take the log to its end first,
-and `--offline` plans with the stored corrections, saying so."""
+(a real refused connection, no mock: refused at once, not after the Kafka clients' 10–15 s of
+retries); the planning commands and the invoice run take the log to its end first, and
+`--offline` plans with the stored corrections, saying so."""
 
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ def test_rerate_and_audit_refuse_in_one_line_when_the_topic_cannot_be_read(tmp_p
         "error: rerate 2026-03 refused: the log of corrections (gpu.corrections.v1) cannot be read, so what it holds "
         f"cannot be taken into account: no Kafka broker answers at {env['GPUBILL_KAFKA']}"), refused.stderr
     assert refused.stderr.endswith("(--offline plans with the corrections already stored)\n")
+
+    # before: the invoice run invoiced the period without whatever the log holds
+    invoiced = gpubill("invoice", "run", "--period", "2026-03")
+    assert (invoiced.returncode, invoiced.stdout, invoiced.stderr.count("\n")) == (1, "", 1), invoiced.stderr
+    assert invoiced.stderr.startswith("error: invoice run 2026-03 refused: the log of corrections (gpu.corrections.v1) "
+                                      "cannot be read"), invoiced.stderr
 
     offline = gpubill("audit", "--period", "2026-03", "--offline")
     assert offline.returncode == 0, offline.stderr
