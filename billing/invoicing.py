@@ -17,7 +17,7 @@ Steps for `run_period(db, rules, period)`:
    the stored invoices just before the write) and writes its lines, then its header row. A
    header is the commit point: lines no header names are leftovers of a crash.
 
-Before step 1, a period's **first** run (no invoice of it issued or voided yet) applies the
+Before step 1, a period's **first** run or issue (no invoice of it issued or voided yet) applies the
 stored corrections that touch it to its rated data (`usage.regenerate.regenerate`, as `rerate
 --apply` does, under the same lease): the first invoices include every correction stored, a
 worker running or not (issue 36). Once an invoice is issued, a correction is applied by
@@ -324,6 +324,8 @@ def issue_period(db: Any, rules: Any, period: str, *, tenant: str | None = None,
     with invoicing_lease(db, on_wait=on_wait) as fence:
         delete_stray_lines(db)
         delete_stray_credit_note_lines(db)
+        if _apply_corrections(db, rules, period):  # stored since the drafts were made, none issued yet
+            fence()
         standing = _standing(db, period)
         drafts = sorted((t, s) for t, s in standing.items()
                         if s.draft is not None and s.issued is None and (tenant is None or t == tenant))
