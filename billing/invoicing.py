@@ -19,6 +19,12 @@ Steps for `run_period(db, rules, period)`:
    the stored invoices just before the write) and writes its lines, then its header row. A
    header is the commit point: lines no header names are leftovers of a crash.
 
+Before step 1, a period's **first** run or issue (no invoice of it issued or voided yet) applies the
+stored corrections that touch it to its rated data (`usage.regenerate.regenerate`, as `rerate
+--apply` does, under the same lease): the first invoices include every correction stored, a
+worker running or not (issue 36). Once an invoice is issued, a correction is applied by
+`gpubill rerate --period P --apply` (void, credit note, replacement), never silently by a run.
+
 Every step runs under the invoicing lease (billing/invoice_lock.py): one invoice run, issue,
 credit note or void at a time per database, whichever process starts it. Holding it, a run
 first deletes the lines no header names (of any period, so that they count neither as credit
@@ -54,9 +60,11 @@ from billing.invoice_store import CURRENCY, delete_stray_lines  # noqa: F401  (r
 from billing.journal import actor_here, record
 from billing.tenants import registered_tenants, trial_tenants
 from usage.by_tenant import plain, usage_by_tenant
+from usage.corrections import stored_corrections
 from usage.failpoints import pause_at
 from usage.queries import tenants_with_charges_sql
 from usage.rated import coverage, rated_source, source_of
+from usage.regenerate import RegenerateRefused, regenerate
 from usage.rollup import roll_up
 
 CHARGE_KINDS = ("rent", "discount", "electricity")
@@ -198,7 +206,26 @@ def run_period(db: Any, rules: Any, period: str, *, now: datetime | None = None,
     with invoicing_lease(db, on_wait=on_wait) as fence:
         delete_stray_lines(db)
         delete_stray_credit_note_lines(db)
+        if _apply_corrections(db, rules, period):
+            fence()
         return _invoice_period(db, rules, period, now, fence, progress, actor or actor_here(), tenants)
+
+
+def _apply_corrections(db: Any, rules: Any, period: str) -> int:
+    """A first run's step 0 (module docstring): the stored corrections touching `period` applied
+    to its rated data, when none of its invoices is issued or voided yet. Returns the hours
+    published anew (0: no correction touches it, an invoice stands, or they were applied before:
+    a second regenerate changes nothing). BillingError, one line, where they cannot be applied."""
+    lo, hi = rules.period_bounds(period)
+    if not stored_corrections(db, lo, hi):
+        return 0
+    if any(s.issued is not None or s.voided is not None for s in _standing(db, period).values()):
+        return 0
+    try:
+        return len(regenerate(db, rules, period).hours)
+    except RegenerateRefused as exc:
+        raise BillingError(f"invoice run {period}: the stored corrections that touch it cannot be applied: "
+                           f"{exc}") from None
 
 
 def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Callable[[], None],
@@ -300,6 +327,8 @@ def issue_period(db: Any, rules: Any, period: str, *, tenant: str | None = None,
     with invoicing_lease(db, on_wait=on_wait) as fence:
         delete_stray_lines(db)
         delete_stray_credit_note_lines(db)
+        if _apply_corrections(db, rules, period):  # stored since the drafts were made, none issued yet
+            fence()
         standing = _standing(db, period)
         drafts = sorted((t, s) for t, s in standing.items()
                         if s.draft is not None and s.issued is None and (tenant is None or t == tenant))

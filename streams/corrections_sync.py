@@ -32,7 +32,8 @@ from kafka.errors import KafkaError
 
 from schemas import tables
 from schemas.topics import TOPIC_CORRECTIONS
-from streams.errors import CorrectionsNotSynced, StreamsError
+from streams.errors import CorrectionsNotSynced, KafkaUnreachable, StreamsError
+from streams.kafka.admin import nothing_listens
 from streams.kafka.corrections import LoggedCorrection, read_corrections
 from streams.kafka.settings import KafkaSettings
 from usage.corrections import store_corrections
@@ -84,6 +85,8 @@ def sync_to_end(db: Any, settings: KafkaSettings, now_s: int, *, before: str) ->
     holds is then unknown) or when what it holds cannot be stored (saying how many are not):
     never a plan that silently leaves them out."""
     try:
+        if nothing_listens(settings.kafka):  # refused at once, not after the clients' 10–15 s of retries
+            raise KafkaUnreachable(settings.kafka, "connection refused")
         logged = read_corrections(settings, now_s)
     except (StreamsError, KafkaError) as exc:
         raise CorrectionsNotSynced(

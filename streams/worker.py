@@ -240,11 +240,20 @@ class _CorrectionsSync:
         self.first_done = asyncio.Event()  # set after the first attempt, failed or not
         self._lock: asyncio.Lock | None = None
         self._failing = False
+        self._read = -1  # messages on the topic at the last reload of the pipeline's corrections
 
     @property
     def failing(self) -> bool:
         """True while the last sync failed."""
         return self._failing
+
+    async def at_drain_end(self) -> bool:
+        """Whether the log of corrections is in the database at a drain's end: the first sync
+        awaited, and tried once more if it failed (False: the drain exits 1)."""
+        await self.first_done.wait()
+        if self._failing:
+            await self.sync()
+        return not self._failing
 
     async def sync(self) -> None:
         self._lock = self._lock or asyncio.Lock()
@@ -270,8 +279,12 @@ class _CorrectionsSync:
         if self._failing:
             log.info("gpu.corrections.v1 synced again")
         self._failing = False
-        if report.changed:
+        # Reloaded when the log grew, whoever stored what is new: `rerate`, `invoice run` and the
+        # scheduler take the log to its end themselves (issue 36), and this sync then finds it stored.
+        if report.changed or report.read != self._read:
             await loop.run_in_executor(self.pipeline.writer, self.pipeline.reload_corrections)
+            self._read = report.read
+        if report.changed:
             log.info("corrections: %d stored, %d conflicts, %d dead-lettered (%d messages on the topic)",
                      len(report.stored), len(report.conflicts), len(report.dead), report.read)
 
@@ -344,14 +357,11 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
                 log.warning("could not look for this drain's own dead letters: %s", exc)
                 own_deadletters = {}
             await reach(own_deadletters)
-            if corrections is not None:  # a drain takes the log of corrections as it stood at the start too
-                await corrections.first_done.wait()
-                if corrections.failing:  # once more; a drain that cannot sync them says so and exits 1
-                    await corrections.sync()
-                if corrections.failing:
-                    log.error("the drain could not take gpu.corrections.v1 into the database (see the warning "
-                              "above); run `gpubill corrections sync` or drain again")
-                    outcome["code"] = 1
+            # a drain takes the log of corrections as it stood at the start too; one that cannot exits 1
+            if corrections is not None and not await corrections.at_drain_end():
+                log.error("the drain could not take gpu.corrections.v1 into the database (see the warning "
+                          "above); run `gpubill corrections sync` or drain again")
+                outcome["code"] = 1
             # Positions move only when the feeder has committed: everything is written.
             log.info("drained to the end offsets; committed")
             if tracker_app is not None:  # and the spend it produced is in the table, events emitted

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from rich.console import Console
 
@@ -67,12 +67,15 @@ OFFLINE_HELP = ("Do not read the log of corrections (gpu.corrections.v1) first: 
 
 
 def take_corrections_to_end(database: Database, settings: Settings, before: str, *,
-                            offline: bool | None = None):
+                            offline: bool | None = None, say: Callable[[str], None] | None = None):
     """The log of corrections taken into `database` to its end before `before` plans (streams/
     corrections_sync.py `sync_to_end`): a worker need not run. What was stored now is said on
-    stderr; a topic that cannot be read, or corrections that cannot be stored, refuse in one line.
-    `offline` (the commands' --offline): the log is not read, and stderr says what that leaves out;
-    False where the command has the option (the refusal names it), None where it has not."""
+    stderr (or to `say`: the scheduler's log); a topic that cannot be read, or corrections that
+    cannot be stored, refuse in one line. `offline` (the commands' --offline): the log is not
+    read, and stderr says what that leaves out; False where the command has the option (the
+    refusal names it), None where it has not. What every command that plans or issues money
+    from the database calls first: rerate, verify-log, audit, invoice run and issue, a drain,
+    the scheduler's billing job."""
     import time
 
     from streams.corrections_sync import sync_to_end
@@ -92,9 +95,12 @@ def take_corrections_to_end(database: Database, settings: Settings, before: str,
             raise
         raise GpubillError(f"{exc} (--offline plans with the corrections already stored)") from exc
     if report.changed:
-        err.print(f"corrections taken from the log first: {len(report.stored):,} stored, {len(report.conflicts):,} "
-                  f"conflicts, {len(report.dead):,} dead-lettered ({report.read:,} messages on the topic)",
-                  highlight=False, soft_wrap=True)
+        said = (f"corrections taken from the log first: {len(report.stored):,} stored, {len(report.conflicts):,} "
+                f"conflicts, {len(report.dead):,} dead-lettered ({report.read:,} messages on the topic)")
+        if say is not None:
+            say(said)
+        else:
+            err.print(said, highlight=False, soft_wrap=True)
     return report
 
 

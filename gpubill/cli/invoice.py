@@ -13,7 +13,8 @@ from typing import Optional
 import typer
 
 from gpubill.cli.common import (
-    check_format, check_period, connect, count, emit, err, money, out, read_rules, terminal_text,
+    OFFLINE_HELP, check_format, check_period, connect, count, emit, err, money, out, read_rules,
+    take_corrections_to_end, terminal_text,
 )
 from gpubill.cli.report import check_choice
 from gpubill.config import load_settings
@@ -30,6 +31,7 @@ def invoice_run(
     period: str = typer.Option(..., help="Billing period YYYY-MM (billing time zone)."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Also write each invoice as JSON, CSV and PDF here."),
     lang: str = typer.Option("en", "--lang", help="Language of the PDFs written with --out: en or zh-CN."),
+    offline: bool = typer.Option(False, "--offline", help=OFFLINE_HELP),
 ) -> None:
     """Invoice every tenant with charges in the period (re-running changes nothing)."""
     from billing.invoicing import list_invoices, run_period
@@ -40,6 +42,8 @@ def invoice_run(
     rules = read_rules(settings)
     check_ended(rules, check_period(period))
     with connect(settings) as database:
+        # every correction on the log stored before the run, a worker running or not (issue 36)
+        take_corrections_to_end(database, settings, f"invoice run {period}", offline=offline)
         with _progress("issuing invoices") as progress:
             report = run_period(database, rules, check_period(period), progress=progress,
                                 on_wait=lambda message: err.print(terminal_text(message), highlight=False))
@@ -174,14 +178,18 @@ def invoice_drafts(
 def invoice_issue(
     period: str = typer.Option(..., help="Billing period YYYY-MM whose drafts to issue."),
     tenant: Optional[str] = typer.Option(None, help="Only this tenant's draft."),
+    offline: bool = typer.Option(False, "--offline", help=OFFLINE_HELP),
 ) -> None:
     """Issue the period's drafts (a replacement too): each is re-built from the data as it is now, then numbered."""
     from billing.invoicing import issue_period
 
     settings = load_settings()
     rules = read_rules(settings)
+    period = check_period(period)
     with connect(settings) as database:
-        issued = issue_period(database, rules, check_period(period), tenant=tenant,
+        # the drafts are re-built from the data as it is now: with every correction on the log (issue 36)
+        take_corrections_to_end(database, settings, f"invoice issue {period}", offline=offline)
+        issued = issue_period(database, rules, period, tenant=tenant,
                               on_wait=lambda message: err.print(terminal_text(message), highlight=False))
     out.print(f"{period}: {count(len(issued), 'invoice')} issued")
     for draft_id, number in issued:

@@ -358,7 +358,8 @@ class _Jobs:
         self.scheduler = AsyncIOScheduler(timezone=timezone.utc)  # its log lines in UTC, like all others
         self.database = _side_client(settings, database)
         gauge = pipeline.metrics.invoice_drafts.set if pipeline.metrics is not None else None
-        self.executor = add_jobs(self.scheduler, self.database, lambda: pipeline.rules, on_drafts=gauge)
+        self.executor = add_jobs(self.scheduler, self.database, lambda: pipeline.rules, on_drafts=gauge,
+                                 take_corrections=_before_billing(settings, self.database))
         self._shared = self.database is database
 
     def stop(self) -> None:
@@ -387,6 +388,14 @@ def _scheduler(settings: Settings, database, pipeline):
         await asyncio.Event().wait()
 
     return jobs, scheduler_task
+
+
+def _before_billing(settings: Settings, database):
+    """The billing job's first step (billing/scheduler.py `run_due`): the log of corrections taken
+    to its end, as `invoice run` does (issue 36). In `up` too, beside the worker's own sync: that
+    runs every few seconds, and the job's first run, at start-up, would not wait for it."""
+    say = logging.getLogger("gpubill.scheduler").info
+    return lambda: take_corrections_to_end(database, settings, "the billing run", say=say)
 
 
 def _side_client(settings: Settings, database):
@@ -469,7 +478,8 @@ def scheduler() -> None:
     rules = read_rules(settings)
     database = connect(settings)
     blocking = BlockingScheduler(timezone=timezone.utc)  # its log lines in UTC, like all others
-    add_jobs(blocking, database, RuleFiles(Path(settings.rules), rules))
+    add_jobs(blocking, database, RuleFiles(Path(settings.rules), rules),
+             take_corrections=_before_billing(settings, database))
     try:
         blocking.start()
     except (KeyboardInterrupt, SystemExit):

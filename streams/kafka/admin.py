@@ -7,6 +7,7 @@ call is bounded in time so that an unreachable broker is a clear error, never a 
 from __future__ import annotations
 
 import contextlib
+import socket
 import time
 from typing import Iterable
 
@@ -79,6 +80,30 @@ def group_offsets(settings: KafkaSettings, topics: Iterable[str]) -> dict[tuple[
 def drain_targets(settings: KafkaSettings, topics: Iterable[str]) -> dict[tuple[str, int], tuple[int, int]]:
     """(topic, partition) → (committed offset, end offset), for partitions where the group is behind."""
     return {tp: (committed, end) for tp, (committed, end) in group_offsets(settings, topics).items() if end > committed}
+
+
+def nothing_listens(bootstrap: str, timeout_s: float = 2.0) -> bool:
+    """True when every address of every bootstrap server refuses a TCP connection: nothing
+    listens there, which is definite (the clients would retry it for TIMEOUT_MS and more). False
+    when any address connects, or when it cannot be told — a timeout, a name that does not
+    resolve: a slow or distant broker is left to the clients' own time bounds."""
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            addresses = socket.getaddrinfo(host.strip("[]") or "localhost", int(port), type=socket.SOCK_STREAM)
+        except (OSError, ValueError):
+            return False
+        for family, kind, proto, _, address in addresses:
+            with socket.socket(family, kind, proto) as probe:
+                probe.settimeout(timeout_s)
+                try:
+                    probe.connect(address)
+                except ConnectionRefusedError:
+                    continue
+                except OSError:
+                    return False
+                return False
+    return True
 
 
 def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.0, *,

@@ -45,7 +45,7 @@ def outcome(process: subprocess.Popen, timeout_s: float = 180) -> tuple[int, str
 def invoiced(dsn: str, tmp_path: Path) -> None:
     with open_database(dsn) as db:
         seed_tenants(db, {"t01": 30})
-    code, stdout, stderr = outcome(command(dsn, tmp_path, "invoice", "run", "--period", PERIOD))
+    code, stdout, stderr = outcome(command(dsn, tmp_path, "invoice", "run", "--period", PERIOD, "--offline"))  # no broker
     assert code == 0 and "1 invoice created" in stdout, (stdout, stderr)
 
 

@@ -51,8 +51,9 @@ def invoice_run(dsn: str, tmp_path: Path, failpoints: Path | None = None) -> sub
            "GPUBILL_HOME": str(tmp_path / "var"), "GPUBILL_ROLLUP_MARGIN_S": "0", "NO_COLOR": "1", "COLUMNS": "200"}
     if failpoints:
         env["GPUBILL_FAILPOINTS"] = str(failpoints)
-    return subprocess.Popen([sys.executable, "-m", "gpubill.cli", "invoice", "run", "--period", PERIOD], env=env,
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # --offline: no broker here, and the runs' turns at the lease are what is tested
+    return subprocess.Popen([sys.executable, "-m", "gpubill.cli", "invoice", "run", "--period", PERIOD, "--offline"],
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finished(process: subprocess.Popen, timeout_s: float = 180) -> tuple[str, str]:

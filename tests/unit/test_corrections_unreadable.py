@@ -1,7 +1,8 @@
 """A command that plans money refuses in one line when the log of corrections cannot be read
 (issue 36, item 3): never a plausible number without them. No broker answers on the port here
-(a real refused connection, no mock); the planning commands take the log to its end first,
-and `--offline` plans with the stored corrections, saying so."""
+(a real refused connection, no mock: refused at once, not after the Kafka clients' 10–15 s of
+retries); the planning commands and the invoice run take the log to its end first
+(`--offline`, which plans with the stored corrections and says so: tests/unit/test_rerate_preview.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from tests.ports import free_port
 
 
-def test_rerate_and_audit_refuse_in_one_line_when_the_topic_cannot_be_read(tmp_path: Path) -> None:
+def test_rerate_and_invoice_run_refuse_in_one_line_when_the_topic_cannot_be_read(tmp_path: Path) -> None:
     from tests.chdb_template import migrated_dsn
 
     env = {**os.environ, "GPUBILL_CLICKHOUSE": migrated_dsn(tmp_path / "ch"), "GPUBILL_KAFKA": f"localhost:{free_port()}",
@@ -33,7 +34,8 @@ def test_rerate_and_audit_refuse_in_one_line_when_the_topic_cannot_be_read(tmp_p
         f"cannot be taken into account: no Kafka broker answers at {env['GPUBILL_KAFKA']}"), refused.stderr
     assert refused.stderr.endswith("(--offline plans with the corrections already stored)\n")
 
-    offline = gpubill("audit", "--period", "2026-03", "--offline")
-    assert offline.returncode == 0, offline.stderr
-    assert offline.stderr == ("audit 2026-03: --offline: the log of corrections was not read; the 0 corrections stored "
-                              "are applied, any on gpu.corrections.v1 and not stored yet are left out\n")
+    # before: the invoice run invoiced the period without whatever the log holds
+    invoiced = gpubill("invoice", "run", "--period", "2026-03")
+    assert (invoiced.returncode, invoiced.stdout, invoiced.stderr.count("\n")) == (1, "", 1), invoiced.stderr
+    assert invoiced.stderr.startswith("error: invoice run 2026-03 refused: the log of corrections (gpu.corrections.v1) "
+                                      "cannot be read"), invoiced.stderr

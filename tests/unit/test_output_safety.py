@@ -365,7 +365,7 @@ def assert_nothing_raw(done: subprocess.CompletedProcess) -> None:
 
 def test_invoice_run_writes_every_tenants_files_and_prints_their_names_as_text(hostile_db, tmp_path):
     out = tmp_path / "out" / "invoices"
-    done = gpubill(hostile_db, tmp_path, "invoice", "run", "--period", "2026-03", "--out", str(out))
+    done = gpubill(hostile_db, tmp_path, "invoice", "run", "--period", "2026-03", "--out", str(out), "--offline")
     assert done.returncode == 0, done.stdout + done.stderr
     assert_nothing_raw(done)
     for tenant in TENANTS:
@@ -384,7 +384,8 @@ def test_invoice_run_writes_every_tenants_files_and_prints_their_names_as_text(h
 
 
 def test_invoice_run_and_show_with_mode_0600(hostile_db, tmp_path):
-    done = gpubill(hostile_db, tmp_path, "invoice", "run", "--period", "2026-03", "--out", "inv", file_mode="0600")
+    done = gpubill(hostile_db, tmp_path, "invoice", "run", "--period", "2026-03", "--out", "inv", "--offline",
+                   file_mode="0600")
     assert done.returncode == 0, done.stderr
     assert {mode_of(p) for p in (tmp_path / "inv").iterdir()} == {0o600} and mode_of(tmp_path / "inv") == 0o700
     shown_one = gpubill(hostile_db, tmp_path, "invoice", "show", "--period", "2026-03", "--tenant", "[bold red]",
