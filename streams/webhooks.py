@@ -51,7 +51,7 @@ from schemas.webhooks import (
     check_secret, check_url, shown_url, sign,
 )
 from streams.errors import KafkaUnreachable, StreamsError
-from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options
+from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, consumer_options
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "Delivered", "WebhookTarget", "deliver", "group_of", "run_deliverer"]
 
@@ -198,7 +198,7 @@ async def run_deliverer(settings: KafkaSettings, target: WebhookTarget, record: 
         # An event may take 8 attempts of ≤ 10 s and 123 s of waits (≈ 3.4 min) before the next
         # poll: the group must not think the deliverer dead meanwhile (heartbeats go on).
         max_poll_interval_ms=15 * 60 * 1000,
-        **client_options(settings, client="aiokafka"))
+        **consumer_options(settings, client="aiokafka"))
     try:
         await consumer.start()
     except KafkaConnectionError as exc:
