@@ -15,16 +15,28 @@ with subclasses that keep the bytes and, for a consumer whose value deserializer
 `RECORD_SETS` only, yield one `RecordSet` per fetch. The rest is as aiokafka does it:
 control batches are skipped, the position moves to the offset after the last whole batch,
 as `PartitionRecords` does record by record, and every batch's CRC is checked by whoever
-decodes it: the native core as it reads a plain set (with the CPU's CRC-32C instruction),
-`messages_of` for the others. Sets with a compressed or
-pre-v2 batch are marked `plain=False` and decoded by aiokafka in Python (`messages_of`),
-slower but the same.
+decodes it.
+
+Read committed (every consumer of gpubill's, streams/kafka/settings.py): the broker sends
+nothing past the last stable offset, and with each fetch the aborted transactions among its
+offsets. None listed — the normal case — the fetch goes on whole, as read uncommitted: its
+only transactional extras are markers (control batches), which every reader skips, the
+native core too (native/src/records.rs). Otherwise the set is rebuilt from the batches
+aiokafka would not skip (`_aborted`: its own test, batch by batch, CRC first): a copy of
+the fetch's bytes, and a rare one. A fetch with nothing left to read (markers, aborted
+batches) is still a set: it carries the position past them, to be committed, so that a
+drain reaches its end offsets.
+
+Who decodes: the native core as it reads a plain set (with the CPU's CRC-32C instruction),
+`messages_of` for the others. Sets with a compressed or pre-v2 batch are marked
+`plain=False` and decoded by aiokafka in Python (`messages_of`), slower but the same.
 
 Start-up self-check: `install()` first drives the subclasses once as aiokafka's fetcher
-drives them, over a batch built here (`self_check`). If an aiokafka upgrade no longer
-fits, nothing is patched: the consumer then hands on ordinary records (the slow path,
-same results), the worker logs why at ERROR and exports gpubill_fast_record_sets 0, and
-tests/unit/test_records.py fails.
+drives them, over batches built here (`self_check`): plain ones, and read committed a
+committed and an aborted transaction, compared with what aiokafka's own consumer yields.
+If an aiokafka upgrade no longer fits, nothing is patched: the consumer then hands on
+ordinary records (the slow path, same results), the worker logs why at ERROR and exports
+gpubill_fast_record_sets 0, and tests/unit/test_records.py fails.
 """
 
 from __future__ import annotations

@@ -5,17 +5,17 @@ exactly-once sinks abort and retry as a matter of course: every consumer of gpub
 committed records only. Here a real transactional producer (kafka-python's) writes, on the
 partition of card GA1 (acme, A800-80G hourly: ¥3600/h = ¥1 per second, tests/e2e/rules):
 
-    offsets   what                                                        counts
-    0–9       10 plain readings, 15:57:00–15:57:09Z (`gpubill replay`)     10 s
-    10–69     60 readings 15:55:00–15:55:59Z in a transaction, aborted      —
-    71–80     10 readings 15:56:00–15:56:09Z in a transaction, committed    10 s
-    82–91     10 plain readings, 15:57:10–15:57:19Z                         10 s
-    92–96     5 readings 15:54:00–15:54:04Z in a transaction, aborted       —
-    then      5 readings 15:53:00–15:53:04Z in a transaction left open
+    in order  what                                                        counts
+    1         10 plain readings, 15:57:00–15:57:09Z (`gpubill replay`)     10 s
+    2         60 readings 15:55:00–15:55:59Z in a transaction, aborted      —
+    3         10 readings 15:56:00–15:56:09Z in a transaction, committed    10 s
+    4         10 plain readings, 15:57:10–15:57:19Z                         10 s
+    5         5 readings 15:54:00–15:54:04Z in a transaction, aborted       —
+    6         5 readings 15:53:00–15:53:04Z in a transaction left open
               while `worker --drain` runs (it must end, before them), then aborted
 
-(markers at 70, 81, 97.) By hand: acme's March rent is 10 + 10 + 10 = 30 s × ¥1 = ¥30.00,
-0.008333 h (30 / 3600); without read_committed it was 30 + 60 + 5 + 5 = 100 s.
+(each transaction ends with the broker's marker). By hand: acme's March rent is 10 + 10 + 10
+= 30 s × ¥1 = ¥30.00, 0.008333 h (30 / 3600); read uncommitted it was 30 + 60 + 5 + 5 = 100 s.
 
 A correction produced in an aborted transaction (GA1's 15:57:00–15:57:10 to beta) is not
 stored by `gpubill corrections sync`, nor read by `gpubill verify-log`; one committed in a
@@ -24,14 +24,19 @@ transaction is (a power void of a span with no power readings: it changes no fig
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from fractions import Fraction
+from types import SimpleNamespace
 
 import pytest
 from kafka import KafkaProducer
 
+from streams.kafka.admin import group_offsets
+from streams.kafka.logs import end_offsets
 from tests.e2e.test_corrections_sync_e2e import correction
 from tests.e2e.test_pipeline_e2e import fen, lines_by_kind
 
@@ -57,10 +62,12 @@ def transactional(broker, name: str) -> KafkaProducer:
     return producer
 
 
-def send(producer: KafkaProducer, topic: str, documents: list[dict]) -> None:
-    for document in documents:
-        producer.send(topic, key=document["gpu_uuid"].encode(), value=json.dumps(document).encode())
+def send(producer: KafkaProducer, topic: str, documents: list[dict]) -> list:
+    """The documents sent, keyed by card and flushed (not committed); their RecordMetadata."""
+    sent = [producer.send(topic, key=document["gpu_uuid"].encode(), value=json.dumps(document).encode())
+            for document in documents]
     producer.flush(timeout=30)
+    return [future.get(timeout=30) for future in sent]
 
 
 def test_aborted_transactions_are_neither_billed_nor_stored_nor_replayed(gpubill, broker, tmp_path):
@@ -84,9 +91,19 @@ def test_aborted_transactions_are_neither_billed_nor_stored_nor_replayed(gpubill
     aborted.close()
     committed.close()
 
-    # -- 2. a drain with a transaction open on the same partition ends, before it
+    # -- 2. a drain with a transaction open on the same partition ends, before it: read
+    #   committed, both clients' end offsets are the last stable offset, the open one's first
     still_open = transactional(broker, "open")
-    send(still_open, USAGE, [reading(s, "open") for s in range(5)])
+    first = send(still_open, USAGE, [reading(s, "open") for s in range(5)])[0]
+    settings = SimpleNamespace(kafka=broker.bootstrap, group=broker.group, partitions=4)
+    deadline = time.monotonic() + 30  # the markers of the transactions above are written asynchronously
+    while True:
+        ends = asyncio.run(end_offsets(broker.bootstrap, USAGE, {}, 4))  # aiokafka's
+        if ends[first.partition] == first.offset or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ends[first.partition] == first.offset  # the last stable offset, not the end of the log (+5)
+    assert group_offsets(settings, [USAGE])[(USAGE, first.partition)][1] == first.offset  # kafka-python's: the drain's
     drained = gpubill.run("worker", "--drain", timeout=240)
     assert "drained:" in drained.stdout
     still_open.abort_transaction()
