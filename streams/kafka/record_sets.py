@@ -139,19 +139,18 @@ class _PartitionRecords(_fetcher.PartitionRecords):
         # Read committed, the broker lists the aborted transactions among the fetched offsets;
         # none listed (the normal case): the set goes on whole, as read uncommitted.
         filtering = self._isolation_level == _fetcher.READ_COMMITTED and bool(self._aborted_transactions)
-        kept: list[tuple[int, int]] = []  # byte spans of the batches handed on
+        kept: list[tuple[int, int]] = []  # byte spans of the batches handed on, when filtering
         at, plain = 0, True
         while records.has_next():
             batch = records.next_batch()
-            end = at + _LOG_OVERHEAD + int.from_bytes(data[at + 8:at + _LOG_OVERHEAD], "big")
             self.next_fetch_offset = max(self.next_fetch_offset, batch.next_offset)
-            if not (filtering and self._aborted(batch)) and not batch.is_control_batch:
-                if kept and kept[-1][1] == at:
-                    kept[-1] = (kept[-1][0], end)
-                else:
-                    kept.append((at, end))
-                plain = plain and getattr(batch, "magic", 0) == 2 and batch.compression_type == 0
-            at = end
+            if filtering:
+                begin, at = at, at + _LOG_OVERHEAD + int.from_bytes(data[at + 8:at + _LOG_OVERHEAD], "big")
+                if self._aborted(batch) or batch.is_control_batch:  # (markers: nothing to read)
+                    continue
+                kept.append((begin, at))
+            if plain and not batch.is_control_batch:
+                plain = getattr(batch, "magic", 0) == 2 and batch.compression_type == 0
         if filtering:
             data = b"".join(data[begin:end] for begin, end in kept)
         # A set even when nothing is left of the fetch (markers, aborted batches): it carries
