@@ -37,7 +37,7 @@ from billing.verify_log import log_charges
 from schemas.topics import TOPIC_POWER, TOPIC_USAGE
 from streams.errors import KafkaUnreachable, StreamsError
 from streams.kafka.message import Message
-from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options
+from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, consumer_options
 
 __all__ = ["LogTruncated", "Replayed", "readings_ends", "replay_log"]
 
@@ -67,7 +67,7 @@ def _consumer(settings: KafkaSettings) -> KafkaConsumer:
     try:
         return KafkaConsumer(bootstrap_servers=settings.kafka.split(","), group_id=None, enable_auto_commit=False,
                              request_timeout_ms=TIMEOUT_MS + 1000, bootstrap_timeout_ms=TIMEOUT_MS,
-                             max_poll_records=BATCH_MESSAGES, **client_options(settings, client="kafka-python"))
+                             max_poll_records=BATCH_MESSAGES, **consumer_options(settings, client="kafka-python"))
     except KafkaError as exc:
         raise KafkaUnreachable(settings.kafka, str(exc)) from exc
 

@@ -51,7 +51,7 @@ from schemas.webhooks import (
     check_secret, check_url, shown_url, sign,
 )
 from streams.errors import KafkaUnreachable, StreamsError
-from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options
+from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, consumer_options
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "Delivered", "WebhookTarget", "deliver", "group_of", "run_deliverer"]
 
@@ -198,7 +198,7 @@ async def run_deliverer(settings: KafkaSettings, target: WebhookTarget, record: 
         # An event may take 8 attempts of ≤ 10 s and 123 s of waits (≈ 3.4 min) before the next
         # poll: the group must not think the deliverer dead meanwhile (heartbeats go on).
         max_poll_interval_ms=15 * 60 * 1000,
-        **client_options(settings, client="aiokafka"))
+        **consumer_options(settings, client="aiokafka"))
     try:
         await consumer.start()
     except KafkaConnectionError as exc:
@@ -232,7 +232,7 @@ async def run_deliverer(settings: KafkaSettings, target: WebhookTarget, record: 
                     # 2. Commit: delivered or given up, never to be sent again by this group.
                     await _commit(consumer, tp, message.offset + 1, settings.kafka)
                     next_offsets[tp] = message.offset + 1
-            if ends is not None and all(next_offsets.get(tp, 0) >= end for tp, end in ends.items()):
+            if ends is not None and await _drained(consumer, ends, next_offsets):
                 return done
     finally:
         if own_client:
@@ -250,6 +250,19 @@ async def _drain_targets(consumer: Any, fetched: dict) -> tuple[dict, dict]:
         messages = fetched.get(tp)
         starts[tp] = messages[0].offset if messages else await consumer.position(tp)
     return ends, starts
+
+
+async def _drained(consumer: Any, ends: dict, next_offsets: dict) -> bool:
+    """Whether every partition is delivered up to its end offset: by the offsets delivered, or
+    by the consumer's position where only what a committed reader never gets (a transaction's
+    marker, an aborted transaction's records) lay before the end. Every fetched event is
+    delivered before this is asked, so the position is never ahead of an undelivered one."""
+    for tp, end in ends.items():
+        if next_offsets.get(tp, 0) >= end:
+            continue
+        if tp not in consumer.assignment() or await consumer.position(tp) < end:
+            return False
+    return True
 
 
 async def _commit(consumer: Any, tp: TopicPartition, offset: int, bootstrap: str) -> None:

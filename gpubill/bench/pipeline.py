@@ -41,7 +41,7 @@ from schemas.topics import READING_TOPICS, TOPIC_POWER, TOPIC_USAGE
 from gpubill.devenv.kafka_broker import LocalBroker
 from streams.kafka.admin import ensure_pipeline_topics, group_offsets
 from streams.kafka.producers import make_producer
-from streams.kafka.settings import client_options
+from streams.kafka.settings import consumer_options
 from gpubill.devenv.simulator import simulate_fleet
 
 Say = Callable[[str], None]
@@ -149,7 +149,7 @@ async def _raw_consume(settings: Settings, total: int) -> float:
 
     consumer = AIOKafkaConsumer(TOPIC_USAGE, TOPIC_POWER, bootstrap_servers=settings.kafka, group_id=None,
                                 auto_offset_reset="earliest", max_poll_records=10_000,
-                                **client_options(settings, client="aiokafka"))
+                                **consumer_options(settings, client="aiokafka"))
     await consumer.start()
     try:
         seen, began = 0, time.perf_counter()

@@ -299,7 +299,10 @@ async def _produce(settings: Settings, ticks: list[dict]) -> None:
 def _events_on_topic(settings: Settings) -> int:
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka, enable_auto_commit=False)
+    from streams.kafka.settings import consumer_options
+
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka, enable_auto_commit=False,
+                             **consumer_options(settings, client="kafka-python"))
     try:
         partitions = [TopicPartition(TOPIC_BILLING_EVENTS, p)
                       for p in sorted(consumer.partitions_for_topic(TOPIC_BILLING_EVENTS) or ())]

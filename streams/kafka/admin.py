@@ -16,7 +16,7 @@ from kafka.errors import KafkaError
 
 from schemas.topics import PIPELINE_TOPICS, TOPIC_BILLING_EVENTS, spend_changelog_topic, spend_topic
 from streams.errors import KafkaUnreachable, TopicsNotCreated
-from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options
+from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options, consumer_options
 
 
 def ensure_pipeline_topics(settings: KafkaSettings) -> None:
@@ -60,7 +60,9 @@ def group_offsets(settings: KafkaSettings, topics: Iterable[str]) -> dict[tuple[
             enable_auto_commit=False,
             request_timeout_ms=TIMEOUT_MS + 1000,
             bootstrap_timeout_ms=TIMEOUT_MS,
-            **client_options(settings, client="kafka-python"),
+            # Read committed, the end offsets are the last stable offsets: a drain's targets
+            # stop before a transaction still open (it could never read past one).
+            **consumer_options(settings, client="kafka-python"),
         )
     except KafkaError as exc:
         raise KafkaUnreachable(settings.kafka, str(exc)) from exc

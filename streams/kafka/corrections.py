@@ -23,7 +23,7 @@ from schemas.topics import TOPIC_CORRECTIONS
 from streams.errors import KafkaUnreachable
 from streams.kafka.admin import ensure_topics
 from streams.kafka.producers import flush_producer, make_producer
-from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options
+from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options, consumer_options
 
 __all__ = ["LoggedCorrection", "ensure_corrections_topic", "produce_correction", "read_corrections"]
 
@@ -68,7 +68,7 @@ def read_corrections(settings: KafkaSettings, now_s: int) -> list[LoggedCorrecti
     try:
         consumer = KafkaConsumer(bootstrap_servers=settings.kafka.split(","), enable_auto_commit=False,
                                  request_timeout_ms=TIMEOUT_MS + 1000, bootstrap_timeout_ms=TIMEOUT_MS,
-                                 consumer_timeout_ms=2000, **client_options(settings, client="kafka-python"))
+                                 consumer_timeout_ms=2000, **consumer_options(settings, client="kafka-python"))
     except KafkaError as exc:
         raise KafkaUnreachable(settings.kafka, str(exc)) from exc
     try:

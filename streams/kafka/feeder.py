@@ -41,6 +41,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from streams.kafka import record_sets as records
 from streams.kafka.record_sets import RecordSet
+from streams.kafka.settings import committed_only
 
 log = logging.getLogger("gpubill.feeder")
 
@@ -128,7 +129,7 @@ class Feeder:
             partition_assignment_strategy=(RangePartitionAssignor,),
             # Each partition's fetch as one RecordSet, read in place by the native core.
             **({"value_deserializer": records.RECORD_SETS} if self.record_sets else {}),
-            **self.security,
+            **committed_only(self.security),  # committed records only (streams/kafka/settings.py)
         )
         await self.consumer.start()
         self.consumer.subscribe(topics=list(self.routes), listener=_Listener(self))

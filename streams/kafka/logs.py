@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from schemas.billing_events import InvalidBillingEvent, parse_event
 from schemas.spend import InvalidSpendRecord, SpendRound, parse_round
 from streams.errors import StreamsError
+from streams.kafka.settings import committed_only
 
 log = logging.getLogger("gpubill.spend")
 
@@ -62,7 +63,7 @@ def _partitions(topic: str, count: int) -> list[TopicPartition]:
 
 def _consumer(bootstrap: str, security: dict[str, Any]) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, group_id=None,
-                            auto_offset_reset="earliest", **security)
+                            auto_offset_reset="earliest", **committed_only(security))
 
 
 async def latest_values(bootstrap: str, topic: str, security: dict[str, Any], partitions: int,
@@ -139,7 +140,7 @@ async def committed_offsets(bootstrap: str, security: dict[str, Any], group: str
                             partitions: int) -> dict[int, int]:
     """Partition → the offset `group` committed on `topic` (0 where none), without joining it."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, group_id=group,
-                                **security)
+                                **committed_only(security))
     await consumer.start()
     try:
         return {tp.partition: await consumer.committed(tp) or 0 for tp in _partitions(topic, partitions)}

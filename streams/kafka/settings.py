@@ -7,7 +7,9 @@ Security (GPUBILL_KAFKA_SECURITY_PROTOCOL and friends) is read in one place,
 `kafka_security`, and turned into each client library's keyword arguments by
 `client_options` (kafka-python: producers, admin; aiokafka: the feeder, the bench) and,
 from the same `KafkaSecurity`, `streams.faust_app.broker_credentials` (the apps' Faust
-producer). Objects without the security
+producer). Every consumer gpubill builds takes its options from `consumer_options` (or
+`committed_only` over a client's options): it reads committed records only (see
+`READ_COMMITTED`); tests/unit/test_records.py holds every consumer to it. Objects without the security
 attributes mean PLAINTEXT, as before. The password travels only into those keyword
 arguments: `KafkaSecurity`'s repr and every message here leave it out.
 """
@@ -21,6 +23,14 @@ from typing import Any, Literal, Protocol
 # Every Kafka client call of gpubill's own is bounded by this: an unreachable broker is a
 # clear error (streams.errors.KafkaUnreachable), never a hang.
 TIMEOUT_MS = 10_000
+
+# Every consumer reads committed records only. Others produce to gpubill's topics —
+# MirrorMaker 2, Kafka Connect, Flink's exactly-once sinks — with transactions that they abort
+# and retry as a matter of course; read uncommitted, an aborted reading is billed and an
+# aborted correction stored. Read committed, a consumer gets no record past the partition's
+# last stable offset (the first offset of a transaction still open), and its end offsets
+# are that offset too, so a read "to the end" ends there.
+READ_COMMITTED = {"isolation_level": "read_committed"}
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")
@@ -127,6 +137,16 @@ def client_options(settings: Any, *, client: Literal["kafka-python", "aiokafka"]
         elif security.cafile:
             options["ssl_cafile"] = security.cafile
     return options
+
+
+def committed_only(options: dict[str, Any]) -> dict[str, Any]:
+    """A client's keyword arguments (`client_options`) for a consumer: committed records only."""
+    return {**options, **READ_COMMITTED}
+
+
+def consumer_options(settings: Any, *, client: Literal["kafka-python", "aiokafka"]) -> dict[str, Any]:
+    """A consumer's keyword arguments: `client_options` and committed records only (`READ_COMMITTED`)."""
+    return committed_only(client_options(settings, client=client))
 
 
 def ssl_context(cafile: str | None) -> Any:

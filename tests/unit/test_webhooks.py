@@ -428,6 +428,37 @@ def test_the_loop_commits_each_event_only_after_its_attempts_are_recorded_and_sk
     assert group_of(Settings()) == "gpubill-rating.webhooks"
 
 
+class AbortedTail(FakeConsumer):
+    """Partition 0 ends with an aborted transaction's two records and its marker (offsets 1–3):
+    read committed, none is fetched, and the position moves past them to the end offset, 4."""
+
+    def __init__(self, log: list) -> None:
+        super().__init__({0: [BODY]}, log)
+        self.ends = {tp: 4 for tp in self.ends}
+
+    async def position(self, tp):
+        return self.ends[tp] if not self.pending[tp] else self.pending[tp][0].offset
+
+    async def getmany(self, timeout_ms: int = 0):
+        await asyncio.sleep(0.01)  # a real fetch waits: a deliverer that never ends times out below
+        return await super().getmany(timeout_ms)
+
+
+def test_a_drain_ends_where_only_an_aborted_transaction_lies_before_the_end_offset():
+    log: list = []
+    consumer = AbortedTail(log)
+
+    async def go():
+        async with httpx.AsyncClient(follow_redirects=False) as client:
+            return await asyncio.wait_for(run_deliverer(Settings(), WebhookTarget(receiver.url, SECRET),
+                                                        lambda attempt: None, drain=True, consumer=consumer,
+                                                        client=client), 5)
+
+    with Receiver(answer(200)) as receiver:
+        done = asyncio.run(go())
+    assert (done.delivered, consumer.committed) == (1, {0: 1})  # the event at offset 0, and no hang
+
+
 # ------------------------------------------------------------------ gpubill events
 
 
