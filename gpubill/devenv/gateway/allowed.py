@@ -65,6 +65,8 @@ SYSTEM_TABLES = frozenset({"one", "numbers", "tables", "columns", "parts", "sett
 
 TABLE_FUNCTIONS = frozenset({"numbers", "numbers_mt", "zeros", "zeros_mt", "values", "null", "view",
                              "generate_series", "generateSeries"})
+# the table functions ClickHouse also knows in any case (the JDBC driver writes VALUES(…))
+TABLE_FUNCTIONS_ANY_CASE = frozenset({"values", "view"})
 
 # MergeTree engines (any *MergeTree) and these; never File, URL, S3, Kafka, MySQL, …
 ENGINES = frozenset({"Memory", "Log", "TinyLog", "StripeLog", "Null", "Set", "Join", "Buffer"})
@@ -202,6 +204,10 @@ WRITER_SETTINGS = TRANSPORT_SETTINGS | {"optimize_on_insert", "join_use_nulls", 
                                         "min_insert_block_size_bytes", "use_query_cache", "lightweight_deletes_sync",
                                         "select_sequential_consistency"}
 READER_SETTINGS = TRANSPORT_SETTINGS
+# settings a client may send (URL parameters, form fields) with these values only, which
+# are ClickHouse's defaults or change nothing the gateway guards: the JDBC driver's v1 mode
+# sends extremes=0 with every query
+HARMLESS_SETTING_VALUES = {"extremes": frozenset({"0"})}
 
 # table-level settings of CREATE TABLE … ENGINE = *MergeTree SETTINGS (never `disk`)
 STORAGE_SETTINGS = frozenset({"index_granularity", "index_granularity_bytes", "min_bytes_for_wide_part",

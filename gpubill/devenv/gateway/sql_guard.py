@@ -80,11 +80,12 @@ class Limits:
     max_execution_s: int = 300
     max_memory_bytes: int = 4 << 30
 
-    def forced_settings(self, readonly: int) -> dict[str, str]:
+    def forced_settings(self, readonly: int, *, max_execution_s: int | None = None) -> dict[str, str]:
         """The settings the engine applies after the client's, in this order (readonly last,
-        so that it cannot refuse the others). readonly: 0 read-write, 1 reader, 2 GET."""
+        so that it cannot refuse the others). readonly: 0 read-write, 1 reader, 2 GET;
+        `max_execution_s`: a client's shorter time limit (a longer one is the gateway's)."""
         forced = {
-            "max_execution_time": str(self.max_execution_s),
+            "max_execution_time": str(min(self.max_execution_s, max_execution_s or self.max_execution_s)),
             "max_memory_usage": str(self.max_memory_bytes),
             "input_format_values_interpret_expressions": "0",
             "input_format_values_deduce_templates_of_expressions": "0",
@@ -138,10 +139,11 @@ class SqlGuard:
 
     @staticmethod
     def check_settings(settings: dict[str, str], user: str) -> None:
-        """Client settings (URL parameters, form fields) not listed for `user` are refused."""
+        """Client settings (URL parameters, form fields) not listed for `user`, nor listed with
+        their value as harmless, are refused."""
         permitted = allowed.READER_SETTINGS if user == READER_USER else allowed.WRITER_SETTINGS
-        for name in settings:
-            if name not in permitted:
+        for name, value in settings.items():
+            if name not in permitted and value.strip() not in allowed.HARMLESS_SETTING_VALUES.get(name, ()):
                 raise _fixed(name)
 
     def check_database(self, database: str | None) -> None:
@@ -228,6 +230,8 @@ class SqlGuard:
             name = node.words[1] if len(node.words) > 1 else ""
             parent = nodes[node.parent].label if node.parent >= 0 else ""
             if parent in ("TableExpression", "CreateQuery"):  # FROM f(…), CREATE TABLE t AS f(…)
+                if name.lower() in allowed.TABLE_FUNCTIONS_ANY_CASE:
+                    name = name.lower()
                 if name not in allowed.TABLE_FUNCTIONS or name in allowed.IO_TABLE_FUNCTIONS:
                     raise _denied(f"table function {name}() is not served (numbers, values, view and a few more are)")
             elif parent == "Storage" and name in self.engines:
