@@ -129,7 +129,7 @@ class Gate:
         parser (False only for a plain insert of a known table). Raises GatewayError for what
         it refuses."""
         settings = dict(statement.settings)
-        timeout_s = _client_timeout_s(settings.pop("max_execution_time", None))
+        timeout_s = _client_timeout_s(settings.pop("max_execution_time", None), self.limits.max_execution_s)
         self.guard.check_settings(settings, user)
         self.guard.check_database(statement.database)
         readonly = 1 if user == READER else 2 if get else 0  # 2: GET may still change settings, as in ClickHouse
@@ -150,14 +150,17 @@ class Gate:
         return min(self.max_body_bytes, READER_MAX_BODY_BYTES) if user == READER else self.max_body_bytes
 
 
-def _client_timeout_s(value: str | None) -> int | None:
-    """A client's max_execution_time (a JDBC query timeout): whole seconds, which may shorten
-    the gateway's limit, never lengthen it (0, ClickHouse's "none", leaves the limit)."""
+def _client_timeout_s(value: str | None, limit_s: int) -> int | None:
+    """A client's max_execution_time (a JDBC query timeout): whole seconds up to the gateway's
+    own limit, which it shortens; 0 (none) or more than the limit is refused, as a server's
+    constraint would."""
     if value is None:
         return None
-    if not value.strip().isdigit() or len(value.strip()) > 9:
-        raise refusal(452, "SETTING_CONSTRAINT_VIOLATION", f"max_execution_time {value[:32]!r} is not whole seconds", 403)
-    return int(value) or None
+    value = value.strip()
+    if not (value.isdigit() and len(value) <= 9 and 0 < int(value) <= limit_s):
+        raise refusal(452, "SETTING_CONSTRAINT_VIOLATION", f"setting max_execution_time is fixed by the gpubill "
+                      f"gateway at {limit_s} s at most (a client may ask for 1 to {limit_s})", 403)
+    return int(value)
 
 
 INSERT_START = re.compile(LEADING_COMMENTS + r"INSERT\b", re.IGNORECASE | re.DOTALL)

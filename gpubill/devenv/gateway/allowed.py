@@ -68,8 +68,21 @@ TABLE_FUNCTIONS = frozenset({"numbers", "numbers_mt", "zeros", "zeros_mt", "valu
 # the table functions ClickHouse also knows in any case (the JDBC driver writes VALUES(…))
 TABLE_FUNCTIONS_ANY_CASE = frozenset({"values", "view"})
 
-# MergeTree engines (any *MergeTree) and these; never File, URL, S3, Kafka, MySQL, …
-ENGINES = frozenset({"Memory", "Log", "TinyLog", "StripeLog", "Null", "Set", "Join", "Buffer"})
+# MergeTree engines (any *MergeTree) and these; never File, URL, S3, Kafka, MySQL, …, nor an
+# engine that reads another table (Buffer, Merge, Distributed, Dictionary, MaterializedView):
+# its arguments name tables the guard never sees as tables (Buffer(system, processes, …)
+# served system.processes). The product creates MergeTree and Memory tables only.
+ENGINES = frozenset({"Memory", "Log", "TinyLog", "StripeLog", "Null", "Set", "Join"})
+
+# functions whose right operand, when a bare name, is read as a table (`x IN name`)
+IN_FUNCTIONS = frozenset({"in", "notIn", "globalIn", "globalNotIn", "nullIn", "notNullIn", "globalNullIn",
+                          "globalNotNullIn"})
+
+# columns the read-only user never reads (the server's finance user has them revoked too:
+# deploy/clickhouse/finance-user.xml); a statement that names their table may not use `*`
+READER_HIDDEN_COLUMNS = {"api_keys": frozenset({"secret_sha256"})}
+ALL_COLUMNS_NODES = frozenset({"Asterisk", "QualifiedAsterisk", "ColumnsRegexpMatcher", "ColumnsListMatcher",
+                               "QualifiedColumnsRegexpMatcher", "QualifiedColumnsListMatcher"})
 
 # ------------------------------------------------------------------------- functions
 

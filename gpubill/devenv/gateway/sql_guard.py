@@ -206,6 +206,12 @@ class SqlGuard:
             if node.label == "TableIdentifier" and (index in copies or _is_cte(nodes, ctes, index)):
                 continue  # a WITH name AS (subquery) in scope (the subquery is checked like the rest)
             self._check_node(nodes, index, node, user)
+            if node.label == "Function" and len(node.words) > 1 and node.words[1] in allowed.IN_FUNCTIONS:
+                operand = _in_operand(nodes, index)
+                if operand is not None and not (operand in copies or _is_cte(nodes, ctes, operand)):
+                    self._check_in_table(nodes[operand].words[1] if len(nodes[operand].words) > 1 else "")
+        if user == READER_USER:
+            self._check_hidden_columns(nodes)
         self._check_statement_tables(nodes, kind, plain)
         self._check_settings_clauses(plain, nodes, kind, user)
         for fmt in FORMAT_CLAUSE.findall(plain):
@@ -253,6 +259,32 @@ class SqlGuard:
             return True
         return any(name.endswith(c) and len(name) > len(c) and self._aggregate(name[:-len(c)])
                    for c in self.combinators)
+
+    def _check_in_table(self, name: str) -> None:
+        """`x IN name`: ClickHouse reads `name` as a table (a file of that name in the gateway's
+        working directory, if no table is called so), so it must be one the guard serves."""
+        try:
+            self._check_table(name)
+        except GatewayError:
+            raise _denied(f"`IN {name[:64]}` reads {name[:64]} as a table, and it is not one the gateway serves "
+                          "(write IN (SELECT …) for a subquery, or has(array, x) for an array)") from None
+
+    def _check_hidden_columns(self, nodes: list[Node]) -> None:
+        """The reader never reads allowed.READER_HIDDEN_COLUMNS (api_keys.secret_sha256): a
+        statement that names such a table names its columns one by one, none of them hidden
+        (no `*`, `t.*` or COLUMNS(…), which would take them all)."""
+        named = {node.words[1].rpartition(".")[2] for node in nodes
+                 if node.label == "TableIdentifier" and len(node.words) > 1}
+        hidden = set().union(*(allowed.READER_HIDDEN_COLUMNS.get(table, ()) for table in named))
+        if not hidden:
+            return
+        for node in nodes:
+            if node.label in allowed.ALL_COLUMNS_NODES:
+                raise _denied(f"{', '.join(sorted(hidden))} is not served to the read-only user: name the columns "
+                              "instead of *")
+            parts = set(node.words[1].split(".")) if node.label == "Identifier" and len(node.words) > 1 else set()
+            if parts & hidden:  # t.secret_sha256, a subcolumn of it (secret_sha256.size) too
+                raise _denied(f"column {', '.join(sorted(parts & hidden))} is not served to the read-only user")
 
     def _check_table(self, name: str) -> None:
         database, _, table = name.rpartition(".")
@@ -344,6 +376,18 @@ def _cte_scopes(nodes: list[Node], plain: str) -> tuple[list[tuple[str, int, int
     if len(names) != len(originals):
         raise refusal(CANNOT_PARSE, "SYNTAX_ERROR", "the gateway cannot read this statement's WITH clause", 400)
     return [(name, element, scope) for name, (element, scope) in zip(names, originals)], copies
+
+
+def _in_operand(nodes: list[Node], function: int) -> int | None:
+    """The index of the right operand of an IN function at `function` when it is a bare
+    identifier (`x IN name`), else None (a subquery, a tuple, a literal: checked as usual)."""
+    arguments = function + 1
+    if arguments >= len(nodes) or nodes[arguments].parent != function or nodes[arguments].label != "ExpressionList":
+        return None
+    operands = [i for i in range(arguments + 1, len(nodes)) if nodes[i].parent == arguments]
+    if len(operands) == 2 and nodes[operands[1]].label == "Identifier":
+        return operands[1]
+    return None
 
 
 def _owner(nodes: list[Node], index: int) -> int:
