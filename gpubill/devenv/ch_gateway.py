@@ -33,8 +33,9 @@ GPUBILL_CLICKHOUSE=http://gpubill:PASSWORD@127.0.0.1:8123/ — the same form as 
 ClickHouse server; `spawn` hands its caller that DSN.
 
 What it answers: queries with server-side parameters (`param_*`, in the URL or as
-multipart form fields), `database` (the project's only), settings as URL parameters (those
-listed for the user), listed output formats, inserts whose data follows `INSERT ... FORMAT x`
+multipart form fields), `database` (the project's only; or X-ClickHouse-Database), settings
+as URL parameters (those listed for the user, or listed with a harmless value), listed
+output formats (`default_format` or X-ClickHouse-Format, as the JDBC driver asks), inserts whose data follows `INSERT ... FORMAT x`
 in the body or the `query` parameter (lz4, zstd, gzip and deflate request bodies), commands
 (GET: read only, as in ClickHouse), and `/ping`. What it serves is allowed, not refused:
 gateway/allowed.py lists it (the project's tables and views, listed functions, settings,
@@ -42,8 +43,9 @@ formats); at start-up `check_guard` makes sure the guard still refuses its probe
 the schema's own statement through on the installed chDB. Limits: body size (on the wire and
 decompressed), bodies held at once, max_execution_time and max_memory_usage of every
 statement, connections (see gateway/connections.py). What it does not: TLS, sessions
-(`SET`, `USE` and temporary tables end with their request), external data, response
-compression. A development and small-site tool: bind it to loopback, as the default does.
+(`SET`, `USE` and temporary tables end with their request), external data, ClickHouse's
+own block compression of answers (`compress=1`: the answer is gzip-encoded instead, which
+the JDBC driver reads; other clients' Accept-Encoding is not honoured). A development and small-site tool: bind it to loopback, as the default does.
 `spawn` starts it in its own session (process group); a shell's `serve` runs in the
 shell's job, and SYSTEM SHUTDOWN/KILL, which signal the process group, are refused anyway.
 """

@@ -22,7 +22,8 @@ Why each list is safe:
   registry URL), ``merge`` (any database's tables by regular expression) and every reader of
   files, URLs and other servers are not;
 - SETTINGS change how a statement runs or writes its answer, never a limit, readonly, a file
-  or a URL; the reader may set none but the ones clickhouse-connect sends by itself;
+  or a URL; the reader may set none but the ones clickhouse-connect sends by itself, and
+  HARMLESS_SETTING_VALUES with those values only (what the JDBC driver sends);
 - FORMATS need no schema file and fetch nothing (no Avro, Protobuf, CapnProto, Template).
 """
 

@@ -14,10 +14,15 @@ part of ClickHouse's own parse of it is on a list —
   system.tables at start-up and after every CREATE, DROP and RENAME), or a listed system
   table — so no file can stand in for a table (chDB's `default` database opens a file named
   as a table: SELECT * FROM `/etc/passwd`), and a name that is neither is UNKNOWN_TABLE;
+  the bare name right of IN (`x IN name`) is a table to ClickHouse, so it is one of these
+  or a WITH name in scope; for the read-only user, no column of
+  allowed.READER_HIDDEN_COLUMNS (api_keys.secret_sha256), nor `*` where its table is named;
 - every function: listed scalar functions, aggregate functions and their combinators, listed
-  table functions (numbers, values, view, …), listed engines (MergeTree family, Memory, …);
+  table functions (numbers, values, view, …), listed engines (MergeTree family, Memory, …,
+  none that reads another table);
 - every setting (URL parameters, form fields, SETTINGS clauses): listed for the user; the
-  finance user may set only what clickhouse-connect sends by itself;
+  finance user may set only what clickhouse-connect sends by itself, and in the URL the
+  harmless values of allowed.HARMLESS_SETTING_VALUES (extremes=0);
 - every format (FORMAT clauses, default_format): listed formats, none with a schema file or
   a registry URL.
 
