@@ -35,8 +35,9 @@ http://gpubill:PASSWORD@127.0.0.1:8123/ — the same form as for a ClickHouse se
 hands its caller that DSN.
 
 What it answers: queries with server-side parameters (`param_*`, in the URL or as
-multipart form fields), `database` (the project's only), settings as URL parameters (those
-listed for the user), listed output formats, inserts whose data follows `INSERT ... FORMAT x`
+multipart form fields), `database` (the project's only; or X-ClickHouse-Database), settings
+as URL parameters (those listed for the user, or listed with a harmless value), listed
+output formats (`default_format` or X-ClickHouse-Format, as the JDBC driver asks), inserts whose data follows `INSERT ... FORMAT x`
 in the body or the `query` parameter (lz4, zstd, gzip and deflate request bodies), commands
 (GET: read only, as in ClickHouse), and `/ping`. What it serves is allowed, not refused:
 gateway/allowed.py lists it (the project's tables and views, listed functions, settings,
@@ -44,14 +45,16 @@ formats); at start-up `check_guard` makes sure the guard still refuses its probe
 the schema's own statement through on the installed chDB. Limits: body size (on the wire and
 decompressed), bodies held at once, max_execution_time and max_memory_usage of every
 statement, connections (see gateway/connections.py). What it does not: TLS, sessions
-(`SET`, `USE` and temporary tables end with their request), external data, response
-compression. A development and small-site tool: bind it to loopback, as the default does.
+(`SET`, `USE` and temporary tables end with their request), external data, ClickHouse's
+own block compression of answers (`compress=1`: the answer is gzip-encoded instead, which
+the JDBC driver reads; other clients' Accept-Encoding is not honoured). A development and small-site tool: bind it to loopback, as the default does.
 `spawn` starts it in its own session (process group); a shell's `serve` runs in the
 shell's job, and SYSTEM SHUTDOWN/KILL, which signal the process group, are refused anyway.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
@@ -102,13 +105,14 @@ __all__ = ["GatewayError", "GatewayStartError", "RunningGateway", "SpawnedGatewa
 
 log = logging.getLogger("gpubill.gateway")
 
-IDLE_TIMEOUT_S = 120.0  # a kept-alive connection that sends nothing for this long is closed
+IDLE_TIMEOUT_S = 120.0
+REPLY_GZIP_LEVEL = 1  # answers to `compress=1`: the fastest level (a BI tool's answers are small)  # a kept-alive connection that sends nothing for this long is closed
 LISTEN_BACKLOG = 256  # connections the kernel queues before accept (http.server's default of 5 reset clients)
 QUERY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 # headers whose second copy could make two readers disagree about the request
 SINGLE_HEADERS = frozenset({"authorization", "x-clickhouse-user", "x-clickhouse-key", "host", "origin",
                             "sec-fetch-site", "content-encoding", "content-length", "transfer-encoding",
-                            "content-type"})
+                            "content-type", "x-clickhouse-format", "x-clickhouse-database", "x-clickhouse-query-id"})
 COMMON_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
 
 
@@ -132,11 +136,13 @@ class Gate:
         """The statement with the settings the gateway forces, and whether it needs ClickHouse's
         parser (False only for a plain insert of a known table). Raises GatewayError for what
         it refuses."""
-        self.guard.check_settings(statement.settings, user)
+        settings = dict(statement.settings)
+        timeout_s = _client_timeout_s(settings.pop("max_execution_time", None), self.limits.max_execution_s)
+        self.guard.check_settings(settings, user)
         self.guard.check_database(statement.database)
         readonly = 1 if user == READER else 2 if get else 0  # 2: GET may still change settings, as in ClickHouse
-        statement = replace(statement, forced_settings=self.limits.forced_settings(readonly),
-                            cancel_marker=f"gpubill-gateway:{uuid.uuid4()}")
+        statement = replace(statement, settings=settings, cancel_marker=f"gpubill-gateway:{uuid.uuid4()}",
+                            forced_settings=self.limits.forced_settings(readonly, max_execution_s=timeout_s))
         named = TRAILING_FORMAT.search(statement.sql)
         inserting = INSERT_START.match(statement.sql) is not None
         if named:
@@ -150,6 +156,19 @@ class Gate:
 
     def max_body_for(self, user: str) -> int:
         return min(self.max_body_bytes, READER_MAX_BODY_BYTES) if user == READER else self.max_body_bytes
+
+
+def _client_timeout_s(value: str | None, limit_s: int) -> int | None:
+    """A client's max_execution_time (a JDBC query timeout): whole seconds up to the gateway's
+    own limit, which it shortens; 0 (none) or more than the limit is refused, as a server's
+    constraint would."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not (value.isdigit() and len(value) <= 9 and 0 < int(value) <= limit_s):
+        raise refusal(452, "SETTING_CONSTRAINT_VIOLATION", f"setting max_execution_time is fixed by the gpubill "
+                      f"gateway at {limit_s} s at most (a client may ask for 1 to {limit_s})", 403)
+    return int(value)
 
 
 INSERT_START = re.compile(LEADING_COMMENTS + r"INSERT\b", re.IGNORECASE | re.DOTALL)
@@ -206,14 +225,17 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, *, get: bool) -> None:
         gate = self.server.gate
         query_id = str(uuid.uuid4())
+        self.compress_reply = False
         body_read = get
         held = 0
         started = time.monotonic()
         try:
             headers = self._headers()
             url_params = url_parameters(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
-            if QUERY_ID.match(url_params.get("query_id", "")):
-                query_id = url_params["query_id"]  # anything else is replaced: headers never echo client input
+            self.compress_reply = url_params.get("compress") == "1"
+            asked_id = url_params.get("query_id") or self.headers.get("X-ClickHouse-Query-Id", "")
+            if QUERY_ID.match(asked_id):
+                query_id = asked_id  # anything else is replaced: headers never echo client input
             gate.browsers.check(headers)
             try:
                 user = authenticate(headers, url_params, gate.credentials)
@@ -346,6 +368,12 @@ class _Handler(BaseHTTPRequestHandler):
         return b"".join(parts)
 
     def _reply(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        if getattr(self, "compress_reply", False) and body:
+            # `compress=1` asks for ClickHouse's own block compression; the JDBC driver reads an
+            # answer with a Content-Encoding as that encoding instead (its CompressedEntity),
+            # errors included, so gzip, which every HTTP client reads, stands in for it
+            body = gzip.compress(body, REPLY_GZIP_LEVEL)
+            headers = {**headers, "Content-Encoding": "gzip"}
         self.send_response(status)
         for name, value in {**COMMON_HEADERS, **headers}.items():
             self.send_header(name, value)

@@ -112,11 +112,11 @@ def manual_rules(directory: Path):
 
 
 @pytest.fixture(scope="module")
-def billed(tmp_path_factory):
+def billed_gateway(tmp_path_factory):
     """March invoiced, then a late minute of acme's March, then April invoiced; a goodwill
     credit note on acme's March, beta's March voided and replaced, a draft of beta's May
-    under manual review; then the database served by the gateway, and every query below runs
-    as `finance` through it."""
+    under manual review; then the database served by the gateway (the JDBC driver's test,
+    tests/e2e/test_jdbc_gateway.py, reads it too)."""
     directory = tmp_path_factory.mktemp("finance")
     patch = pytest.MonkeyPatch()
     patch.setattr(writes, "MARGIN_S", 0)
@@ -143,10 +143,16 @@ def billed(tmp_path_factory):
     patch.undo()
     gateway = start_gateway(directory, free_port())
     try:
-        with open_database(gateway.finance_dsn, migrate=False) as finance:
-            yield finance
+        yield gateway
     finally:
         stop_gateway(gateway)
+
+
+@pytest.fixture(scope="module")
+def billed(billed_gateway):
+    """The billed database as `finance` through the gateway: every query below runs so."""
+    with open_database(billed_gateway.finance_dsn, migrate=False) as finance:
+        yield finance
 
 
 def run(db, number: int) -> list[dict]:

@@ -9,6 +9,7 @@ child process with small limits.
 
 from __future__ import annotations
 
+import http.client
 import http.server
 import socket
 import threading
@@ -132,6 +133,18 @@ SECRET = "gpubill-secret-marker-5150"
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
+    yield from boundaries_gateway(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """A second gateway like `gateway` for issue 36's tests: after the tests above, the first
+    one stalls statements that read the process list (`SELECT 1 IN system.processes` waits
+    past 60 s there, answers at once on a fresh one; see the issue-36 report)."""
+    yield from boundaries_gateway(tmp_path_factory)
+
+
+def boundaries_gateway(tmp_path_factory):
     directory = tmp_path_factory.mktemp("boundaries")
     # files a table name could open: in the gateway's working directory and by absolute path
     (directory / "secret").write_text(f"{SECRET}\n")
@@ -279,7 +292,9 @@ def test_the_gateway_fetches_no_url(gateway, listener, user):
 
 
 def test_finance_cannot_change_settings(gateway):
-    for params in ["max_threads=3", "max_execution_time=1", "format_avro_schema_registry_url=http%3A%2F%2Fx",
+    # (max_execution_time up to the gateway's own is a JDBC query timeout, served since issue 36:
+    # test_harmless_client_settings_are_accepted_by_value)
+    for params in ["max_threads=3", "max_execution_time=0", "extremes=1", "format_avro_schema_registry_url=http%3A%2F%2Fx",
                    "log_comment=x", "join_use_nulls=1"]:
         status, headers, text = gateway.request("SELECT getSetting('max_threads')", user="finance", params=params)
         assert (status, headers["x-clickhouse-exception-code"]) == (403, "452"), (params, text)
@@ -546,3 +561,122 @@ def test_a_with_name_shadows_a_file_of_the_same_name(gateway):
         text = gateway.rows("WITH secret AS (SELECT 'first' AS line) SELECT * FROM secret "
                             "UNION ALL SELECT * FROM secret", user=user)
         assert text == "first\nfirst\n" and SECRET not in text
+
+
+# ------------------------------------------------------- issue 36: what reads around a table
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT '{marker}' IN secret",  # chDB opened the file `secret` of the working directory: 1
+    "SELECT '{marker}' GLOBAL IN secret",
+    "SELECT '{marker}' NOT IN secret",
+    "SELECT nullIn('{marker}', secret)",
+    "SELECT '{marker}' IN (secret)",
+    "SELECT '{marker}' IN default.secret",
+    "SELECT tenant FROM ledger WHERE '{marker}' IN secret",
+    "SELECT 1 IN system.processes",
+])
+@pytest.mark.parametrize("user", ["gpubill", "finance"])
+def test_the_name_right_of_in_is_a_table_the_gateway_serves(fresh, sql, user):
+    status, headers, text = fresh.request(sql.format(marker=SECRET), user=user)
+    assert (status, headers["x-clickhouse-exception-code"]) == (403, "497"), text
+    assert "reads" in text and text.strip() != "1"
+
+
+def test_in_still_reads_tables_subqueries_and_with_names(fresh):
+    assert fresh.rows("SELECT 'acme' IN (SELECT tenant FROM ledger)", user="finance") == "1\n"
+    assert fresh.rows("SELECT tenant FROM ledger WHERE (tenant, fen) IN ledger ORDER BY tenant",
+                        user="finance") == "acme\nbeta\n"
+    assert fresh.rows("WITH secret AS (SELECT 'acme') SELECT 'acme' IN secret", user="finance") == "1\n"
+    assert fresh.rows("SELECT 0 IN system.one", user="finance") == "1\n"
+
+
+@pytest.mark.parametrize("sql", [
+    # each reads system.processes (the other user's statements) through a table of its own
+    "CREATE TABLE peek (query String, user String) ENGINE = Buffer(system, processes, 1, 1, 1, 1, 1, 1, 1)",
+    "CREATE TABLE peek (query String) ENGINE = Merge(system, '^processes$')",
+    "CREATE TABLE peek (query String) ENGINE = Distributed(default, system, processes)",
+    "CREATE TABLE peek (name String) ENGINE = Dictionary(secret)",
+    "CREATE TABLE peek AS system.processes",
+    "CREATE TABLE peek ENGINE = Memory AS SELECT query FROM system.processes",
+    "CREATE VIEW peek AS SELECT query FROM system.processes",
+    # and in a read: table functions, subqueries and EXISTS around IN
+    "SELECT 1 IN merge(system, '^processes$')",
+    "SELECT 1 IN numbers(3)",
+    "SELECT 'x' IN (SELECT query FROM system.processes)",
+    "SELECT 'x' GLOBAL IN (SELECT query FROM system.processes)",
+    "SELECT EXISTS (SELECT query FROM system.processes)",
+    "SELECT * FROM ledger WHERE EXISTS (SELECT * FROM `secret`)",
+])
+def test_no_engine_or_operator_reads_an_unlisted_table(fresh, sql):
+    before = tables(fresh)
+    status, headers, text = fresh.request(sql)
+    assert status in (403, 404) and headers["x-clickhouse-exception-code"] in ("497", "60"), text
+    assert tables(fresh) == before
+
+
+def test_the_finance_user_never_reads_the_api_keys_secret_hashes(fresh):
+    fresh.rows("INSERT INTO api_keys (id, tenant, role, label, secret_sha256, created_at, updated_at) VALUES "
+                 f"('k_aaaaaaaaaaaaaaaa', 'acme', 'tenant', 'bi', '{SECRET}', '2026-12-01 00:00:00.000', '2026-12-01 00:00:00.000')")
+    for sql in ["SELECT secret_sha256 FROM api_keys", "SELECT * FROM api_keys", "SELECT k.* FROM api_keys AS k",
+                "SELECT COLUMNS('secret') FROM api_keys", "SELECT * EXCEPT (id) FROM api_keys",
+                "SELECT id FROM api_keys WHERE startsWith(secret_sha256, 'g')", "SELECT api_keys.secret_sha256 FROM api_keys",
+                "SELECT `secret_sha256` FROM default.api_keys", "SELECT x.1 FROM (SELECT tuple(*) AS x FROM api_keys)",
+                "SELECT * FROM (SELECT * FROM api_keys)", "WITH k AS (SELECT * FROM api_keys) SELECT id FROM k",
+                "SELECT length(secret_sha256) FROM api_keys"]:
+        status, headers, text = fresh.request(sql, user="finance")
+        assert (status, headers["x-clickhouse-exception-code"]) == (403, "497"), (sql, text)
+        assert SECRET not in text
+    # the rest of the table is finance's, and the pipeline reads the hash it checks keys against
+    assert fresh.rows("SELECT id, tenant, label FROM api_keys", user="finance") == "k_aaaaaaaaaaaaaaaa\tacme\tbi\n"
+    assert fresh.rows("SELECT secret_sha256 FROM api_keys") == f"{SECRET}\n"
+
+
+# ------------------------------------------- issue 36: what the JDBC driver sends, honoured
+
+
+def test_the_format_and_database_headers_are_read_as_clickhouse_reads_them(fresh):
+    # the JDBC driver names its format and database in headers, never in the URL
+    status, headers, text = fresh.request("SELECT tenant, fen FROM ledger ORDER BY tenant", user="finance", headers={
+        "X-ClickHouse-Format": "JSONEachRow", "X-ClickHouse-Database": "default"})
+    assert (status, headers["x-clickhouse-format"]) == (200, "JSONEachRow"), text
+    assert text == '{"tenant":"acme","fen":100}\n{"tenant":"beta","fen":250}\n'
+    status, _, text = fresh.request("SELECT 1", user="finance", headers={"X-ClickHouse-Database": "system"})
+    assert status == 404 and "UNKNOWN_DATABASE" in text
+    status, _, text = fresh.request("SELECT 1", user="finance", params="default_format=CSV",
+                                      headers={"X-ClickHouse-Format": "JSON"})
+    assert status == 400 and "X-ClickHouse header" in text  # two answers to one question
+    status, _, text = fresh.request("SELECT 1", user="finance", headers={"X-ClickHouse-Format": "Avro"})
+    assert status == 403 and "UNKNOWN_FORMAT" in text
+
+
+def test_compress_1_is_answered_in_an_encoding_http_clients_read(fresh):
+    import gzip
+
+    for sql, status_expected in [("SELECT tenant FROM ledger ORDER BY tenant", 200), ("SELECT * FROM nowhere", 404)]:
+        connection = http.client.HTTPConnection("127.0.0.1", fresh.port, timeout=60)
+        connection.request("POST", "/?compress=1", body=sql.encode(),
+                           headers={"Authorization": basic("finance", fresh.passwords["finance"])})
+        response = connection.getresponse()
+        body = response.read()
+        connection.close()
+        assert (response.status, response.getheader("Content-Encoding")) == (status_expected, "gzip")
+        text = gzip.decompress(body).decode()
+        assert text == "acme\nbeta\n" if status_expected == 200 else "UNKNOWN_TABLE" in text
+
+
+def test_harmless_client_settings_are_accepted_by_value(fresh):
+    assert fresh.rows("SELECT * FROM VALUES('a UInt8', 1, 2)", user="finance") == "1\n2\n"  # the driver's getTypeInfo
+    assert fresh.rows("SELECT count() FROM VIEW(SELECT 1)", user="finance") == "1\n"
+    for params in ["extremes=0", "max_execution_time=5", "max_execution_time=30"]:
+        status, _, text = fresh.request("SELECT 1", user="finance", params=params)
+        assert (status, text) == (200, "1\n"), (params, text)
+    for params in ["extremes=1", "max_execution_time=0", "max_execution_time=31", "max_execution_time=1e9",
+                   "max_execution_time=-1"]:
+        status, _, text = fresh.request("SELECT 1", user="finance", params=params)
+        assert status == 403 and "SETTING_CONSTRAINT_VIOLATION" in text, (params, text)
+    # a client's shorter limit is kept: 1 s, not the gateway's 30
+    started = time.monotonic()
+    status, headers, text = fresh.request("SELECT count() FROM numbers(1000000000000)", params="max_execution_time=1")
+    assert (status, headers["x-clickhouse-exception-code"]) == (500, "159"), text
+    assert time.monotonic() - started < 10

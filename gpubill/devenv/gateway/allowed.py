@@ -22,7 +22,8 @@ Why each list is safe:
   registry URL), ``merge`` (any database's tables by regular expression) and every reader of
   files, URLs and other servers are not;
 - SETTINGS change how a statement runs or writes its answer, never a limit, readonly, a file
-  or a URL; the reader may set none but the ones clickhouse-connect sends by itself;
+  or a URL; the reader may set none but the ones clickhouse-connect sends by itself, and
+  HARMLESS_SETTING_VALUES with those values only (what the JDBC driver sends);
 - FORMATS need no schema file and fetch nothing (no Avro, Protobuf, CapnProto, Template).
 """
 
@@ -65,9 +66,24 @@ SYSTEM_TABLES = frozenset({"one", "numbers", "tables", "columns", "parts", "sett
 
 TABLE_FUNCTIONS = frozenset({"numbers", "numbers_mt", "zeros", "zeros_mt", "values", "null", "view",
                              "generate_series", "generateSeries"})
+# the table functions ClickHouse also knows in any case (the JDBC driver writes VALUES(…))
+TABLE_FUNCTIONS_ANY_CASE = frozenset({"values", "view"})
 
-# MergeTree engines (any *MergeTree) and these; never File, URL, S3, Kafka, MySQL, …
-ENGINES = frozenset({"Memory", "Log", "TinyLog", "StripeLog", "Null", "Set", "Join", "Buffer"})
+# MergeTree engines (any *MergeTree) and these; never File, URL, S3, Kafka, MySQL, …, nor an
+# engine that reads another table (Buffer, Merge, Distributed, Dictionary, MaterializedView):
+# its arguments name tables the guard never sees as tables (Buffer(system, processes, …)
+# served system.processes). The product creates MergeTree and Memory tables only.
+ENGINES = frozenset({"Memory", "Log", "TinyLog", "StripeLog", "Null", "Set", "Join"})
+
+# functions whose right operand, when a bare name, is read as a table (`x IN name`)
+IN_FUNCTIONS = frozenset({"in", "notIn", "globalIn", "globalNotIn", "nullIn", "notNullIn", "globalNullIn",
+                          "globalNotNullIn"})
+
+# columns the read-only user never reads (the server's finance user has them revoked too:
+# deploy/clickhouse/finance-user.xml); a statement that names their table may not use `*`
+READER_HIDDEN_COLUMNS = {"api_keys": frozenset({"secret_sha256"})}
+ALL_COLUMNS_NODES = frozenset({"Asterisk", "QualifiedAsterisk", "ColumnsRegexpMatcher", "ColumnsListMatcher",
+                               "QualifiedColumnsRegexpMatcher", "QualifiedColumnsListMatcher"})
 
 # ------------------------------------------------------------------------- functions
 
@@ -202,6 +218,10 @@ WRITER_SETTINGS = TRANSPORT_SETTINGS | {"optimize_on_insert", "join_use_nulls", 
                                         "min_insert_block_size_bytes", "use_query_cache", "lightweight_deletes_sync",
                                         "select_sequential_consistency"}
 READER_SETTINGS = TRANSPORT_SETTINGS
+# settings a client may send (URL parameters, form fields) with these values only, which
+# are ClickHouse's defaults or change nothing the gateway guards: the JDBC driver's v1 mode
+# sends extremes=0 with every query
+HARMLESS_SETTING_VALUES = {"extremes": frozenset({"0"})}
 
 # table-level settings of CREATE TABLE … ENGINE = *MergeTree SETTINGS (never `disk`)
 STORAGE_SETTINGS = frozenset({"index_granularity", "index_granularity_bytes", "min_bytes_for_wide_part",

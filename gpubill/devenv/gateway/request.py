@@ -84,9 +84,21 @@ def read_statement(url_params: dict[str, str], headers: dict[str, str], body: by
     return Statement(
         sql=sql.strip(), data=data,
         params={k[len("param_"):]: v for k, v in fields.items() if k.startswith("param_")},
-        settings=settings, database=fields.get("database") or None,
-        default_format=fields.get("default_format") or "TabSeparated", query_id=fields.get("query_id") or "",
+        settings=settings, database=_one_of(fields, headers, "database") or None,
+        default_format=_one_of(fields, headers, "default_format", "format") or "TabSeparated",
+        query_id=_one_of(fields, headers, "query_id") or "",
     )
+
+
+def _one_of(fields: dict[str, str], headers: dict[str, str], name: str, header: str | None = None) -> str:
+    """A parameter that ClickHouse also reads from an X-ClickHouse-* header (the JDBC driver
+    asks for its format and database that way); given both ways, they must agree."""
+    value = fields.get(name, "")
+    from_header = headers.get(f"x-clickhouse-{header or name.replace('_', '-')}", "").strip()
+    if value and from_header and value != from_header:
+        raise refusal(BAD_ARGUMENTS, "BAD_ARGUMENTS", f"{name} is {value[:64]!r} in the URL but {from_header[:64]!r} "
+                      "in its X-ClickHouse header", 400)
+    return value or from_header
 
 
 def url_parameters(pairs: list[tuple[str, str]]) -> dict[str, str]:

@@ -14,10 +14,15 @@ part of ClickHouse's own parse of it is on a list —
   system.tables at start-up and after every CREATE, DROP and RENAME), or a listed system
   table — so no file can stand in for a table (chDB's `default` database opens a file named
   as a table: SELECT * FROM `/etc/passwd`), and a name that is neither is UNKNOWN_TABLE;
+  the bare name right of IN (`x IN name`) is a table to ClickHouse, so it is one of these
+  or a WITH name in scope; for the read-only user, no column of
+  allowed.READER_HIDDEN_COLUMNS (api_keys.secret_sha256), nor `*` where its table is named;
 - every function: listed scalar functions, aggregate functions and their combinators, listed
-  table functions (numbers, values, view, …), listed engines (MergeTree family, Memory, …);
+  table functions (numbers, values, view, …), listed engines (MergeTree family, Memory, …,
+  none that reads another table);
 - every setting (URL parameters, form fields, SETTINGS clauses): listed for the user; the
-  finance user may set only what clickhouse-connect sends by itself;
+  finance user may set only what clickhouse-connect sends by itself, and in the URL the
+  harmless values of allowed.HARMLESS_SETTING_VALUES (extremes=0);
 - every format (FORMAT clauses, default_format): listed formats, none with a schema file or
   a registry URL.
 
@@ -80,11 +85,12 @@ class Limits:
     max_execution_s: int = 300
     max_memory_bytes: int = 4 << 30
 
-    def forced_settings(self, readonly: int) -> dict[str, str]:
+    def forced_settings(self, readonly: int, *, max_execution_s: int | None = None) -> dict[str, str]:
         """The settings the engine applies after the client's, in this order (readonly last,
-        so that it cannot refuse the others). readonly: 0 read-write, 1 reader, 2 GET."""
+        so that it cannot refuse the others). readonly: 0 read-write, 1 reader, 2 GET;
+        `max_execution_s`: a client's shorter time limit (a longer one is the gateway's)."""
         forced = {
-            "max_execution_time": str(self.max_execution_s),
+            "max_execution_time": str(min(self.max_execution_s, max_execution_s or self.max_execution_s)),
             "max_memory_usage": str(self.max_memory_bytes),
             "input_format_values_interpret_expressions": "0",
             "input_format_values_deduce_templates_of_expressions": "0",
@@ -138,10 +144,11 @@ class SqlGuard:
 
     @staticmethod
     def check_settings(settings: dict[str, str], user: str) -> None:
-        """Client settings (URL parameters, form fields) not listed for `user` are refused."""
+        """Client settings (URL parameters, form fields) not listed for `user`, nor listed with
+        their value as harmless, are refused."""
         permitted = allowed.READER_SETTINGS if user == READER_USER else allowed.WRITER_SETTINGS
-        for name in settings:
-            if name not in permitted:
+        for name, value in settings.items():
+            if name not in permitted and value.strip() not in allowed.HARMLESS_SETTING_VALUES.get(name, ()):
                 raise _fixed(name)
 
     def check_database(self, database: str | None) -> None:
@@ -204,6 +211,12 @@ class SqlGuard:
             if node.label == "TableIdentifier" and (index in copies or _is_cte(nodes, ctes, index)):
                 continue  # a WITH name AS (subquery) in scope (the subquery is checked like the rest)
             self._check_node(nodes, index, node, user)
+            if node.label == "Function" and len(node.words) > 1 and node.words[1] in allowed.IN_FUNCTIONS:
+                operand = _in_operand(nodes, index)
+                if operand is not None and not (operand in copies or _is_cte(nodes, ctes, operand)):
+                    self._check_in_table(nodes[operand].words[1] if len(nodes[operand].words) > 1 else "")
+        if user == READER_USER:
+            self._check_hidden_columns(nodes)
         self._check_statement_tables(nodes, kind, plain)
         self._check_settings_clauses(plain, nodes, kind, user)
         for fmt in FORMAT_CLAUSE.findall(plain):
@@ -228,6 +241,8 @@ class SqlGuard:
             name = node.words[1] if len(node.words) > 1 else ""
             parent = nodes[node.parent].label if node.parent >= 0 else ""
             if parent in ("TableExpression", "CreateQuery"):  # FROM f(…), CREATE TABLE t AS f(…)
+                if name.lower() in allowed.TABLE_FUNCTIONS_ANY_CASE:
+                    name = name.lower()
                 if name not in allowed.TABLE_FUNCTIONS or name in allowed.IO_TABLE_FUNCTIONS:
                     raise _denied(f"table function {name}() is not served (numbers, values, view and a few more are)")
             elif parent == "Storage" and name in self.engines:
@@ -249,6 +264,32 @@ class SqlGuard:
             return True
         return any(name.endswith(c) and len(name) > len(c) and self._aggregate(name[:-len(c)])
                    for c in self.combinators)
+
+    def _check_in_table(self, name: str) -> None:
+        """`x IN name`: ClickHouse reads `name` as a table (a file of that name in the gateway's
+        working directory, if no table is called so), so it must be one the guard serves."""
+        try:
+            self._check_table(name)
+        except GatewayError:
+            raise _denied(f"`IN {name[:64]}` reads {name[:64]} as a table, and it is not one the gateway serves "
+                          "(write IN (SELECT …) for a subquery, or has(array, x) for an array)") from None
+
+    def _check_hidden_columns(self, nodes: list[Node]) -> None:
+        """The reader never reads allowed.READER_HIDDEN_COLUMNS (api_keys.secret_sha256): a
+        statement that names such a table names its columns one by one, none of them hidden
+        (no `*`, `t.*` or COLUMNS(…), which would take them all)."""
+        named = {node.words[1].rpartition(".")[2] for node in nodes
+                 if node.label == "TableIdentifier" and len(node.words) > 1}
+        hidden = set().union(*(allowed.READER_HIDDEN_COLUMNS.get(table, ()) for table in named))
+        if not hidden:
+            return
+        for node in nodes:
+            if node.label in allowed.ALL_COLUMNS_NODES:
+                raise _denied(f"{', '.join(sorted(hidden))} is not served to the read-only user: name the columns "
+                              "instead of *")
+            parts = set(node.words[1].split(".")) if node.label == "Identifier" and len(node.words) > 1 else set()
+            if parts & hidden:  # t.secret_sha256, a subcolumn of it (secret_sha256.size) too
+                raise _denied(f"column {', '.join(sorted(parts & hidden))} is not served to the read-only user")
 
     def _check_table(self, name: str) -> None:
         database, _, table = name.rpartition(".")
@@ -340,6 +381,18 @@ def _cte_scopes(nodes: list[Node], plain: str) -> tuple[list[tuple[str, int, int
     if len(names) != len(originals):
         raise refusal(CANNOT_PARSE, "SYNTAX_ERROR", "the gateway cannot read this statement's WITH clause", 400)
     return [(name, element, scope) for name, (element, scope) in zip(names, originals)], copies
+
+
+def _in_operand(nodes: list[Node], function: int) -> int | None:
+    """The index of the right operand of an IN function at `function` when it is a bare
+    identifier (`x IN name`), else None (a subquery, a tuple, a literal: checked as usual)."""
+    arguments = function + 1
+    if arguments >= len(nodes) or nodes[arguments].parent != function or nodes[arguments].label != "ExpressionList":
+        return None
+    operands = [i for i in range(arguments + 1, len(nodes)) if nodes[i].parent == arguments]
+    if len(operands) == 2 and nodes[operands[1]].label == "Identifier":
+        return operands[1]
+    return None
 
 
 def _owner(nodes: list[Node], index: int) -> int:
