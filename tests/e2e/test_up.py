@@ -16,10 +16,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.e2e.conftest import FIXTURES, Gpubill
+from tests.e2e.test_jdbc_gateway import jdbc, run_check  # noqa: F401 - the driver's fixture
 from tests.ports import free_port
 
 pytestmark = pytest.mark.e2e
@@ -84,7 +86,7 @@ def finance_query(url: str, sql: str) -> str:
         return answer.read().decode()
 
 
-def test_up_invoices_closed_periods_and_serves_its_database_to_every_other_command(gpubill):
+def test_up_invoices_closed_periods_and_serves_its_database_to_every_other_command(gpubill, jdbc):  # noqa: F811
     """One `up` for all of it (each start costs seconds): the scheduler catches up on closed
     periods at start, the worker serves its metrics, and — issue 36 — the database `up` holds
     is every other command's, through its gateway, with no setting."""
@@ -113,7 +115,14 @@ def test_up_invoices_closed_periods_and_serves_its_database_to_every_other_comma
         # the URL for finance tools is pasteable: a plain HTTP client with it reads the invoices
         assert up.finance_url.startswith("http://finance:") and "***" not in up.finance_url
         assert finance_query(up.finance_url, "SELECT count() FROM invoices FINAL WHERE period = '2026-03'") == "2\n"
-        # (the lead's JDBC check runs against up.finance_url here)
+        # the official JDBC driver, as a BI tool uses it, on the same pasted URL: connect, metadata,
+        # prepared statements and every query of docs/finance.md (tests/e2e/test_jdbc_gateway.py)
+        steps = run_check(jdbc, SimpleNamespace(finance_dsn=up.finance_url), gpubill.cwd)
+        assert steps and not {name: seen for name, (status, seen) in steps.items() if status != "OK"}, steps
+        # its prepared statement's answer is what a plain HTTP client reads with the same URL
+        issued = finance_query(up.finance_url, "SELECT count(), sum(total) FROM v_invoices WHERE period >= '2026-01' "
+                                               "AND status = 'issued' AND revision >= 1").split()
+        assert int(issued[0]) >= 2 and steps["prepared"][1] == f"1 rows, columns 2, first n={issued[0]}|total={issued[1]}"
 
         listed = gpubill.json("invoice", "list", "--period", "2026-03", "--json")
         assert [(row["number"], row["tenant"]) for row in listed] == [("GB-2026-000001", "acme"),
