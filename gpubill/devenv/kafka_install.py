@@ -52,9 +52,11 @@ class JavaMissing(GpubillError):
 
 
 class MavenMissing(GpubillError):
-    """Raised by `LocalBroker.ensure_jars` when `mvn` is absent or fails to fetch the jars."""
+    """Raised by `LocalBroker.ensure_jars` (and `resolve_maven_jars`) when `mvn` is absent or
+    fails to fetch the jars; `detail` is what went wrong, None when mvn is absent."""
 
     def __init__(self, detail: str | None = None) -> None:
+        self.detail = detail
         if detail:
             super().__init__(
                 f"Maven could not fetch the Kafka {KAFKA_VERSION} jars ({detail}): check access to "
@@ -159,13 +161,26 @@ def jars_dir(cache_dir: Path) -> Path:
 def resolve_jars(cache_dir: Path, mvn: str = "mvn", progress: Callable[[str], None] | None = None) -> Path:
     """The directory of broker jars, resolving them with Maven the first time (~40 MB).
 
-    Idempotent and safe against concurrent callers: a lock file serialises them, and
-    the jars appear under `libs/` only once the download is complete. Raises MavenMissing
+    Idempotent and safe against concurrent callers (`resolve_maven_jars`). Raises MavenMissing
     when they are not cached and `mvn` is absent, fails, or runs past MAVEN_TIMEOUT_S.
+    """
+    return resolve_maven_jars(cache_dir, render_pom(), "kafka_*.jar", mvn=mvn, progress=progress,
+                              what=f"Kafka {KAFKA_VERSION} jars")
+
+
+def resolve_maven_jars(cache_dir: Path, pom: str, expect: str, *, mvn: str = "mvn",
+                       progress: Callable[[str], None] | None = None, what: str = "jars") -> Path:
+    """`cache_dir/libs`: the runtime jars of the throw-away `pom`, copied there by `mvn
+    dependency:copy-dependencies` the first time (a jar matching the glob `expect` among them).
+
+    Idempotent and safe against concurrent callers: a lock file serialises them, and the jars
+    appear under `libs/` only once the download is complete (`libs/.complete` holds the POM's
+    fingerprint, so a changed POM resolves again). Raises MavenMissing when they are not cached
+    and `mvn` is absent, fails, or runs past MAVEN_TIMEOUT_S.
     """
     libs = jars_dir(cache_dir)
     complete = libs / ".complete"
-    fingerprint = jars_fingerprint()
+    fingerprint = hashlib.sha256(pom.encode()).hexdigest()
     if _read(complete) == fingerprint:
         return libs
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -176,10 +191,10 @@ def resolve_jars(cache_dir: Path, mvn: str = "mvn", progress: Callable[[str], No
         if found is None:
             raise MavenMissing()
         if progress:
-            progress(f"fetching Kafka {KAFKA_VERSION} jars from Maven Central into {libs} (once)")
+            progress(f"fetching {what} from Maven Central into {libs} (once)")
         with tempfile.TemporaryDirectory(dir=cache_dir, prefix=".resolve-") as work:
             work_dir = Path(work)
-            (work_dir / "pom.xml").write_text(render_pom(), encoding="utf-8")
+            (work_dir / "pom.xml").write_text(pom, encoding="utf-8")
             staged = work_dir / "libs"
             command = [
                 found, "-q", "-B", "-f", str(work_dir / "pom.xml"),
@@ -193,7 +208,7 @@ def resolve_jars(cache_dir: Path, mvn: str = "mvn", progress: Callable[[str], No
                 )  # fmt: skip
             except subprocess.TimeoutExpired as exc:
                 raise MavenMissing(f"mvn did not finish within {MAVEN_TIMEOUT_S:.0f} s") from exc
-            if result.returncode != 0 or not any(staged.glob("kafka_*.jar")):
+            if result.returncode != 0 or not any(staged.glob(expect)):
                 last = (result.stdout + result.stderr).strip().splitlines()[-1:] or ["no output"]
                 raise MavenMissing(f"mvn exited {result.returncode}: {last[0][:200]}")
             (staged / ".complete").write_text(fingerprint)
@@ -201,7 +216,7 @@ def resolve_jars(cache_dir: Path, mvn: str = "mvn", progress: Callable[[str], No
                 shutil.rmtree(libs)  # a partial copy from an interrupted run
             staged.rename(libs)
     if progress:
-        progress(f"Kafka jars ready in {libs}")
+        progress(f"{what} ready in {libs}")
     return libs
 
 

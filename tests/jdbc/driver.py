@@ -10,17 +10,12 @@ broker's jars are: gpubill/devenv/kafka_install.py) into a cache shared by every
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
-from gpubill.devenv.kafka_install import _locked, _read
+from gpubill.devenv.kafka_install import MavenMissing, resolve_maven_jars
 
 JDBC_VERSION = "0.10.0"
-MAVEN_TIMEOUT_S = 600.0
 POM = f"""<?xml version="1.0" encoding="UTF-8"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -50,33 +45,9 @@ def cache_dir() -> Path:
 
 
 def driver_jars(cache: Path | None = None, mvn: str = "mvn") -> Path:
-    """The directory of the driver's jars (and its dependencies), resolved the first time."""
-    cache = cache or cache_dir()
-    libs, fingerprint = cache / "libs", hashlib.sha256(POM.encode()).hexdigest()
-    if _read(libs / ".complete") == fingerprint:
-        return libs
-    cache.mkdir(parents=True, exist_ok=True)
-    with _locked(cache / ".lock"):
-        if _read(libs / ".complete") == fingerprint:
-            return libs
-        found = shutil.which(mvn)
-        if found is None:
-            raise DriverUnavailable("mvn is not on PATH")
-        with tempfile.TemporaryDirectory(dir=cache, prefix=".resolve-") as work:
-            pom, staged = Path(work) / "pom.xml", Path(work) / "libs"
-            pom.write_text(POM, encoding="utf-8")
-            try:
-                result = subprocess.run([found, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
-                                         "-DincludeScope=runtime", f"-DoutputDirectory={staged}"],
-                                        capture_output=True, text=True, timeout=MAVEN_TIMEOUT_S,
-                                        stdin=subprocess.DEVNULL, check=False)
-            except subprocess.TimeoutExpired:
-                raise DriverUnavailable(f"mvn did not finish within {MAVEN_TIMEOUT_S:.0f} s") from None
-            if result.returncode != 0 or not any(staged.glob("jdbc-v2-*.jar")):
-                last = (result.stdout + result.stderr).strip().splitlines()[-1:] or ["no output"]
-                raise DriverUnavailable(f"mvn exited {result.returncode}: {last[0][:200]}")
-            (staged / ".complete").write_text(fingerprint)
-            if libs.exists():
-                shutil.rmtree(libs)
-            staged.rename(libs)
-    return libs
+    """The directory of the driver's jars (and its dependencies), resolved the first time, as
+    the broker's are (kafka_install.resolve_maven_jars)."""
+    try:
+        return resolve_maven_jars(cache or cache_dir(), POM, "jdbc-v2-*.jar", mvn=mvn)
+    except MavenMissing as exc:
+        raise DriverUnavailable(f"clickhouse-jdbc {JDBC_VERSION}: {exc.detail or 'mvn is not on PATH'}") from exc
