@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -99,16 +100,24 @@ def seed_corrections(db: Any, numbers: dict[str, str]) -> dict:
             "replacements": {"t03": replacement}}
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
+@contextmanager
+def seeded_database(folder: Path):
+    """A chDB database in `folder` holding the seeded world and its corrections: (db, seeded).
+    Hours are rolled up as soon as they are written (writes.MARGIN_S 0) while it is open."""
     writes_margin = writes.MARGIN_S
     writes.MARGIN_S = 0
     try:
-        with open_database(f"chdb://{tmp_path_factory.mktemp('api') / 'ch'}") as db:
+        with open_database(f"chdb://{folder / 'ch'}") as db:
             seeded = seed_world(db)
             yield db, seeded | seed_corrections(db, seeded["numbers"])
     finally:
         writes.MARGIN_S = writes_margin
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    with seeded_database(tmp_path_factory.mktemp("api")) as seeded:
+        yield seeded
 
 
 def make_client(db: Any, **limits: Any) -> TestClient:

@@ -25,9 +25,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 
-from tests.unit.test_api_http import make_client, seed_corrections, seed_world
-from warehouse import writes
-from warehouse.connection import open_database
+from tests.unit.test_api_http import make_client, seeded_database
 
 EXAMPLES = 6  # per operation and document: 8 operations × 2 documents × (explicit + generated) in ~30 s here
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
@@ -42,16 +40,9 @@ DOCUMENTS = {"tenant": "/openapi.json", "operator": "/openapi-operator.json"}  #
 
 @pytest.fixture(scope="module")
 def fuzz_world(tmp_path_factory):
-    margin = writes.MARGIN_S
-    writes.MARGIN_S = 0
-    try:
-        with open_database(f"chdb://{tmp_path_factory.mktemp('fuzz') / 'ch'}") as db:
-            seeded = seed_world(db)
-            seeded |= seed_corrections(db, seeded["numbers"])
-            with make_client(db) as client:  # the lifespan runs: access records are written
-                yield client, seeded
-    finally:
-        writes.MARGIN_S = margin
+    with seeded_database(tmp_path_factory.mktemp("fuzz")) as (db, seeded):
+        with make_client(db) as client:  # the lifespan runs: access records are written
+            yield client, seeded
 
 
 @pytest.fixture(scope="module")
