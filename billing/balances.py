@@ -43,12 +43,14 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from billing import books
 from billing.current_usage import current_usage
 from billing.errors import BillingError, NotFound
 from billing.invoice_store import charged
 from billing.invoicing import draft_invoice
 from billing.tenants import shown_value, utc_ms, check_note, check_tenant_id, find_tenant, list_tenants
 from billing_rules import energy_amount, rent_amount, round_fen
+from schemas.books import BudgetRow, BudgetSet, TopUpRecorded, TopUpRow
 from schemas.ids import is_id
 
 __all__ = ["MAX_AMOUNT", "Balance", "BalanceRefused", "Budget", "InvalidAmount", "InvalidRef", "PeriodEstimate", "has_top_ups",
@@ -205,7 +207,7 @@ def top_up(db: Any, tenant: str, amount: Decimal | str, ref: str, *, note: str =
         raise RefConflict(f"ref {ref} is already recorded as a top-up of {recorded.amount} for {recorded.tenant}; "
                           "nothing was written (give the payment's own reference)")
     entry = TopUp(ref, tenant, amount, note, utc_ms(now))
-    db.insert("balance_ledger", [tuple(getattr(entry, c) for c in _LEDGER_COLUMNS)], _LEDGER_COLUMNS)
+    books.record(db, TopUpRecorded(kind="top_up", top_up=TopUpRow(**{c: getattr(entry, c) for c in _LEDGER_COLUMNS})))
     return entry, True
 
 
@@ -234,7 +236,7 @@ def set_budget(db: Any, tenant: str, amount: Decimal | str | None, *, note: str 
     if existing is not None:  # strictly later than the row it replaces, so it wins even within a millisecond
         at = max(at, existing.updated_at + timedelta(milliseconds=1))
     budget = Budget(tenant, checked, note, at)
-    db.insert("budgets", [tuple(getattr(budget, c) for c in _BUDGET_COLUMNS)], _BUDGET_COLUMNS)
+    books.record(db, BudgetSet(kind="budget_set", budget=BudgetRow(**{c: getattr(budget, c) for c in _BUDGET_COLUMNS})))
     return budget
 
 

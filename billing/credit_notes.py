@@ -36,12 +36,14 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Callable
 
+from billing import books
 from billing import invoice_store as store
 from billing.errors import BillingError, NotFound
 from billing.invoice_lock import invoicing_lease
-from billing.journal import actor_here, record
+from billing.journal import actor_here, entry
 from billing_rules import IssuedInvoice
 from billing_rules.money import round_fen
+from schemas.books import CreditNoteIssued, CreditNoteLineRow, CreditNoteRow, InvoiceFact
 from usage.failpoints import pause_at
 
 __all__ = [
@@ -137,7 +139,11 @@ def create_credit_note(db: Any, rules: Any, invoice_number: str, reason: str, li
     with invoicing_lease(db, on_wait=on_wait) as fence:
         delete_stray_credit_note_lines(db)
         invoice = _issued(db, invoice_number)
-        return _write(db, rules, invoice, reason, lines, note, actor or actor_here(), now, fence)
+        fact = _credit_note_fact(db, rules, invoice, reason, lines, note, actor or actor_here(), now)
+        pause_at("credit-note-header")
+        fence()
+        books.record(db, fact)
+        return find_credit_note(db, fact.note.number)
 
 
 def void_invoice(db: Any, rules: Any, invoice_number: str, reason: str, *, actor: str | None = None,
@@ -161,16 +167,21 @@ def void_invoice(db: Any, rules: Any, invoice_number: str, reason: str, *, actor
         invoice = _issued(db, invoice_number, voiding=True)
         period_notes(db, invoice.tenant, invoice.period)  # every earlier note's reason known, or refused
         left = creditable(db, invoice)
-        cn = _write(db, rules, invoice, credit_reason, None, text, actor, now, fence) if left.net > 0 else None
-        fence()
+        cn = _credit_note_fact(db, rules, invoice, credit_reason, None, text, actor, now) if left.net > 0 else None
         moment = now or datetime.now(UTC)
-        store.write_header(db, invoice, doc_id=invoice.id, status="voided", revision=invoice.revision,
-                           issued_at=store.stored_issue_time(db, invoice), number=invoice.number,
-                           seq=int(invoice.number[8:]), replaces=invoice.replaces,
-                           rules_revision=invoice.rules_revision)
-        record(db, "voided", invoice=invoice.number, document=cn.number if cn else "", tenant=invoice.tenant,
-               period=invoice.period, actor=actor, reason=text, detail=f"at {moment.isoformat(timespec='seconds')}")
-        return store.find(db, invoice.number), cn
+        voided = InvoiceFact(
+            kind="invoice_voided",
+            header=store.header_row(invoice, doc_id=invoice.id, status="voided", revision=invoice.revision,
+                                    issued_at=store.stored_issue_time(db, invoice), number=invoice.number,
+                                    seq=int(invoice.number[8:]), replaces=invoice.replaces,
+                                    rules_revision=invoice.rules_revision),
+            journal=(entry("voided", invoice=invoice.number, document=cn.note.number if cn else "",
+                           tenant=invoice.tenant, period=invoice.period, actor=actor, reason=text,
+                           detail=f"at {moment.isoformat(timespec='seconds')}"),))
+        pause_at("credit-note-header")
+        fence()
+        books.record(db, *((cn,) if cn else ()), voided)  # the note and the void: both on the books, or neither
+        return store.find(db, invoice.number), find_credit_note(db, cn.note.number) if cn else None
 
 
 def _check_reason(reason: str) -> None:
@@ -203,9 +214,10 @@ def _issued(db: Any, number: str, *, voiding: bool = False) -> IssuedInvoice:
     return invoice
 
 
-def _write(db: Any, rules: Any, invoice: IssuedInvoice, reason: str, amounts: dict[int, Decimal] | None, note: str,
-           actor: str, now: datetime | None, fence: Callable[[], None]) -> CreditNote:
-    """Check `amounts` against what is creditable, then write the note's lines and header (holding the lease)."""
+def _credit_note_fact(db: Any, rules: Any, invoice: IssuedInvoice, reason: str, amounts: dict[int, Decimal] | None,
+                      note: str, actor: str, now: datetime | None) -> CreditNoteIssued:
+    """Check `amounts` against what is creditable, then number the note: the fact that issues it
+    (holding the lease and the numbered series' writer; billing/books.py records it)."""
     left = creditable(db, invoice)
     lines = _lines_for(invoice, left, amounts)
     subtotal = sum((amount for _, _, _, amount in lines), Decimal("0.00"))
@@ -219,15 +231,17 @@ def _write(db: Any, rules: Any, invoice: IssuedInvoice, reason: str, amounts: di
     year = moment.astimezone(rules.billing_tz).year
     seq = int(db.query("SELECT max(seq) FROM credit_notes FINAL WHERE year = {y:UInt16}", {"y": year})[0][0] or 0) + 1
     number = f"CN-{year}-{seq:06d}"
-    db.insert("credit_note_lines", [(number, no, invoice.number, line_no, kind, description, amount)
-                                    for no, (line_no, kind, description, amount) in enumerate(lines, start=1)], _LINE)
-    pause_at("credit-note-header")
-    fence()
-    db.insert("credit_notes", [(number, year, seq, invoice.number, invoice.tenant, invoice.period, reason, note, actor,
-                                moment, store.CURRENCY, subtotal, tax, subtotal + tax, invoice.vat_rate)], _HEADER)
-    record(db, "credit_note", invoice=invoice.number, document=number, tenant=invoice.tenant, period=invoice.period,
-           actor=actor, reason=reason, detail=f"{subtotal + tax:.2f} {store.CURRENCY} with VAT" + (f": {note}" if note else ""))
-    return find_credit_note(db, number)
+    return CreditNoteIssued(
+        kind="credit_note_issued",
+        lines=tuple(CreditNoteLineRow(**dict(zip(_LINE, (number, no, invoice.number, line_no, kind, description, amount),
+                                                 strict=True)))
+                    for no, (line_no, kind, description, amount) in enumerate(lines, start=1)),
+        note=CreditNoteRow(**dict(zip(_HEADER, (number, year, seq, invoice.number, invoice.tenant, invoice.period, reason,
+                                                note, actor, moment, store.CURRENCY, subtotal, tax, subtotal + tax,
+                                                invoice.vat_rate), strict=True))),
+        journal=(entry("credit_note", invoice=invoice.number, document=number, tenant=invoice.tenant,
+                       period=invoice.period, actor=actor, reason=reason,
+                       detail=f"{subtotal + tax:.2f} {store.CURRENCY} with VAT" + (f": {note}" if note else "")),))
 
 
 def _lines_for(invoice: IssuedInvoice, left: Creditable,

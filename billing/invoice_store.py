@@ -3,8 +3,8 @@
     headers(db, tenant=, period=, status=, key=)  -> [IssuedInvoice without lines]   (FINAL: each id's latest row)
     load(db, header) / find(db, key, tenant=)     -> IssuedInvoice with its lines     (key: a number or a draft id)
     current(db, tenant, period)                   -> the issued invoice, else the draft (never a voided one)
-    write_lines(db, doc_id, revision, draft)      then
-    write_header(db, ...)                         the commit point of the lines it names
+    line_rows(doc_id, revision, draft)            the rows a fact carries (billing/books.py records them),
+    header_row(draft, ...)                        the header: the commit point of the lines it names
     next_number(db, year)                         the next gap-free GB-YYYY-NNNNNN (read just before the header)
     delete_stray_lines(db)                        lines no header names (a crash, a refreshed draft's old revision)
 
@@ -16,7 +16,7 @@ are made under the invoicing lease, seconds apart). Writes need the lease (billi
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -24,10 +24,11 @@ from typing import Any
 
 from billing.errors import NotFound
 from billing_rules import InvoiceDraft, InvoiceLine, IssuedInvoice
+from schemas.books import InvoiceHeaderRow, InvoiceLineRow, Party
 
 __all__ = [
     "CURRENCY", "HEADER_COLUMNS", "LINE_FIELDS", "charged", "current", "delete_stray_lines", "find", "headers", "line_of_row",
-    "load", "new_draft_id", "next_number", "same_figures", "stored_issue_time", "write_header", "write_lines",
+    "header_row", "line_rows", "load", "new_draft_id", "next_number", "party", "same_figures", "stored_issue_time",
 ]
 
 CURRENCY = "CNY"
@@ -112,27 +113,31 @@ def next_number(db: Any, year: int) -> tuple[str, int]:
     return f"GB-{year}-{seq:06d}", seq
 
 
-def write_lines(db: Any, doc_id: str, revision: int, draft: InvoiceDraft, number: str = "") -> None:
-    """Write `draft`'s lines as revision `revision` of invoice `doc_id` (numbered `number` when it is
-    issued as it is written); they count once a header names them."""
-    rows = [(doc_id, revision, number, draft.tenant, draft.period, line_no, *_stored_fields(line))
-            for line_no, line in enumerate(draft.lines, start=1)]
-    if rows:
-        db.insert("invoice_lines", rows, LINE_COLUMNS)
+def line_rows(doc_id: str, revision: int, draft: InvoiceDraft, number: str = "") -> tuple[InvoiceLineRow, ...]:
+    """`draft`'s lines as revision `revision` of invoice `doc_id` (numbered `number` when it is
+    issued as it is written): what a fact carries; they count once a header names them."""
+    return tuple(InvoiceLineRow(**dict(zip(LINE_COLUMNS, (doc_id, revision, number, draft.tenant, draft.period, line_no,
+                                                          *_stored_fields(line)), strict=True)))
+                 for line_no, line in enumerate(draft.lines, start=1))
 
 
-def write_header(db: Any, draft: InvoiceDraft, *, doc_id: str, status: str, revision: int, issued_at: datetime,
-                 number: str = "", seq: int = 0, replaces: str = "", rules_revision: str = "") -> None:
-    """Write the header of `doc_id` in `status`: the commit point of its lines of `revision`,
-    priced by the rule set of `rules_revision`."""
+def header_row(draft: InvoiceDraft, *, doc_id: str, status: str, revision: int, issued_at: datetime,
+               number: str = "", seq: int = 0, replaces: str = "", rules_revision: str = "") -> InvoiceHeaderRow:
+    """The header of `doc_id` in `status`: the commit point of its lines of `revision`, priced by
+    the rule set of `rules_revision`; stamped now (`updated_at`: the latest row of an id wins)."""
     if status not in STATUSES:
         raise ValueError(f"invoice status {status!r} is not one of {', '.join(STATUSES)}")
     year = int(number[3:7]) if number else 0
-    db.insert("invoices", [(
+    return InvoiceHeaderRow(**dict(zip(HEADER_COLUMNS, (
         doc_id, number, year, seq, draft.tenant, draft.period, status, revision, replaces, issued_at,
         datetime.now(UTC), CURRENCY, draft.subtotal, draft.credit_used, draft.net, draft.tax, draft.total, draft.vat_rate,
         rules_revision,
-    )], HEADER_COLUMNS)
+    ), strict=True)))
+
+
+def party(value: Any) -> Party:
+    """A seller or buyer (a dataclass of text fields) as a fact keeps it."""
+    return Party(details={name: "" if v is None else str(v) for name, v in asdict(value).items()})
 
 
 def stored_issue_time(db: Any, header: IssuedInvoice) -> datetime:

@@ -51,14 +51,17 @@ from billing_rules import (
     build_invoice,
     credit_balances,
 )
+from billing import books
 from billing import invoice_store as store
 from billing.concessions import concessions_of, period_notes
 from billing.credit_notes import delete_stray_credit_note_lines
 from billing.errors import BillingError
 from billing.invoice_lock import invoicing_lease
 from billing.invoice_store import CURRENCY, delete_stray_lines  # noqa: F401  (re-exported for callers and tests)
-from billing.journal import actor_here, record
-from billing.tenants import registered_tenants, trial_tenants
+from billing.journal import actor_here, entry
+from billing.tenants import find_tenant, registered_tenants, trial_tenants
+from schemas.books import BillingRunCompleted, BillingRunRow, InvoiceFact, Party, ReratePublished, RerateRunRow
+from schemas.ids import is_id
 from usage.by_tenant import plain, usage_by_tenant
 from usage.corrections import stored_corrections
 from usage.failpoints import pause_at
@@ -222,10 +225,27 @@ def _apply_corrections(db: Any, rules: Any, period: str) -> int:
     if any(s.issued is not None or s.voided is not None for s in _standing(db, period).values()):
         return 0
     try:
-        return len(regenerate(db, rules, period).hours)
+        switched = regenerate(db, rules, period)
+        record_publication(db, period, switched.generation)
+        return len(switched.hours)
     except RegenerateRefused as exc:
         raise BillingError(f"invoice run {period}: the stored corrections that touch it cannot be applied: "
                            f"{exc}") from None
+
+
+_RERATE_RUN_SQL = (f"SELECT {', '.join(RerateRunRow.columns())} FROM rerate_runs FINAL "
+                   "WHERE period = {p:String} AND generation = {g:UInt64}")
+
+
+def record_publication(db: Any, period: str, generation: int | None) -> None:
+    """Record on the books that `period`'s rated data was published anew as `generation` (its
+    rerate_runs row, as usage/regenerate.py wrote it); nothing when nothing was published."""
+    if not generation:
+        return
+    rows = db.query(_RERATE_RUN_SQL, {"p": period, "g": int(generation)})
+    if rows:
+        row = RerateRunRow(**dict(zip(RerateRunRow.columns(), rows[0], strict=True)))
+        books.record(db, ReratePublished(kind="rerate_published", run=row))
 
 
 def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Callable[[], None],
@@ -256,15 +276,15 @@ def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Call
         if manual:
             _keep_draft(db, draft, has.draft, replaces, now, fence, actor, report, rules.revision)
             continue
-        number = _issue(db, draft, has.draft, replaces, now, fence, actor, rules.revision)
+        number = _issue(db, rules, draft, has.draft, replaces, now, fence, actor)
         report.created.append(number)
         if tenant not in registered:
             report.unregistered.append(tenant)
         if progress:
             progress(number)
-    db.insert("billing_runs", [[period, now, len(report.created) + len(report.existing) + len(report.drafted)
-                                + len(report.refreshed) + len(report.unchanged)]],
-              ["period", "completed_at", "invoices"])
+    books.record(db, BillingRunCompleted(kind="billing_run_completed", run=BillingRunRow(
+        period=period, completed_at=now, invoices=len(report.created) + len(report.existing) + len(report.drafted)
+        + len(report.refreshed) + len(report.unchanged))))
     return report
 
 
@@ -276,42 +296,54 @@ def _keep_draft(db: Any, draft: InvoiceDraft, stored: IssuedInvoice | None, repl
         return
     doc_id = stored.id if stored is not None else store.new_draft_id()
     revision = stored.revision + 1 if stored is not None else 1
-    store.write_lines(db, doc_id, revision, draft)
+    action = "draft_refreshed" if stored is not None else "draft_made"
+    fact = InvoiceFact(
+        kind=action, lines=store.line_rows(doc_id, revision, draft),
+        header=store.header_row(draft, doc_id=doc_id, status="draft", revision=revision, issued_at=now,
+                                replaces=replaces, rules_revision=rules_revision),
+        journal=(entry(action, invoice=doc_id, tenant=draft.tenant, period=draft.period, actor=actor, document=replaces,
+                       detail=f"revision {revision}: total {draft.total} {CURRENCY}"),))
     _pause_before_header()
     fence()
-    store.write_header(db, draft, doc_id=doc_id, status="draft", revision=revision, issued_at=now, replaces=replaces,
-                       rules_revision=rules_revision)
+    books.record(db, fact)
     (report.refreshed if stored is not None else report.drafted).append(doc_id)
-    record(db, "draft_refreshed" if stored is not None else "draft_made", invoice=doc_id, tenant=draft.tenant,
-           period=draft.period, actor=actor, document=replaces,
-           detail=f"revision {revision}: total {draft.total} {CURRENCY}")
 
 
-def _issue(db: Any, draft: InvoiceDraft, stored: IssuedInvoice | None, replaces: str, now: datetime,
-           fence: Callable[[], None], actor: str, rules_revision: str) -> str:
-    """Issue `draft`: number it and write its header (and its lines, unless they are `stored`'s
-    current revision unchanged). Returns the number. Needs the lease and no stray lines."""
+def _issue(db: Any, rules: Any, draft: InvoiceDraft, stored: IssuedInvoice | None, replaces: str, now: datetime,
+           fence: Callable[[], None], actor: str) -> str:
+    """Issue `draft`: number it and record the invoice as issued — its header, its lines (unless
+    they are `stored`'s current revision unchanged), its journal, its seller and buyer as they
+    are now — as one fact on the books. Returns the number. Needs the lease, the numbered
+    series' writer (billing/books.py) and no stray lines."""
     year = int(draft.period[:4])
     number, seq = store.next_number(db, year)
+    lines: tuple = ()
     if stored is not None and store.same_figures(draft, store.load(db, stored)):
         doc_id, revision, refreshed = stored.id, stored.revision, False
     else:
         doc_id = stored.id if stored is not None else number
         revision = stored.revision + 1 if stored is not None else 1
         refreshed = stored is not None
-        store.write_lines(db, doc_id, revision, draft, number="" if refreshed else number)
+        lines = store.line_rows(doc_id, revision, draft, number="" if refreshed else number)
+    journal = []
+    if refreshed:
+        journal.append(entry("draft_refreshed", invoice=doc_id, tenant=draft.tenant, period=draft.period, actor=actor,
+                             detail=f"revision {revision} at issue: total {draft.total} {CURRENCY}"))
+    journal.append(entry("issued", invoice=number, document=doc_id if doc_id != number else "", tenant=draft.tenant,
+                         period=draft.period, actor=actor, detail=f"total {draft.total} {CURRENCY}"))
+    if replaces:
+        journal.append(entry("replaced", invoice=replaces, document=number, tenant=draft.tenant, period=draft.period,
+                             actor=actor, detail=f"replaced by {number}"))
+    registered = find_tenant(db, draft.tenant) if is_id(draft.tenant) else None
+    fact = InvoiceFact(
+        kind="invoice_issued", lines=lines, journal=tuple(journal),
+        header=store.header_row(draft, doc_id=doc_id, status="issued", revision=revision, issued_at=now,
+                                number=number, seq=seq, replaces=replaces, rules_revision=rules.revision),
+        seller=store.party(rules.seller) if rules.seller is not None else None,
+        buyer=store.party(registered) if registered is not None else Party(details={"tenant": draft.tenant}))
     _pause_before_header()
     fence()
-    store.write_header(db, draft, doc_id=doc_id, status="issued", revision=revision, issued_at=now, number=number,
-                       seq=seq, replaces=replaces, rules_revision=rules_revision)
-    if refreshed:
-        record(db, "draft_refreshed", invoice=doc_id, tenant=draft.tenant, period=draft.period, actor=actor,
-               detail=f"revision {revision} at issue: total {draft.total} {CURRENCY}")
-    record(db, "issued", invoice=number, document=doc_id if doc_id != number else "", tenant=draft.tenant,
-           period=draft.period, actor=actor, detail=f"total {draft.total} {CURRENCY}")
-    if replaces:
-        record(db, "replaced", invoice=replaces, document=number, tenant=draft.tenant, period=draft.period,
-               actor=actor, detail=f"replaced by {number}")
+    books.record(db, fact)
     return number
 
 
@@ -340,8 +372,7 @@ def issue_period(db: Any, rules: Any, period: str, *, tenant: str | None = None,
         issued = []
         for who, has in drafts:
             draft = draft_invoice(db, rules, who, period, new_tenant=who in trial, replacing=has.voided is not None)
-            issued.append((has.draft.id, _issue(db, draft, has.draft, has.draft.replaces, now, fence, actor,
-                                                rules.revision)))
+            issued.append((has.draft.id, _issue(db, rules, draft, has.draft, has.draft.replaces, now, fence, actor)))
         return issued
 
 

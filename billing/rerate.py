@@ -50,7 +50,9 @@ from billing.concessions import NoteFate, check_reasons, concessions_of, fates
 from billing.errors import BillingError
 from billing.credit_notes import credit_notes, void_invoice
 from billing.invoice_lock import invoicing_lease
-from billing.invoicing import billed_elsewhere, invoice_credits, late_periods, pending_adjustments, run_period
+from billing.invoicing import (
+    billed_elsewhere, invoice_credits, late_periods, pending_adjustments, record_publication, run_period,
+)
 from billing.journal import actor_here
 from billing.tenants import trial_tenants
 from billing_rules import EnergyUsage, InvoiceDraft, InvoiceLine, RentUsage, build_invoice
@@ -142,6 +144,7 @@ def rerate_apply(db: Any, rules: Any, period: str, *, tenant: str | None = None,
         except RegenerateRefused as exc:
             raise RerateRefused(str(exc)) from None
         fence()
+        record_publication(db, period, switched.generation)
         report = rerate_preview(db, rules, period, tenant)
         report.generation, report.hours = switched.generation, len(switched.hours)
     for change in report.tenants:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from contextlib import nullcontext
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.triggers.cron import CronTrigger
@@ -61,20 +61,33 @@ def due_periods(rules: Any, now_s: int, completed: set[str], lookback: int = LOO
 
 
 def run_due(db: Any, rules: Any, now: datetime | None = None,
-            take_corrections: Callable[[], Any] | None = None) -> list[RunReport]:
+            take_corrections: Callable[[], Any] | None = None,
+            open_books: Callable[[], ContextManager[Any]] | None = None) -> list[RunReport]:
     """Invoice every due period; the job body of the scheduler. With a period due,
-    `take_corrections()` first (see the module docstring): when it raises, nothing is invoiced
-    and the run waits for the next hour."""
+    `take_corrections()` first (see the module docstring), then the books opened for the run
+    (`open_books()`: the numbered series' writer on the log, billing/books.py); when either
+    raises, nothing is invoiced and the run waits for the next hour."""
     now = now or datetime.now(timezone.utc)
     completed = {row[0] for row in db.query("SELECT period FROM billing_runs FINAL")}
     with_data = {row[0] for row in db.query("SELECT DISTINCT period FROM rated_writes")}
     due = [period for period in due_periods(rules, int(now.timestamp()), completed) if period in with_data]
-    if due and take_corrections is not None:
-        try:
+    if not due:
+        return []
+    try:
+        if take_corrections is not None:
             take_corrections()
-        except Exception as exc:  # noqa: BLE001 - the shell's refusal (Kafka or the database), said in one line
-            log.warning("billing run %s postponed to the next hour: %s", ", ".join(due), " ".join(str(exc).split()))
-            return []
+        books = open_books() if open_books is not None else nullcontext()
+        books.__enter__()
+    except Exception as exc:  # noqa: BLE001 - the shell's refusal (Kafka or the database), said in one line
+        log.warning("billing run %s postponed to the next hour: %s", ", ".join(due), " ".join(str(exc).split()))
+        return []
+    try:
+        return _run_periods(db, rules, due, now)
+    finally:
+        books.__exit__(None, None, None)
+
+
+def _run_periods(db: Any, rules: Any, due: list[str], now: datetime) -> list[RunReport]:
     reports = []
     for period in due:
         try:
@@ -98,8 +111,10 @@ def drafts_waiting(db: Any) -> int:
 
 
 def _billing_job(db: Any, rules: Any, on_drafts: Callable[[int], None] | None,
-                 now: datetime | None = None, take_corrections: Callable[[], Any] | None = None) -> list[RunReport]:
-    reports = run_due(db, rules, now=now, take_corrections=take_corrections)
+                 now: datetime | None = None, take_corrections: Callable[[], Any] | None = None,
+                 open_books: Callable[[Any], ContextManager[Any]] | None = None) -> list[RunReport]:
+    reports = run_due(db, rules, now=now, take_corrections=take_corrections,
+                      open_books=(lambda: open_books(rules)) if open_books is not None else None)
     if on_drafts is not None:
         on_drafts(drafts_waiting(db))
     return reports
@@ -107,16 +122,19 @@ def _billing_job(db: Any, rules: Any, on_drafts: Callable[[int], None] | None,
 
 def add_jobs(scheduler: Any, db: Any, rules: Callable[[], Any],
              on_drafts: Callable[[int], None] | None = None,
-             take_corrections: Callable[[], Any] | None = None) -> ThreadPoolExecutor:
+             take_corrections: Callable[[], Any] | None = None,
+             open_books: Callable[[Any], ContextManager[Any]] | None = None) -> ThreadPoolExecutor:
     """The billing and rollup jobs on `scheduler` (APScheduler), in their own thread, each run
     with the rules `rules()` returns then (see the module docstring); after each billing run
     `on_drafts` gets the number of drafts waiting for review; `take_corrections()` before a
-    billing run with a period due. Returns their executor: `shutdown(wait=True)` waits for a
+    billing run with a period due, and `open_books(rules)` around it (the books on the log, in
+    the job's own thread: billing/books.py). Returns their executor: `shutdown(wait=True)` waits for a
     job in flight (before the database is closed)."""
     executor = ThreadPoolExecutor(1, pool_kwargs={"thread_name_prefix": "billing-jobs"})
     scheduler.add_executor(executor, alias=JOBS_EXECUTOR)
     add_billing_job(scheduler, lambda: _yielding(db, lambda: _billing_job(db, rules(), on_drafts,
-                                                                          take_corrections=take_corrections)),
+                                                                          take_corrections=take_corrections,
+                                                                          open_books=open_books)),
                     rules(), executor=JOBS_EXECUTOR)
     add_rollup_job(scheduler, lambda: _yielding(db, lambda: run_rollup(db, rules())), executor=JOBS_EXECUTOR)
     return executor

@@ -46,9 +46,11 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from billing import books
 from billing.errors import BillingError, NotFound
 from billing_rules import build_invoice
 from billing_rules.parties import looks_like_uscc, uscc_problem
+from schemas.books import TenantFact, TenantRow
 from schemas.ids import MAX_ID_LEN, is_id
 from usage.by_tenant import usage_by_tenant
 from usage.rated import rated_source
@@ -355,7 +357,7 @@ def add_tenant(db: Any, tenant: str, display_name: str, *, note: str = "", legal
         return existing, False
     at = utc_ms(now)
     added = Tenant(tenant, name, ACTIVE, at, at, note, **buyer)
-    _write(db, added)
+    _write(db, added, "tenant_registered")
     return added, True
 
 
@@ -383,7 +385,7 @@ def update_tenant(db: Any, tenant: str, *, display_name: str | None = None, lega
         return existing, False
     at = max(utc_ms(now), existing.updated_at + timedelta(milliseconds=1))
     changed = replace(existing, **wanted, updated_at=at, note=note or existing.note)
-    _write(db, changed)
+    _write(db, changed, "tenant_updated")
     return changed, True
 
 
@@ -410,7 +412,7 @@ def set_status(db: Any, tenant: str, status: str, *, note: str = "", now: dateti
     # Strictly later than the row it replaces, so the replacement wins even within a millisecond.
     at = max(utc_ms(now), existing.updated_at + timedelta(milliseconds=1))
     changed = replace(existing, status=status, updated_at=at, note=note or existing.note)
-    _write(db, changed)
+    _write(db, changed, "tenant_suspended" if status == SUSPENDED else "tenant_resumed")
     return changed, True
 
 
@@ -433,8 +435,10 @@ def unregistered_usage(db: Any, rules: Any, period: str) -> list[UnregisteredTen
     return sorted(found, key=lambda u: (-u.charges, -u.rented_seconds, u.tenant))
 
 
-def _write(db: Any, tenant: Tenant) -> None:
-    db.insert("tenants", [tuple(getattr(tenant, column) for column in COLUMNS)], COLUMNS)
+def _write(db: Any, tenant: Tenant, kind: str) -> None:
+    """Record the change on the books (billing/books.py): the whole row, as the registry keeps it."""
+    row = TenantRow(**{column: getattr(tenant, column) for column in COLUMNS})
+    books.record(db, TenantFact(kind=kind, tenant=row))
 
 
 def _tenant(row: Iterable[Any]) -> Tenant:

@@ -46,6 +46,7 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
     from reports.cost_share import cost_share, store_cost_share, what_if
     from billing.invoicing import list_invoices, run_period
     from billing.balances import top_up
+    from gpubill.cli.books import open_books
     from reports.invoice_files import write_invoice_files
     from reports.outputs import output_name, path_inside, write_output
     from reports.render import render_cost_share, render_usage
@@ -83,7 +84,7 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
 
     out_dir = settings.out_path
     err.print(f"[bold]3/4[/bold] invoicing {period} and writing reports under {terminal_text(out_dir)}/")
-    with open_database(settings.clickhouse) as database:
+    with open_database(settings.clickhouse) as database, open_books(database, settings, numbered=True, rules=rules):
         for tenant, name in DEMO_TENANTS.items():  # a re-run finds them registered: nothing changes
             legal_name, tax_id, address = DEMO_BUYERS[tenant]
             buyer = dict(legal_name=legal_name, tax_id=tax_id, address=address, email=f"finance@{tenant}.example")

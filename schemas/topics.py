@@ -16,6 +16,7 @@ TOPIC_POWER = "gpu.power.v1"
 TOPIC_DEADLETTER = "gpu.deadletter.v1"
 TOPIC_BILLING_EVENTS = "gpu.billing-events.v1"  # keyed by tenant; schemas/billing_events.py (issue 15)
 TOPIC_CORRECTIONS = "gpu.corrections.v1"  # keyed by gpu_uuid, kept for ever; schemas/corrections.py (issue 25)
+TOPIC_BOOKS = "gpu.books.v1"  # every money fact, kept for ever, one partition; schemas/books.py (issue 37)
 READING_TOPICS = {"usage": TOPIC_USAGE, "power": TOPIC_POWER}  # event kind → its topic
 KIND_OF_TOPIC = {TOPIC_USAGE: "usage", TOPIC_POWER: "power"}  # topic → the event kind it carries
 PIPELINE_TOPICS = (TOPIC_USAGE, TOPIC_POWER, TOPIC_DEADLETTER)  # what a worker consumes

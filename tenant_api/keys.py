@@ -43,7 +43,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+from billing import books
 from billing.tenants import InvalidTenant, check_tenant_id, checked_text, find_tenant, utc_ms
+from schemas.books import ApiKeyFact, ApiKeyRow
 from tenant_api.errors import ApiError, UnknownKeyId
 
 __all__ = [
@@ -230,7 +232,7 @@ def create_key(db: Any, *, tenant: str | None, role: str = TENANT, label: str = 
                                     f"`gpubill tenant add {tenant} --name NAME`")
     key = ApiKey(new_key_id(), tenant, role, label, at, expires_at, None)
     secret = new_secret()
-    _write(db, key, secret_sha256(secret), at)
+    _write(db, key, secret_sha256(secret), at, "api_key_created")
     return key, f"{TOKEN_PREFIX}{key.id}_{secret}"
 
 
@@ -262,7 +264,7 @@ def revoke_key(db: Any, key_id: str, *, now: datetime | None = None) -> ApiKey:
     # Strictly later than the row it replaces, so the revocation wins even within a millisecond.
     at = max(utc_ms(now), utc_ms(row[COLUMNS.index("updated_at")]) + timedelta(milliseconds=1))
     revoked = ApiKey(key.id, key.tenant, key.role, key.label, key.created_at, key.expires_at, at)
-    _write(db, revoked, row[COLUMNS.index("secret_sha256")], at)
+    _write(db, revoked, row[COLUMNS.index("secret_sha256")], at, "api_key_revoked")
     return revoked
 
 
@@ -308,9 +310,11 @@ def _row_or_neighbour(db: Any, key_id: str) -> tuple | None:
     return tuple(rows[0]) if rows else None
 
 
-def _write(db: Any, key: ApiKey, hashed: str, updated_at: datetime) -> None:
+def _write(db: Any, key: ApiKey, hashed: str, updated_at: datetime, kind: str) -> None:
+    """Record the key's row on the books (billing/books.py): its hash, never the secret."""
     values = {"secret_sha256": hashed, "updated_at": updated_at}
-    db.insert("api_keys", [tuple(values[c] if c in values else getattr(key, c) for c in COLUMNS)], COLUMNS)
+    row = ApiKeyRow(**{c: values[c] if c in values else getattr(key, c) for c in COLUMNS})
+    books.record(db, ApiKeyFact(kind=kind, key_row=row))
 
 
 def _key(row: Iterable[Any]) -> ApiKey:

@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 
+from gpubill.cli.books import open_books
 from gpubill.cli.common import check_period, connect, err, out, read_rules, terminal_text
 from gpubill.config import load_settings
 from gpubill.errors import GpubillError
@@ -35,7 +36,8 @@ def balance_topup(
     from billing.tenants import check_note, check_tenant_id
 
     checked = check_tenant_id(tenant), parse_amount(amount), check_ref(ref), check_note(note)  # before opening anything
-    with connect(load_settings()) as database:
+    settings = load_settings()
+    with connect(settings) as database, open_books(database, settings):
         entry, added = top_up(database, checked[0], checked[1], checked[2], note=checked[3])
     if added:
         out.print(f"recorded {terminal_text(entry.ref)}: +{entry.amount} CNY for {terminal_text(entry.tenant)}",
@@ -90,7 +92,8 @@ def budget_set(
     if none == (amount is not None):
         raise GpubillError("give exactly one of --amount A and --none")
     checked = check_tenant_id(tenant), None if none else parse_amount(amount, "budget"), check_note(note)
-    with connect(load_settings()) as database:
+    settings = load_settings()
+    with connect(settings) as database, open_books(database, settings):
         budget = set_budget(database, checked[0], checked[1], note=checked[2])
     shown = "no budget" if budget.amount is None else f"a budget of {budget.amount} CNY per period"
     out.print(f"{terminal_text(budget.tenant)} has {shown}", highlight=False)

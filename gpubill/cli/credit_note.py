@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from gpubill.cli.books import open_books
 from gpubill.cli.common import check_format, check_period, connect, emit, err, out, read_rules, terminal_text
 from gpubill.cli.report import check_choice
 from gpubill.config import load_settings
@@ -54,7 +55,7 @@ def credit_note_create(
     amounts = None if credit_all else parse_lines(line)  # checked before anything is opened
     settings = load_settings()
     rules = read_rules(settings)
-    with connect(settings) as database:
+    with connect(settings) as database, open_books(database, settings, numbered=True, rules=rules):
         made = create_credit_note(database, rules, invoice, reason, amounts, note=note,
                                   on_wait=lambda message: err.print(terminal_text(message), highlight=False))
     if as_json:

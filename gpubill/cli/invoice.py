@@ -12,6 +12,7 @@ from typing import Optional
 
 import typer
 
+from gpubill.cli.books import open_books
 from gpubill.cli.common import (
     OFFLINE_HELP, check_format, check_period, connect, count, emit, err, money, out, read_rules,
     take_corrections_to_end, terminal_text,
@@ -44,7 +45,7 @@ def invoice_run(
     with connect(settings) as database:
         # every correction on the log stored before the run, a worker running or not (issue 36)
         take_corrections_to_end(database, settings, f"invoice run {period}", offline=offline)
-        with _progress("issuing invoices") as progress:
+        with open_books(database, settings, numbered=True, rules=rules), _progress("issuing invoices") as progress:
             report = run_period(database, rules, check_period(period), progress=progress,
                                 on_wait=lambda message: err.print(terminal_text(message), highlight=False))
         out.print(run_summary(report, rules.review == "manual", period), highlight=False)
@@ -189,8 +190,9 @@ def invoice_issue(
     with connect(settings) as database:
         # the drafts are re-built from the data as it is now: with every correction on the log (issue 36)
         take_corrections_to_end(database, settings, f"invoice issue {period}", offline=offline)
-        issued = issue_period(database, rules, period, tenant=tenant,
-                              on_wait=lambda message: err.print(terminal_text(message), highlight=False))
+        with open_books(database, settings, numbered=True, rules=rules):
+            issued = issue_period(database, rules, period, tenant=tenant,
+                                  on_wait=lambda message: err.print(terminal_text(message), highlight=False))
     out.print(f"{period}: {count(len(issued), 'invoice')} issued")
     for draft_id, number in issued:
         out.print(f"  {terminal_text(draft_id)} → {terminal_text(number)}", highlight=False)
@@ -209,7 +211,7 @@ def invoice_void(
 
     settings = load_settings()
     rules = read_rules(settings)
-    with connect(settings) as database:
+    with connect(settings) as database, open_books(database, settings, numbered=True, rules=rules):
         invoice, note = void_invoice(database, rules, number, reason,
                                      on_wait=lambda message: err.print(terminal_text(message), highlight=False))
         earlier = voided_fates(database, invoice, note.number if note else "")

@@ -15,6 +15,7 @@ from datetime import UTC, date, datetime
 
 import typer
 
+from gpubill.cli.books import open_books
 from gpubill.cli.common import connect, err, out, terminal_text
 from gpubill.config import load_settings
 from gpubill.errors import GpubillError
@@ -37,7 +38,8 @@ def key_create(
 
     day = _date("--expires", expires) if expires else None
     checked = check_request(tenant=tenant or None, role=role, label=label, expires=day)  # before opening anything
-    with connect(load_settings()) as database:
+    settings = load_settings()
+    with connect(settings) as database, open_books(database, settings):
         key, token = create_key(database, tenant=checked[0] or None, role=checked[1], label=checked[2], expires=day)
     if as_json:
         _print_json({"id": key.id, "key": token})
@@ -85,7 +87,8 @@ def key_revoke(key_id: str = typer.Argument(..., metavar="ID", help="The key's i
     from tenant_api.keys import check_key_id, find_key, revoke_key
 
     key_id = check_key_id(key_id)
-    with connect(load_settings()) as database:
+    settings = load_settings()
+    with connect(settings) as database, open_books(database, settings):
         before = find_key(database, key_id)
         key = revoke_key(database, key_id)
     whose = "operator key" if not key.tenant else f"key of tenant {key.tenant}"

@@ -359,7 +359,8 @@ class _Jobs:
         self.database = _side_client(settings, database)
         gauge = pipeline.metrics.invoice_drafts.set if pipeline.metrics is not None else None
         self.executor = add_jobs(self.scheduler, self.database, lambda: pipeline.rules, on_drafts=gauge,
-                                 take_corrections=_before_billing(settings, self.database))
+                                 take_corrections=_before_billing(settings, self.database),
+                                 open_books=_books_for_billing(settings, self.database))
         self._shared = self.database is database
 
     def stop(self) -> None:
@@ -396,6 +397,14 @@ def _before_billing(settings: Settings, database):
     runs every few seconds, and the job's first run, at start-up, would not wait for it."""
     say = logging.getLogger("gpubill.scheduler").info
     return lambda: take_corrections_to_end(database, settings, "the billing run", say=say)
+
+
+def _books_for_billing(settings: Settings, database):
+    """The billing job's books (issue 37): the numbered series' writer on the log, opened in the
+    job's thread for each run that has a period due, with the rules it invoices under."""
+    from gpubill.cli.books import open_books
+
+    return lambda rules: open_books(database, settings, numbered=True, rules=rules)
 
 
 def _side_client(settings: Settings, database):
@@ -479,7 +488,7 @@ def scheduler() -> None:
     database = connect(settings)
     blocking = BlockingScheduler(timezone=timezone.utc)  # its log lines in UTC, like all others
     add_jobs(blocking, database, RuleFiles(Path(settings.rules), rules),
-             take_corrections=_before_billing(settings, database))
+             take_corrections=_before_billing(settings, database), open_books=_books_for_billing(settings, database))
     try:
         blocking.start()
     except (KeyboardInterrupt, SystemExit):

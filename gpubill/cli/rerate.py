@@ -16,6 +16,7 @@ from typing import Optional
 
 import typer
 
+from gpubill.cli.books import open_books
 from gpubill.cli.common import (
     OFFLINE_HELP, check_period, connect, err, out, read_rules, take_corrections_to_end, terminal_text,
 )
@@ -80,9 +81,10 @@ def rerate(
         # every correction on the log, stored before the plan: a worker need not run (issue 36)
         take_corrections_to_end(database, settings, f"rerate {period}", offline=offline if not apply else None)
         if apply:
-            report = rerate_apply(database, rules, period, tenant=tenant,
-                                  on_wait=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"),
-                                  progress=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
+            with open_books(database, settings, numbered=True, rules=rules):
+                report = rerate_apply(database, rules, period, tenant=tenant,
+                                      on_wait=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"),
+                                      progress=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
         else:
             report = rerate_preview(database, rules, period, tenant)
     namers = {t.tenant: _namer(rules, period, t) for t in report.tenants}

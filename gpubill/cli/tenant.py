@@ -15,6 +15,7 @@ from fractions import Fraction
 
 import typer
 
+from gpubill.cli.books import open_books
 from gpubill.cli.common import check_format, check_period, connect, err, out, read_rules, terminal_text
 from gpubill.config import load_settings
 from gpubill.errors import GpubillError
@@ -46,7 +47,8 @@ def tenant_add(
     # Every value checked before opening anything.
     checked = check_tenant_id(tenant), check_display_name(name), check_note(note)
     buyer = check_buyer(legal_name=legal_name, tax_id=tax_id, address=address, email=email)
-    with connect(load_settings()) as database:
+    settings = load_settings()
+    with connect(settings) as database, open_books(database, settings):
         registered, added = add_tenant(database, *checked[:2], note=checked[2], **buyer)
     if added:
         out.print(f"registered {registered.tenant} ({terminal_text(registered.display_name)}): active", highlight=False)
@@ -76,7 +78,8 @@ def tenant_update(
     tenant, note = check_tenant_id(tenant), check_note(note)
     buyer = check_buyer(legal_name=legal_name, tax_id=tax_id, address=address, email=email)
     display_name = None if name is None else check_display_name(name)
-    with connect(load_settings()) as database:
+    settings = load_settings()
+    with connect(settings) as database, open_books(database, settings):
         before = find_tenant(database, tenant)
         # NotFound when `before` is None: update_tenant says so.
         after, changed = update_tenant(database, tenant, display_name=display_name, note=note, **buyer)
@@ -121,7 +124,8 @@ def _change_status(tenant: str, status: str, note: str) -> None:
     from billing.tenants import check_note, check_tenant_id, set_status
 
     checked = check_tenant_id(tenant), check_note(note)
-    with connect(load_settings()) as database:
+    settings = load_settings()
+    with connect(settings) as database, open_books(database, settings):
         changed, did = set_status(database, checked[0], status, note=checked[1])
     out.print(f"{changed.tenant} is {changed.status}" + ("" if did else " already; nothing changed"))
 

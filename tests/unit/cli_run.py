@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 
 def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
@@ -26,3 +27,7 @@ def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
         code = int(exited.code or 0)
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+# `gpubill` in a process of its own, as unit tests run it: [sys.executable, UNLOGGED_CLI, *args]
+UNLOGGED_CLI = str(Path(__file__).with_name("unlogged_cli.py"))

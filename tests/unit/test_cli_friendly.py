@@ -10,6 +10,8 @@ from datetime import datetime, timezone
 
 import pytest
 
+from tests.unit.cli_run import UNLOGGED_CLI
+
 from gpubill.cli.invoice import check_ended
 from gpubill.errors import GpubillError
 from tests.unit.test_current_usage import PERIOD, RULES, db_path, gpubill  # noqa: F401  (the fixture)
@@ -88,11 +90,11 @@ def test_a_piped_table_is_never_cut(db_path, tmp_path):  # noqa: F811
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     env.update({"GPUBILL_CLICKHOUSE": f"chdb://{db_path}", "GPUBILL_RULES": str(RULES_DIR), "NO_COLOR": "1"})
     for tenant in ("acme", "beta"):
-        subprocess.run([sys.executable, "-m", "gpubill.cli", "tenant", "add", tenant, "--name", f"{tenant} " * 12,
+        subprocess.run([sys.executable, UNLOGGED_CLI, "tenant", "add", tenant, "--name", f"{tenant} " * 12,
                         "--legal-name", "A very long legal name of a company that is registered, Ltd."], env=env,
                        cwd=tmp_path, capture_output=True, text=True, timeout=120)
     for args in (("tenant", "list"), ("balance", "show")):
-        done = subprocess.run([sys.executable, "-m", "gpubill.cli", *args], env=env, cwd=tmp_path, capture_output=True,
+        done = subprocess.run([sys.executable, UNLOGGED_CLI, *args], env=env, cwd=tmp_path, capture_output=True,
                               text=True, timeout=120)  # stdout is a pipe here
         assert done.returncode == 0, done.stderr
         assert "…" not in done.stdout and max(len(line) for line in done.stdout.splitlines()) > 80, done.stdout
@@ -108,10 +110,10 @@ def test_an_empty_dead_letter_list_is_one_line(tmp_path):
     import sys
 
     env = {**os.environ, "GPUBILL_CLICKHOUSE": dsn, "NO_COLOR": "1"}
-    done = subprocess.run([sys.executable, "-m", "gpubill.cli", "dlq", "list"], env=env, cwd=tmp_path,
+    done = subprocess.run([sys.executable, UNLOGGED_CLI, "dlq", "list"], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout) == (0, "no dead-lettered input\n"), done.stderr
-    as_json = subprocess.run([sys.executable, "-m", "gpubill.cli", "dlq", "list", "--format", "json"], env=env,
+    as_json = subprocess.run([sys.executable, UNLOGGED_CLI, "dlq", "list", "--format", "json"], env=env,
                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert as_json.stdout.strip() == "[]"
 
@@ -155,7 +157,7 @@ def test_spend_reads_well_without_usage_or_runway(tmp_path):
     from tests.chdb_template import migrated_dsn
 
     env = {**os.environ, "GPUBILL_CLICKHOUSE": migrated_dsn(tmp_path / "db"), "NO_COLOR": "1", "COLUMNS": "300"}
-    run = lambda *args: subprocess.run([sys.executable, "-m", "gpubill.cli", *args], env=env, cwd=tmp_path,  # noqa: E731
+    run = lambda *args: subprocess.run([sys.executable, UNLOGGED_CLI, *args], env=env, cwd=tmp_path,  # noqa: E731
                                        capture_output=True, text=True, timeout=120)
     assert run("tenant", "add", "quiet", "--name", "Quiet Ltd").returncode == 0
     done = run("spend", "--tenant", "quiet")

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.cli_run import UNLOGGED_CLI
+
 from billing import invoice_store
 from billing.concessions import UnknownCreditNote
 from billing.credit_notes import create_credit_note, credit_notes, void_invoice
@@ -252,7 +254,7 @@ def test_the_dry_run_and_the_void_say_each_line_once_in_the_invoice_words_and_wh
            "GPUBILL_HOME": str(tmp_path / "var"), "COLUMNS": "200"}
 
     def gpubill(*args: str) -> list[str]:
-        done = subprocess.run([sys.executable, "-m", "gpubill.cli", *args], env=env, capture_output=True, text=True,
+        done = subprocess.run([sys.executable, UNLOGGED_CLI, *args], env=env, capture_output=True, text=True,
                               timeout=120)
         assert done.returncode == 0, done.stderr
         return [line.strip() for line in done.stdout.splitlines() if line.strip()]

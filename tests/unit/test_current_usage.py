@@ -28,6 +28,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from tests.unit.cli_run import UNLOGGED_CLI
+
 import usage.rollup as rollup
 from billing.current_usage import CurrentUsage, DailyUsage, current_usage, daily_usage
 from billing.invoicing import run_period
@@ -185,7 +187,7 @@ def db_path(tmp_path_factory) -> Path:
 def gpubill(db_path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "GPUBILL_CLICKHOUSE": f"chdb://{db_path}", "GPUBILL_RULES": str(RULES_DIR),
            "GPUBILL_ROLLUP_MARGIN_S": "0", "NO_COLOR": "1", "COLUMNS": "2000"}
-    return subprocess.run([sys.executable, "-m", "gpubill.cli", *args], env=env, cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, UNLOGGED_CLI, *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=300)
 
 

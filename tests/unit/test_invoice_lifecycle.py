@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from billing import books
+
 from billing import invoice_store
 from billing.balances import balance, top_up
 from billing.credit_notes import CreditNoteRefused, create_credit_note, credit_notes, creditable, void_invoice
@@ -199,10 +201,11 @@ def test_two_credit_notes_at_once_never_credit_more_than_the_invoice(db):
     run_period(db, RULES, PERIOD, now=NOW)  # GB-2026-000001: 30.00 net
     outcomes: list[object] = []
 
-    def credit() -> None:
+    def credit() -> None:  # a thread starts with no books open: each opens its own, as a command does
         try:
-            outcomes.append(create_credit_note(db, RULES, "GB-2026-000001", "duplicate", {1: Decimal("20.00")},
-                                               actor=ACTOR).number)
+            with books.using(books.UnloggedBooks()):
+                outcomes.append(create_credit_note(db, RULES, "GB-2026-000001", "duplicate", {1: Decimal("20.00")},
+                                                   actor=ACTOR).number)
         except CreditNoteRefused as exc:
             outcomes.append(str(exc))
 

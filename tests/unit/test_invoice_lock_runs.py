@@ -108,9 +108,10 @@ def test_a_crash_between_lines_and_header_is_repaired_by_the_next_run(db, monkey
     with pytest.raises(Killed):
         run_period(db, RULES, PERIOD, now=NOW)
     crashed = invoices_as_stored(db)
-    # t01 and t02 finalized; t03's lines written under the next number, without a header
+    # t01 and t02 finalized; t03's invoice was not recorded (its fact is the commit point, issue 37):
+    # not a line of it was written
     assert [h[:2] for h in crashed["headers"]] == [("t01", "GB-2026-000001"), ("t02", "GB-2026-000002")]
-    assert ("t03", "GB-2026-000003", 1, "rent", Decimal(120)) in crashed["lines"]
+    assert not [line for line in crashed["lines"] if line[0] == "t03"]
 
     monkeypatch.undo()
     monkeypatch.setattr(writes, "MARGIN_S", 0)

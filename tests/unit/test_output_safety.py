@@ -23,6 +23,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+from tests.unit.cli_run import UNLOGGED_CLI
 from rich.console import Console
 from rich.table import Table
 
@@ -353,7 +355,7 @@ def gpubill(db_path: Path, cwd: Path, *args: str, file_mode: str | None = None) 
     env.pop("GPUBILL_FILE_MODE", None)
     if file_mode:
         env["GPUBILL_FILE_MODE"] = file_mode
-    return subprocess.run([sys.executable, "-m", "gpubill.cli", *args], env=env, cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, UNLOGGED_CLI, *args], env=env, cwd=cwd, capture_output=True,
                           text=True, timeout=300)
 
 

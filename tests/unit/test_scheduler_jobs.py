@@ -54,7 +54,7 @@ def test_a_long_job_in_up_does_not_hold_up_a_writer_batch(tmp_path, monkeypatch)
         finished.set()
 
     monkeypatch.setattr(scheduler_module, "run_rollup", slow_rollup)
-    monkeypatch.setattr(scheduler_module, "run_due", lambda db, rules, now=None, take_corrections=None: [])
+    monkeypatch.setattr(scheduler_module, "run_due", lambda db, rules, now=None, take_corrections=None, open_books=None: [])
     with open_database(f"chdb://{tmp_path / 'ch'}") as database:
         pipeline = Pipeline(rules=RULES, sink=ClickHouseSink(database, max_wait_s=5.0), rater=PythonRater(RULES))
         pipeline.sink.write(EncodedOutcome(), letters(100))  # a running worker's: the first insert reads the table's shape
@@ -124,7 +124,7 @@ def test_gpubill_scheduler_reads_edited_rules_at_its_next_run_and_keeps_the_last
     database = Database()
     monkeypatch.setattr(processes, "connect", lambda settings: database)
     runs: list[tuple[str, object]] = []
-    monkeypatch.setattr(scheduler_module, "run_due", lambda db, rules, now=None, take_corrections=None: runs.append(("billing", rules)))
+    monkeypatch.setattr(scheduler_module, "run_due", lambda db, rules, now=None, take_corrections=None, open_books=None: runs.append(("billing", rules)))
     monkeypatch.setattr(scheduler_module, "run_rollup", lambda db, rules: runs.append(("rollup", rules)))
     edits = [
         lambda: None,  # the first hour: the rules as started

@@ -1,0 +1,393 @@
+"""The books on the log (issue 37): every money and account fact, as an immutable, versioned event.
+
+`gpu.books.v1` is the system of record for money: a fact exists once it is acknowledged on the
+topic (acks=all); the ClickHouse tables that hold tenants, top-ups, budgets, invoices, credit
+notes, the journal, billing runs, re-rating publications, API keys and rule sets are its
+projection (billing/books_projection.py), written idempotently by log position, and
+`gpubill rebuild` makes them again from the topic alone. docs/books.md lists the kinds.
+
+One message is one `BooksEvent`:
+
+    {"v": 1, "at": "...Z", "writer": "host:pid", "fact": {"kind": "invoice_issued", ...}}
+
+`v` is the schema version of the whole envelope. A reader meets a version it does not know
+(`v` > BOOKS_SCHEMA_VERSION: written by a newer gpubill) or a value it cannot read: it stops
+at that position and says so (`UnreadableFact`) — money is never skipped nor guessed.
+
+A fact carries the rows it makes, each as a model named after its table with its fields in
+the table's column order (a unit test holds them against the migrated tables), plus what a
+reader needs besides: the invoice as issued also carries its seller and buyer as they were.
+Values are exact in JSON: Decimal as text ("12.30"), times as RFC 3339 UTC to the microsecond.
+
+Pure: no Kafka, no ClickHouse, no clock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, ClassVar, Literal, Union
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+__all__ = [
+    "ApiKeyFact", "ApiKeyRow", "BOOKS_SCHEMA_VERSION", "BillingRunCompleted", "BillingRunRow", "BooksEvent",
+    "BudgetRow", "BudgetSet", "CreditNoteIssued", "CreditNoteLineRow", "CreditNoteRow", "Fact", "InvoiceFact",
+    "InvoiceHeaderRow", "InvoiceLineRow", "JournalRow", "ReratePublished", "RerateRunRow", "Row", "RuleSetLoaded",
+    "RuleSetRow", "TenantFact", "TenantRow", "TopUpRecorded", "TopUpRow", "UnreadableFact", "decode_event",
+    "encode_event",
+]
+
+BOOKS_SCHEMA_VERSION = 1
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class UnreadableFact(ValueError):
+    """A message of the books that this gpubill cannot read; str() says why (one line)."""
+
+
+class Row(BaseModel):
+    """One row of a projected table: its fields are the table's columns, in order."""
+
+    model_config = _FROZEN
+    TABLE: ClassVar[str]
+
+    @classmethod
+    def columns(cls) -> tuple[str, ...]:
+        return tuple(cls.model_fields)
+
+    def values(self) -> tuple:
+        return tuple(getattr(self, name) for name in type(self).model_fields)
+
+
+# ------------------------------------------------------------------------------------ rows
+
+
+class TenantRow(Row):
+    TABLE: ClassVar[str] = "tenants"
+    tenant: str
+    display_name: str
+    status: str
+    created_at: datetime
+    updated_at: datetime
+    note: str = ""
+    legal_name: str = ""
+    tax_id: str = ""
+    address: str = ""
+    email: str = ""
+
+
+class TopUpRow(Row):
+    TABLE: ClassVar[str] = "balance_ledger"
+    ref: str
+    tenant: str
+    amount: Decimal
+    note: str
+    created_at: datetime
+
+
+class BudgetRow(Row):
+    TABLE: ClassVar[str] = "budgets"
+    tenant: str
+    amount: Decimal | None
+    note: str
+    updated_at: datetime
+
+
+class ApiKeyRow(Row):
+    TABLE: ClassVar[str] = "api_keys"
+    id: str
+    tenant: str
+    role: str
+    label: str
+    secret_sha256: str  # the hash, never the secret
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    updated_at: datetime
+
+
+class InvoiceHeaderRow(Row):
+    TABLE: ClassVar[str] = "invoices"
+    id: str
+    number: str
+    year: int
+    seq: int
+    tenant: str
+    period: str
+    status: str
+    revision: int
+    replaces: str
+    issued_at: datetime
+    updated_at: datetime
+    currency: str
+    subtotal: Decimal
+    credit_used: Decimal
+    net: Decimal
+    tax: Decimal
+    total: Decimal
+    vat_rate: Decimal
+    rules_revision: str
+
+
+class InvoiceLineRow(Row):
+    TABLE: ClassVar[str] = "invoice_lines"
+    id: str
+    revision: int
+    number: str
+    tenant: str
+    period: str
+    line_no: int
+    kind: str
+    gpu_model: str | None
+    plan: str | None
+    site: str | None
+    band: str | None
+    pue: Decimal | None
+    ref_period: str | None
+    credit_id: str | None
+    description: str
+    quantity: Decimal
+    unit: str
+    unit_price: Decimal
+    amount: Decimal
+    exact_amount: str  # the unrounded amount, "n" or "n/d"
+
+
+class JournalRow(Row):
+    TABLE: ClassVar[str] = "invoice_journal"
+    at: datetime
+    action: str
+    invoice: str
+    document: str
+    tenant: str
+    period: str
+    actor: str
+    reason: str
+    detail: str
+
+
+class CreditNoteRow(Row):
+    TABLE: ClassVar[str] = "credit_notes"
+    number: str
+    year: int
+    seq: int
+    invoice: str
+    tenant: str
+    period: str
+    reason: str
+    note: str
+    actor: str
+    issued_at: datetime
+    currency: str
+    subtotal: Decimal
+    tax: Decimal
+    total: Decimal
+    vat_rate: Decimal
+
+
+class CreditNoteLineRow(Row):
+    TABLE: ClassVar[str] = "credit_note_lines"
+    number: str
+    line_no: int
+    invoice: str
+    invoice_line_no: int
+    kind: str
+    description: str
+    amount: Decimal
+
+
+class BillingRunRow(Row):
+    TABLE: ClassVar[str] = "billing_runs"
+    period: str
+    completed_at: datetime
+    invoices: int
+
+
+class RerateRunRow(Row):
+    TABLE: ClassVar[str] = "rerate_runs"
+    period: str
+    generation: int
+    rules_revision: str
+    corrections: int
+    hours: int
+    seconds_written: int
+    seconds_deleted: int
+    started_at: datetime
+    finished_at: datetime
+
+
+class RuleSetRow(Row):
+    TABLE: ClassVar[str] = "rule_sets"
+    revision: str
+    files: str  # JSON: file name → its text, as loaded
+    first_loaded_at: datetime
+
+
+# ----------------------------------------------------------------------------------- facts
+
+
+class _Fact(BaseModel):
+    model_config = _FROZEN
+
+    def rows(self) -> tuple[Row, ...]:
+        """What the fact writes, in the order the projection writes it (headers after their lines)."""
+        raise NotImplementedError
+
+    def key(self) -> str:
+        """The Kafka key: the tenant the fact is about ('' where none)."""
+        return ""
+
+
+class TenantFact(_Fact):
+    kind: Literal["tenant_registered", "tenant_updated", "tenant_suspended", "tenant_resumed"]
+    tenant: TenantRow
+
+    def rows(self) -> tuple[Row, ...]:
+        return (self.tenant,)
+
+    def key(self) -> str:
+        return self.tenant.tenant
+
+
+class TopUpRecorded(_Fact):
+    kind: Literal["top_up"]
+    top_up: TopUpRow
+
+    def rows(self) -> tuple[Row, ...]:
+        return (self.top_up,)
+
+    def key(self) -> str:
+        return self.top_up.tenant
+
+
+class BudgetSet(_Fact):
+    kind: Literal["budget_set"]
+    budget: BudgetRow
+
+    def rows(self) -> tuple[Row, ...]:
+        return (self.budget,)
+
+    def key(self) -> str:
+        return self.budget.tenant
+
+
+class ApiKeyFact(_Fact):
+    kind: Literal["api_key_created", "api_key_revoked"]
+    key_row: ApiKeyRow
+
+    def rows(self) -> tuple[Row, ...]:
+        return (self.key_row,)
+
+    def key(self) -> str:
+        return self.key_row.tenant
+
+
+class Party(BaseModel):
+    """A seller or buyer as a document printed it when the fact was recorded."""
+
+    model_config = _FROZEN
+    details: dict[str, str]
+
+
+class InvoiceFact(_Fact):
+    """A change of an invoice's state: a draft made or refreshed, an invoice issued or voided.
+    `lines` are the lines this change writes (a new revision), none when the header names lines
+    written before; `journal` its entries. An issued invoice carries its seller and buyer."""
+
+    kind: Literal["draft_made", "draft_refreshed", "invoice_issued", "invoice_voided"]
+    header: InvoiceHeaderRow
+    lines: tuple[InvoiceLineRow, ...] = ()
+    journal: tuple[JournalRow, ...] = ()
+    seller: Party | None = None
+    buyer: Party | None = None
+
+    def rows(self) -> tuple[Row, ...]:
+        return (*self.lines, self.header, *self.journal)
+
+    def key(self) -> str:
+        return self.header.tenant
+
+
+class CreditNoteIssued(_Fact):
+    kind: Literal["credit_note_issued"]
+    note: CreditNoteRow
+    lines: tuple[CreditNoteLineRow, ...]
+    journal: tuple[JournalRow, ...] = ()
+
+    def rows(self) -> tuple[Row, ...]:
+        return (*self.lines, self.note, *self.journal)
+
+    def key(self) -> str:
+        return self.note.tenant
+
+
+class BillingRunCompleted(_Fact):
+    kind: Literal["billing_run_completed"]
+    run: BillingRunRow
+
+    def rows(self) -> tuple[Row, ...]:
+        return (self.run,)
+
+
+class ReratePublished(_Fact):
+    kind: Literal["rerate_published"]
+    run: RerateRunRow
+
+    def rows(self) -> tuple[Row, ...]:
+        return (self.run,)
+
+
+class RuleSetLoaded(_Fact):
+    kind: Literal["rules_loaded"]
+    rule_set: RuleSetRow
+
+    def rows(self) -> tuple[Row, ...]:
+        return (self.rule_set,)
+
+
+Fact = Annotated[
+    Union[TenantFact, TopUpRecorded, BudgetSet, ApiKeyFact, InvoiceFact, CreditNoteIssued, BillingRunCompleted,
+          ReratePublished, RuleSetLoaded],
+    Field(discriminator="kind"),
+]
+
+
+class BooksEvent(BaseModel):
+    model_config = _FROZEN
+
+    v: int = BOOKS_SCHEMA_VERSION
+    at: datetime  # when the fact was recorded (the writer's clock)
+    writer: str  # host:pid of the command that recorded it
+    fact: Fact
+
+
+_EVENT = TypeAdapter(BooksEvent)
+
+
+def encode_event(event: BooksEvent) -> bytes:
+    """The message value: compact JSON, Decimal as text."""
+    return _EVENT.dump_json(event)
+
+
+def decode_event(raw: bytes | None) -> BooksEvent:
+    """The event of one message value; UnreadableFact (one line) when it is not one this code reads."""
+    try:
+        document = orjson.loads(raw or b"")
+    except orjson.JSONDecodeError as exc:
+        raise UnreadableFact(f"not JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise UnreadableFact("not a JSON object")
+    version = document.get("v")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise UnreadableFact(f"schema version {version!r} is not a positive integer")
+    if version > BOOKS_SCHEMA_VERSION:
+        raise UnreadableFact(f"schema version {version} is newer than this gpubill reads ({BOOKS_SCHEMA_VERSION}): "
+                             "upgrade gpubill before it projects the books")
+    try:
+        return _EVENT.validate_python(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise UnreadableFact(f"{where}: {first['msg']}") from None

@@ -1,0 +1,173 @@
+"""The books' events and their projection (issue 37; schemas/books.py, billing/books*.py).
+
+No broker here: tests/e2e/test_books_e2e.py runs the log itself (append, fencing, rebuild)."""
+
+from __future__ import annotations
+
+import ast
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import orjson
+import pytest
+
+from billing import books
+from billing.books_projection import PROJECTED_TABLES, project
+from schemas import books as facts
+from schemas.books import (
+    BOOKS_SCHEMA_VERSION, BooksEvent, CreditNoteIssued, CreditNoteLineRow, CreditNoteRow, InvoiceFact,
+    InvoiceHeaderRow, InvoiceLineRow, JournalRow, Row, TenantFact, TenantRow, UnreadableFact, decode_event,
+    encode_event,
+)
+from tests.chdb_template import migrated_dsn
+from warehouse.connection import open_database
+
+ROOT = Path(__file__).resolve().parents[2]
+AT = datetime(2026, 3, 1, 8, 0, 0, 123456, tzinfo=UTC)
+
+
+@pytest.fixture
+def db(tmp_path):
+    with open_database(migrated_dsn(tmp_path / "ch")) as database:
+        yield database
+
+
+def _row_models() -> list[type[Row]]:
+    return [v for v in vars(facts).values() if isinstance(v, type) and issubclass(v, Row) and v is not Row]
+
+
+def test_every_row_model_is_its_table_column_for_column(db):
+    """A column added to a migration and not to its row (or the reverse) fails here, not in a rebuild."""
+    models = _row_models()
+    assert {m.TABLE for m in models} == set(PROJECTED_TABLES)
+    for model in models:
+        described = [row[0] for row in db.query(f"DESCRIBE TABLE {model.TABLE}")]
+        assert list(model.columns()) == described, model.TABLE
+
+
+def _invoice_fact() -> InvoiceFact:
+    header = InvoiceHeaderRow(
+        id="GB-2026-000007", number="GB-2026-000007", year=2026, seq=7, tenant="acme", period="2026-02",
+        status="issued", revision=1, replaces="", issued_at=AT, updated_at=AT, currency="CNY",
+        subtotal=Decimal("100.10"), credit_used=Decimal("10.00"), net=Decimal("90.10"), tax=Decimal("5.41"),
+        total=Decimal("95.51"), vat_rate=Decimal("0.0600"), rules_revision="0123456789ab")
+    line = InvoiceLineRow(
+        id=header.id, revision=1, number=header.number, tenant="acme", period="2026-02", line_no=1, kind="rent",
+        gpu_model="A800", plan="hourly", site=None, band=None, pue=None, ref_period=None, credit_id=None,
+        description="A800 80G, hourly", quantity=Decimal("10.010000"), unit="h", unit_price=Decimal("10.000000"),
+        amount=Decimal("100.10"), exact_amount="1001/10")
+    journal = JournalRow(at=AT, action="issued", invoice=header.number, document="", tenant="acme", period="2026-02",
+                         actor="os:finance", reason="", detail="total 95.51 CNY")
+    return InvoiceFact(kind="invoice_issued", header=header, lines=(line,), journal=(journal,),
+                       seller=facts.Party(details={"legal_name": "GPU Cloud Ltd"}),
+                       buyer=facts.Party(details={"tenant": "acme", "legal_name": "Acme 有限公司"}))
+
+
+def test_an_event_reads_back_exactly_as_written():
+    """Decimal keeps its digits ("0.0600", "10.010000"), times their microseconds and zone."""
+    event = BooksEvent(at=AT, writer="host:1", fact=_invoice_fact())
+    raw = encode_event(event)
+    document = orjson.loads(raw)
+    assert document["v"] == BOOKS_SCHEMA_VERSION
+    assert document["fact"]["header"]["vat_rate"] == "0.0600"
+    assert document["fact"]["lines"][0]["quantity"] == "10.010000"
+    back = decode_event(raw)
+    assert back == event
+    assert back.fact.header.issued_at == AT and back.fact.header.issued_at.utcoffset().total_seconds() == 0
+    assert str(back.fact.lines[0].unit_price) == "10.000000"
+
+
+@pytest.mark.parametrize("raw, why", [
+    (b"not json", "not JSON"),
+    (b"[1, 2]", "not a JSON object"),
+    (b'{"v": "1"}', "schema version '1' is not a positive integer"),
+    (b'{"v": true}', "schema version True is not a positive integer"),
+    (b'{"v": 0}', "schema version 0 is not a positive integer"),
+    (b'{"v": 99, "anything": 1}', "schema version 99 is newer than this gpubill reads (1)"),
+    (b'{"v": 1, "at": "2026-03-01T00:00:00Z", "writer": "h", "fact": {"kind": "money_printed"}}', "fact"),
+    (b'{"v": 1, "at": "2026-03-01T00:00:00Z", "writer": "h", "fact": {"kind": "top_up", "top_up": {"ref": "r"}}}',
+     "fact.top_up.top_up.tenant"),
+])
+def test_a_message_that_cannot_be_read_is_refused_in_one_line(raw, why):
+    with pytest.raises(UnreadableFact) as refused:
+        decode_event(raw)
+    assert why in str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_value_that_does_not_fit_a_column_is_refused():
+    """Extra fields are refused too: a fact carries exactly its rows."""
+    event = orjson.loads(encode_event(BooksEvent(at=AT, writer="h", fact=_invoice_fact())))
+    event["fact"]["header"]["surprise"] = 1
+    with pytest.raises(UnreadableFact, match="surprise"):
+        decode_event(orjson.dumps(event))
+
+
+def _count(db, table: str) -> int:
+    return int(db.query(f"SELECT count() FROM {table} FINAL")[0][0])
+
+
+def test_projecting_a_fact_twice_leaves_what_once_does(db):
+    """At-least-once projection: a batch written again after a crash before its position was stamped."""
+    note = CreditNoteIssued(
+        kind="credit_note_issued",
+        note=CreditNoteRow(number="CN-2026-000001", year=2026, seq=1, invoice="GB-2026-000007", tenant="acme",
+                           period="2026-02", reason="goodwill", note="sorry", actor="os:finance", issued_at=AT,
+                           currency="CNY", subtotal=Decimal("10.00"), tax=Decimal("0.60"), total=Decimal("10.60"),
+                           vat_rate=Decimal("0.0600")),
+        lines=(CreditNoteLineRow(number="CN-2026-000001", line_no=1, invoice="GB-2026-000007", invoice_line_no=1,
+                                 kind="rent", description="A800", amount=Decimal("10.00")),),
+        journal=(JournalRow(at=AT, action="credit_note", invoice="GB-2026-000007", document="CN-2026-000001",
+                            tenant="acme", period="2026-02", actor="os:finance", reason="goodwill", detail="10.60"),))
+    events = [BooksEvent(at=AT, writer="h", fact=fact) for fact in (_invoice_fact(), note)]
+    project(db, events)
+    project(db, events)
+    assert [_count(db, t) for t in ("invoices", "invoice_lines", "credit_notes", "credit_note_lines",
+                                    "invoice_journal")] == [1, 1, 1, 1, 2]
+    total, issued_at = db.query("SELECT total, issued_at FROM invoices FINAL")[0]
+    assert total == Decimal("95.51") and issued_at.replace(tzinfo=UTC) == AT.replace(microsecond=123000)
+
+
+def test_a_money_write_with_no_books_open_writes_nothing(db):
+    from billing.tenants import add_tenant, list_tenants
+
+    with books.using(None):  # type: ignore[arg-type]
+        with pytest.raises(books.BooksNotOpen, match="nothing was written"):
+            add_tenant(db, "acme", "Acme")
+    assert list_tenants(db) == []
+
+
+def test_the_tenant_fact_is_the_row_the_registry_keeps(db):
+    """What `tenant add` records is the whole row; the projection is the registry."""
+    recorded: list[BooksEvent] = []
+
+    class Capture(books.UnloggedBooks):
+        def record(self, database, events):
+            recorded.extend(events)
+            super().record(database, events)
+
+    from billing.tenants import add_tenant, find_tenant, set_status
+
+    with books.using(Capture()):
+        add_tenant(db, "acme", "Acme", legal_name="Acme Ltd", now=AT)
+        set_status(db, "acme", "suspended", now=AT)
+    assert [e.fact.kind for e in recorded] == ["tenant_registered", "tenant_suspended"]
+    assert isinstance(recorded[0].fact, TenantFact) and recorded[0].fact.tenant.legal_name == "Acme Ltd"
+    assert find_tenant(db, "acme").status == "suspended"
+    assert recorded[1].fact.tenant == TenantRow(**{**recorded[0].fact.tenant.model_dump(), "status": "suspended",
+                                                   "updated_at": recorded[1].fact.tenant.updated_at})
+
+
+def test_no_command_writes_unlogged():
+    """UnloggedBooks is for tests: no module of the product names it but its own."""
+    offenders = []
+    for package in ("gpubill", "billing", "streams", "reports", "tenant_api", "usage", "warehouse"):
+        for path in (ROOT / package).rglob("*.py"):
+            if path == ROOT / "billing" / "books.py":
+                continue
+            names = {n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name)}
+            names |= {n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)}
+            if "UnloggedBooks" in names:
+                offenders.append(str(path.relative_to(ROOT)))
+    assert offenders == []
