@@ -22,6 +22,12 @@ writing the PDF it subsets that font in place, which walks the whole font again 
    what makes the per-document cost small. Other documents (a rare character) embed from
    the full font: slower, same look. Without `warm_up` (a one-off command) documents use
    the full face, which is cheaper than making the common one for a single PDF.
+3. either face gives a document the same bytes (issue 37: a PDF is a function of its document,
+   whichever process renders it, warmed up or not): the common face keeps, for each glyph it
+   holds, every code point the full font maps to it (a CJK compatibility ideograph beside its
+   unified one, U+0000 that fpdf2 reserves), the full font's bounding box and its subroutines,
+   so that fpdf2's subset of it is the subset of the full font. `warm_up` checks that on a
+   sample and, should it not hold, makes no common face (ERROR in the log; slower, same bytes).
 
 That relies on fpdf2's internals (``TTFFont.__slots__``, ``SubsetMap``), so the first
 document runs a quick :func:`self_check` (a copied face maps a sample to glyphs), and
@@ -134,14 +140,22 @@ def _new_face(source: Any, number: int) -> Any:
 
 
 def _make_common(font: CjkFont) -> bytes:
+    """The "common" face's font file: the full font cut down to the glyphs of `common_chars`, such
+    that fpdf2's subset of it for a document is byte for byte its subset of the full font."""
     from fontTools import subset as ftsubset
     from fontTools import ttLib
 
-    full = ttLib.TTFont(font.path, fontNumber=font.number, recalcTimestamp=False)
+    # the head's bounding box is the full font's (fpdf2 writes it as the descriptor's /FontBBox)
+    full = ttLib.TTFont(font.path, fontNumber=font.number, recalcTimestamp=False, recalcBBoxes=False)
+    # subroutines kept: fpdf2 keeps them, and a desubroutinized face would embed other CFF bytes
     options = ftsubset.Options(notdef_outline=True, recommended_glyphs=True, layout_features=[], name_IDs=["*"],
-                               name_languages=["*"], glyph_names=True, desubroutinize=True)
+                               name_languages=["*"], glyph_names=True)
     subsetter = ftsubset.Subsetter(options)
-    subsetter.populate(unicodes=common_chars())
+    # by glyph, not by code point: the cmap then keeps every code point of a kept glyph, as fpdf2's
+    # subset of the full font does (its glyph names and OS/2 ranges follow the cmap); U+0000 is
+    # one of the two code points fpdf2's SubsetMap reserves (U+0020 is in common_chars)
+    cmap = full.getBestCmap()
+    subsetter.populate(glyphs={cmap[c] for c in common_chars() | {0x00} if c in cmap})
     subsetter.subset(full)
     out = io.BytesIO()
     full.save(out)
@@ -176,6 +190,9 @@ def warm_up() -> str:
                 common_bytes = _make_common(_chosen)
                 face = _new_face(io.BytesIO(common_bytes), 0)
                 _common_bytes = common_bytes  # before the face is visible: documents open these bytes
+                if _sample("common", fast=False) != _sample("full", fast=False):
+                    _common_bytes = b""
+                    raise AssertionError("a document embeds other bytes from it than from the full font")
                 _faces["common"] = face
             except Exception as exc:  # noqa: BLE001 - without it every CJK document embeds from the full face
                 log.error("could not make the common subset of %s (%r); CJK PDFs embed from the full font",

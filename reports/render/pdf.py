@@ -5,9 +5,21 @@ uses the Helvetica core font, and its text passes through
 :func:`reports.render.format.latin1`; a document in Chinese, or holding text latin-1 cannot
 write (a Chinese tenant name), embeds the CJK font (`reports.render.fonts`) and writes its
 text as it is (a character that font lacks becomes ``?``). The CJK font has one weight, so
-bold text in such a document is drawn regular (headings keep their size and colour). The
-creation date is taken from the report (never from the clock), which keeps a re-rendered
-PDF byte-identical.
+bold text in such a document is drawn regular (headings keep their size and colour).
+
+A PDF is a function of its document (issue 37: a database rebuilt from the log renders every
+invoice and credit note byte-identical), whenever and in whichever process it is rendered:
+
+- the creation date is the document's own (an invoice's or credit note's issue time, a usage
+  report's ``generated_at``), never the clock; the producer is a fixed name (fpdf2 2.8 writes
+  none; set, no library's version can slip in);
+- the file identifier (/ID) is fpdf2's own: an MD5 of the file's bytes before the trailer and of
+  the creation date, so a function of the content, which two different documents do not share;
+- the embedded CJK font's subset tag is fpdf2's fixed ``MPDFAA+``, and its subset is the same
+  from either face of ``reports.render.fonts`` (a process that warmed up or not).
+
+``tests/unit/test_pdf_deterministic.py`` renders each kind of document at two clocks, in other
+processes (time zone, hash seed, fonts warmed up or not) and compares the bytes.
 """
 
 from __future__ import annotations
@@ -78,7 +90,8 @@ class ReportPDF(FPDF):
         self.set_title(self.txt(title))
         self.set_author(self.txt(author))  # the seller's brand (billing.toml [seller])
         self.set_creator("gpubill")
-        self.set_creation_date(parse_timestamp(created_at))
+        self.set_producer("gpubill")  # a fixed name, never a version: an upgrade must not change it
+        self.set_creation_date(parse_timestamp(created_at))  # the document's date, never the clock
         self.set_text_color(*INK)
 
     def set_font(self, family: str | None = None, style: Any = "", size: float = 0) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import re
 import zlib
 from datetime import datetime
@@ -319,11 +320,38 @@ def test_the_adapter_fits_this_fpdf2_thoroughly(fresh_fonts):
     from reports.render.i18n import _LABELS
 
     assert fonts.face_for([t for labels in _LABELS.values() for t in labels.values()]) == "common"
-    # the same document through either face says the same thing
+    # the same document through either face is the same file (issue 37: warmed up or not, a process
+    # renders a document alike; tests/unit/test_pdf_deterministic.py compares processes)
     common = render_usage(usage(), "pdf", lang="zh-CN")
     fonts._faces.pop("common")
     full = render_usage(usage(), "pdf", lang="zh-CN")
-    assert common != full and pdf_text(common) == pdf_text(full)
+    assert common == full and "北京智算实验室" in pdf_text(full)
+
+
+def test_a_common_face_that_would_embed_other_bytes_is_not_made(fresh_fonts, monkeypatch, caplog):
+    # a face cut down by code point (as before issue 37) lacks what the full font maps to the glyphs it
+    # keeps (U+F97E, a compatibility ideograph drawn as 量; U+0000) and recomputes the bounding box:
+    # fpdf2's subset of it has another cmap and /FontBBox than its subset of the full font
+    from fontTools import subset as ftsubset
+    from fontTools import ttLib
+
+    def by_code_point(font):
+        face = ttLib.TTFont(font.path, fontNumber=font.number, recalcTimestamp=False)
+        subsetter = ftsubset.Subsetter(ftsubset.Options(notdef_outline=True, recommended_glyphs=True,
+                                                        glyph_names=True))
+        subsetter.populate(unicodes=fonts.common_chars())
+        subsetter.subset(face)
+        out = io.BytesIO()
+        face.save(out)
+        return out.getvalue()
+
+    monkeypatch.setattr(fonts, "_make_common", by_code_point)
+    expected = render_invoice(invoice("北京智算"), "pdf", lang="zh-CN")  # not warmed up: the full face
+    with caplog.at_level(logging.ERROR, logger="gpubill.render"):
+        message = fonts.warm_up()
+    assert "embeds other bytes from it than from the full font" in caplog.text
+    assert set(fonts._faces) == {"full"} and fonts.FAST_PATH is True and "faces: full;" in message
+    assert render_invoice(invoice("北京智算"), "pdf", lang="zh-CN") == expected
 
 
 def test_the_thorough_check_runs_once_per_process(fresh_fonts, monkeypatch):
