@@ -38,7 +38,7 @@ import typer
 
 from gpubill.cli import (
     archive, balance, bench, correct, credit_note, db, demo, dlq, events, invoice, kafka, key, processes, producers,
-    report, rerate, rollup, rules, running, serve, tenant, verify_log,
+    rebuild, report, rerate, rollup, rules, running, serve, tenant, verify_log,
 )
 from gpubill.cli.common import err, terminal_text
 from gpubill.errors import USER_ERRORS
@@ -69,6 +69,7 @@ app.command()(rollup.rollup)
 app.command()(demo.demo)
 app.command()(rerate.rerate)
 app.command("verify-log")(verify_log.verify_log)
+app.command()(rebuild.rebuild)
 app.add_typer(kafka.app, name="kafka")
 app.add_typer(invoice.app, name="invoice")
 app.add_typer(credit_note.app, name="credit-note")

@@ -85,7 +85,9 @@ class KafkaBooks:
                        enable_idempotence=True, max_request_size=4 * 1024 * 1024,
                        **client_options(self.settings, client="kafka-python"))
         if self.numbered:
-            options["transactional_id"] = self.writer_id
+            # A writer killed inside a transaction holds the partition's stable offset back until the
+            # coordinator aborts it: at most this long (or at once, when the next writer opens).
+            options.update(transactional_id=self.writer_id, transaction_timeout_ms=30_000)
         try:
             self._producer = KafkaProducer(**options)
             if self.numbered:
@@ -94,6 +96,12 @@ class KafkaBooks:
             self.close()
             raise KafkaUnreachable(self.settings.kafka, f"the books' writer cannot start: {exc}") from exc
         self.catch_up(db)
+        return self
+
+    def open_reader(self) -> "KafkaBooks":
+        """Open for reading only (a rebuild, verify-log): the topic made when missing, no writer."""
+        ensure_books_topic(self.settings)
+        self._consumer = _consumer(self.settings)
         return self
 
     def close(self) -> None:
