@@ -4,6 +4,13 @@ of the event log, set beside what the live database bills for the period now.
     log_charges(db, rules, period)     -> {tenant: Decimal}    on the scratch database the log was replayed into
     billed_charges(db, period)         -> {tenant: Billed}     on the live database
     compare(log, billed)               -> [TenantCheck]        every tenant of either side, by name
+    documents(db, period)              -> [[str]]              the period's invoices and credit notes, as stated
+    documents_differ(books, live)      -> [str]                what the books (a projection of the log) and the
+                                                               live database say otherwise about one document
+
+The books are proved too (issue 37): the replay projects gpu.books.v1 into the scratch database,
+and every invoice and credit note of the period there — its number, state, revision and total,
+as the log records it — must be the live database's, and the charges it bills the log's.
 
 Both sides are the period's *charges*: rent, electricity and discount lines, in fen, before
 credits and before VAT. Why that basis:
@@ -44,7 +51,7 @@ from usage.by_tenant import usage_by_tenant
 from usage.queries import tenants_with_charges_sql
 from usage.rated import coverage, source_of
 
-__all__ = ["Billed", "TenantCheck", "billed_charges", "compare", "log_charges"]
+__all__ = ["Billed", "TenantCheck", "billed_charges", "compare", "documents", "documents_differ", "log_charges"]
 
 CHARGES = ("rent", "electricity", "discount")
 ZERO = Decimal("0.00")
@@ -132,3 +139,29 @@ def compare(log: dict[str, Decimal], billed: dict[str, Billed]) -> list[TenantCh
     """Every tenant of either side, by name; a tenant with nothing on either side is left out."""
     checks = [TenantCheck(t, log.get(t, ZERO), billed.get(t, Billed())) for t in sorted(set(log) | set(billed))]
     return [c for c in checks if c.log or c.billed.invoice or c.billed.adjustments or c.billed.credited]
+
+
+_DOCUMENTS_SQL = """
+SELECT 'invoice', id, number, status, toString(revision), toString(total) FROM invoices FINAL WHERE period = {p:String}
+UNION ALL
+SELECT 'credit note', number, invoice, reason, '', toString(total) FROM credit_notes FINAL WHERE period = {p:String}
+"""
+
+
+def documents(db: Any, period: str) -> list[list[str]]:
+    """The period's invoices (kind, id, number, status, revision, total) and credit notes (kind,
+    number, invoice, reason, '', total), as text, sorted."""
+    return sorted([list(map(str, row)) for row in db.query(_DOCUMENTS_SQL, {"p": period})])
+
+
+def documents_differ(books: list[list[str]], live: list[list[str]]) -> list[str]:
+    """One line per document the books and the live database state otherwise (or one of them lacks)."""
+    on_books = {tuple(row[:2]): row for row in books}
+    in_live = {tuple(row[:2]): row for row in live}
+    out = []
+    for key in sorted(set(on_books) | set(in_live)):
+        a, b = on_books.get(key), in_live.get(key)
+        if a != b:
+            shown = lambda row: "missing" if row is None else " ".join(x for x in row[2:] if x)  # noqa: E731
+            out.append(f"{key[0]} {key[1]}: on the books {shown(a)}, in the database {shown(b)}")
+    return out

@@ -119,6 +119,23 @@ def _spend_reporter(tracker, path: Path):
     return report_spend
 
 
+def _books_at_start(database, settings: Settings, rules) -> None:
+    """A worker starts by taking the books (gpu.books.v1, issue 37) into its database — what a
+    command appended and could not project (kill -9, ClickHouse down) appears here — and records
+    the rule set it prices with when the books do not have it. Rating does not wait on the books:
+    a projection that stops (a message this gpubill cannot read) is logged and shown by `gpubill
+    audit`, and the money commands refuse until it is read."""
+    from billing.errors import BillingError
+    from gpubill.cli.books import open_books
+    from streams.errors import BooksHalted
+
+    try:
+        with open_books(database, settings, rules=rules):
+            pass
+    except (BooksHalted, BillingError) as exc:
+        logging.getLogger("gpubill.worker").warning("the books were not projected: %s", exc)
+
+
 def _start_from_committed(settings: Settings, pipeline) -> None:
     """Seed the pipeline's positions with the group's committed offsets (for the lag gauge)."""
     from streams.kafka.admin import group_offsets
@@ -141,6 +158,7 @@ def worker(
     ensure_pipeline_topics(settings)
     targets = drain_targets(settings, PIPELINE_TOPICS) if drain else None
     database = connect(settings)
+    _books_at_start(database, settings, rules)
     if drain and not targets:
         # a drain always takes the log of corrections to its end, readings to drain or not (issue 36)
         try:
@@ -245,6 +263,7 @@ def up(
         raise
     gateway = _serve_database(settings, gateway_server, database, UP_COMMAND)
     try:
+        _books_at_start(database, settings, rules)
         Metrics.serve(settings.metrics_port, settings.metrics_host)
         pipeline = _pipeline(settings, rules, database, metrics=True)
         _start_from_committed(settings, pipeline)

@@ -111,6 +111,9 @@ def audit(
         conflicts = conflicts_of(database, rules, period)
         corrections = correction_findings(database, rules, period)
         retained = period in retained_periods(database)
+        from billing.books_projection import halts
+
+        stopped = halts(database)
     source = "from rollups: retention dropped the raw readings after archiving them" if retained else "from raw readings"
     table = Table("tenant", "rented GPU-s", "energy mJ", "rent", "electricity", title=f"Audit {period} ({source})")
     for tenant, f in sorted(figures.items()):
@@ -134,12 +137,20 @@ def audit(
     out.print(f"corrections dead-lettered (any period): {corrections.deadlettered:,}"
               + (" — `gpubill dlq list` shows them" if corrections.deadlettered else ""), highlight=False)
     out.print(_audit_mode(found), highlight=False, soft_wrap=True)
+    # the books' projection (issue 37): where it stopped at a message it cannot read, never skipped
+    for topic, partition, offset, why in stopped:
+        out.print(f"BOOKS HALTED {terminal_text(why)} — money commands refuse until a gpubill that reads it "
+                  "projects it", highlight=False, soft_wrap=True)
+    if not stopped:
+        out.print("books: projected to the last message read, none unreadable", highlight=False)
     if differences:
         for d in differences:
             who = terminal_text(d.tenant) if d.tenant else "(unallocated)"
             out.print(f"DIFFERENCE {who} {terminal_text(d.what)}: raw {terminal_text(d.raw)} vs rated "
                       f"{terminal_text(d.rated)}", highlight=False, soft_wrap=True)
         raise GpubillError(f"audit of {period}: {len(differences)} differences between raw readings and rated data")
+    if stopped:
+        raise GpubillError(f"audit of {period}: the books' projection stopped at {len(stopped)} message(s) it cannot read")
     if retained:
         out.print(f"audit of {period}: clean — no rows written after retention; the raw readings are checked by "
                   "`gpubill archive verify`", soft_wrap=True)
