@@ -26,6 +26,12 @@ done
     --create --if-not-exists --topic gpu.corrections.v1 --partitions "${KAFKA_PARTITIONS:-8}" --replication-factor 1 \
     --config retention.ms=-1
 
+# The books (schemas/topics.py TOPIC_BOOKS, streams/kafka/books.py BOOKS_TOPIC_CONFIG): every
+# money fact, one partition (one order), kept for ever. Replication 3 on a production cluster.
+"$bin/kafka-topics.sh" --bootstrap-server "$KAFKA_BOOTSTRAP" --command-config "$config" \
+    --create --if-not-exists --topic gpu.books.v1 --partitions 1 --replication-factor "${KAFKA_BOOKS_REPLICATION:-1}" \
+    --config retention.ms=-1 --config retention.bytes=-1
+
 # Live spend (schemas/topics.py spend_topic of GPUBILL_GROUP, compacted: each round replaces
 # the one before it under its key) and the billing events it emits, configured as
 # streams/kafka/admin.py SPEND_TOPIC_CONFIG and EVENTS_TOPIC_CONFIG (400 days).

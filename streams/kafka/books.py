@@ -29,6 +29,7 @@ idempotent producer, acks=all, one at a time.
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any, Callable
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -141,16 +142,17 @@ class KafkaBooks:
             raise KafkaUnreachable(self.settings.kafka, f"the books did not take the change, nothing was "
                                                         f"recorded: {exc}") from exc
         try:
-            self.catch_up(db)
+            self.catch_up(db, through=offsets[-1])
         except WarehouseError as exc:
             raise ProjectionPending(f"recorded on the books ({TOPIC_BOOKS} offset {offsets[-1]}), but ClickHouse did "
                                     f"not take it yet ({exc}); the next command or worker projects it") from exc
 
     # --------------------------------------------------------------------------- reading
 
-    def catch_up(self, db: Any, progress: Callable[[int], None] | None = None) -> int:
+    def catch_up(self, db: Any, progress: Callable[[int], None] | None = None, through: int | None = None) -> int:
         """Project every committed event after the stamped position, to the log's end; returns how many.
-        BooksHalted at a message that cannot be read (its position stamped with why)."""
+        `through`: an offset this writer just appended, which the end must pass first. BooksHalted at a
+        message that cannot be read (its position stamped with why)."""
         consumer = self._consumer
         if consumer is None:
             raise RuntimeError("KafkaBooks.catch_up before open")
@@ -159,7 +161,7 @@ class KafkaBooks:
         try:
             partitions = [TopicPartition(TOPIC_BOOKS, p) for p in sorted(consumer.partitions_for_topic(TOPIC_BOOKS) or ())]
             consumer.assign(partitions)
-            ends = consumer.end_offsets(partitions)
+            ends = self._ends(consumer, partitions, through)
             for tp in partitions:
                 start = stamped[tp.partition].next_offset if tp.partition in stamped else 0
                 if start >= ends[tp]:
@@ -169,6 +171,22 @@ class KafkaBooks:
         except KafkaError as exc:
             raise KafkaUnreachable(self.settings.kafka, f"the books cannot be read: {exc}") from exc
         return taken
+
+    def _ends(self, consumer: KafkaConsumer, partitions: list[TopicPartition], through: int | None) -> dict:
+        """The end offsets read committed (the last stable offset). A transaction's commit returns
+        before its markers are on the partition, and until they are, the stable offset stays at the
+        transaction's first message: wait for it to pass `through`, or the writer would number its
+        next document without the one it just issued."""
+        deadline = time.monotonic() + TIMEOUT_MS / 1000
+        while True:
+            ends = consumer.end_offsets(partitions)
+            if through is None or max(ends.values(), default=0) > through:
+                return ends
+            if time.monotonic() > deadline:
+                raise ProjectionPending(f"recorded on the books ({TOPIC_BOOKS} offset {through}), but the broker has "
+                                        f"not made it readable within {TIMEOUT_MS // 1000} s; the next command or "
+                                        "worker projects it")
+            time.sleep(0.005)
 
     def _take(self, db: Any, consumer: KafkaConsumer, tp: TopicPartition, start: int, end: int,
               progress: Callable[[int], None] | None) -> int:

@@ -23,6 +23,7 @@ from gpubill.devenv.kafka_config import SaslSetup, ScramUser
 from schemas.topics import TOPIC_DEADLETTER, TOPIC_POWER, TOPIC_USAGE
 from streams.errors import KafkaUnreachable
 from streams.kafka.admin import ensure_pipeline_topics, group_offsets
+from streams.kafka.books import KafkaBooks, ensure_books_topic, read_books
 from streams.kafka.producers import make_producer
 from streams.kafka.settings import client_options
 from tests.ports import free_port_pair
@@ -69,7 +70,7 @@ def create_acls(bootstrap: str) -> int:
     acls = [
         ACL(principal=f"User:{principal}", host="*", operation=ACLOperation[operation.upper()],
             permission_type=ACLPermissionType.ALLOW,
-            resource_pattern=ResourcePattern(ResourceType[resource.upper()], name,
+            resource_pattern=ResourcePattern(ResourceType[resource.upper().replace("-", "_")], name,
                                              ACLResourcePatternType[pattern.upper()]))
         for principal, operation, resource, pattern, name in acl_lines()
     ]
@@ -108,6 +109,7 @@ def sasl_broker(tmp_path_factory):
     broker.up(wait_s=120)
     try:
         ensure_pipeline_topics(settings_as(broker.bootstrap, "admin"))
+        ensure_books_topic(settings_as(broker.bootstrap, "admin"))  # compose: deploy/kafka/init.sh
         assert create_acls(broker.bootstrap) == len(acl_lines())
         yield broker
     finally:
@@ -204,3 +206,36 @@ def test_no_credentials_at_all_are_refused(sasl_broker):
     plaintext = Settings(kafka=sasl_broker.bootstrap, group=GROUP)
     with pytest.raises(KafkaUnreachable):
         produce(plaintext, TOPIC_USAGE, [b"{}"])
+
+
+def _tenant_fact(tenant: str):
+    from datetime import UTC, datetime
+
+    from schemas.books import TenantFact, TenantRow
+
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+    return TenantFact(kind="tenant_registered", tenant=TenantRow(tenant=tenant, display_name=tenant, status="active",
+                                                                 created_at=at, updated_at=at))
+
+
+def test_the_worker_user_writes_the_books_through_the_numbered_writer(sasl_broker, tmp_path):
+    """acls.txt lets the worker (the scheduler's billing job) append through the transactional writer."""
+    from billing.books import event_of
+    from tests.chdb_template import migrated_dsn
+    from warehouse.connection import open_database
+
+    worker = settings_as(sasl_broker.bootstrap, "worker")
+    with open_database(migrated_dsn(tmp_path / "ch")) as db:
+        with KafkaBooks(worker, numbered=True).open(db) as books:
+            books.record(db, [event_of(_tenant_fact("acme"))])
+        assert db.query("SELECT tenant FROM tenants FINAL")[0][0] == "acme"
+    assert [e.fact.tenant.tenant for _, e in read_books(worker)] == ["acme"]
+
+
+def test_a_node_agent_may_not_write_the_books(sasl_broker, tmp_path):
+    from tests.chdb_template import migrated_dsn
+    from warehouse.connection import open_database
+
+    with open_database(migrated_dsn(tmp_path / "ch")) as db:
+        with pytest.raises(Exception, match="(?i)authoriz"):
+            KafkaBooks(settings_as(sasl_broker.bootstrap, "node-agent"), numbered=True).open(db)
