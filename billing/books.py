@@ -4,6 +4,7 @@
                            (all or none), then projected into `db`; refused when no books are open
     using(books)           the books this command writes to, for the block it wraps
     in_use() -> Books      the books open now (BooksNotOpen when none)
+    begin_numbering(db)    the numbered series taken over (fencing other writers), under the invoicing lease
     UnloggedBooks()        projects straight into the database, no log: for tests of the rules of
                            money, never a command (tests/unit/test_books_seam.py holds that)
 
@@ -31,7 +32,8 @@ from typing import Any, Iterator, Protocol
 from billing.errors import BillingError
 from schemas.books import BooksEvent, Fact
 
-__all__ = ["Books", "BooksNotOpen", "UnloggedBooks", "event_of", "in_use", "record", "using", "writer_name"]
+__all__ = ["Books", "BooksNotOpen", "UnloggedBooks", "begin_numbering", "event_of", "in_use", "record", "using",
+           "writer_name"]
 
 
 class BooksNotOpen(BillingError):
@@ -42,6 +44,10 @@ class Books(Protocol):
     def record(self, db: Any, events: list[BooksEvent]) -> None:
         """Append `events` (all or none) and project them into `db`; returns once both are done,
         raises when the append failed (nothing happened) or, after it, that the projection is pending."""
+
+    def numbering(self, db: Any) -> None:
+        """Take over the numbered series before a number is read (under the invoicing lease): the
+        writer fences every earlier one and the projection in `db` is taken to the log's end."""
 
 
 _open: ContextVar[Books | None] = ContextVar("gpubill_books", default=None)
@@ -74,6 +80,11 @@ def event_of(fact: Fact, at: datetime | None = None) -> BooksEvent:
     return BooksEvent(at=at or datetime.now(UTC), writer=writer_name(), fact=fact)
 
 
+def begin_numbering(db: Any) -> None:
+    """This process numbers documents from here on (billing/invoice_lock.py, once it holds the lease)."""
+    in_use().numbering(db)
+
+
 def record(db: Any, *facts: Fact) -> None:
     """Record `facts` in the books open now, all or none: appended, then projected into `db`."""
     if facts:
@@ -88,3 +99,6 @@ class UnloggedBooks:
         from billing.books_projection import project
 
         project(db, events)
+
+    def numbering(self, db: Any) -> None:
+        """Nothing to fence without a log."""

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
+from billing import books
 from billing.errors import BillingError
 from usage.failpoints import pause_at
 
@@ -326,6 +327,7 @@ def invoicing_lease(db: Any, on_wait: Callable[[str], None] | None = None,
         if not _in_process.acquire(timeout=wait_s):
             raise LeaseBusy(f"another invoice run in this process held the invoicing lease for {wait_s:.0f} s")
         try:
+            books.begin_numbering(db)
             yield lambda: None
         finally:
             _in_process.release()
@@ -333,6 +335,9 @@ def invoicing_lease(db: Any, on_wait: Callable[[str], None] | None = None,
     lease = InvoiceLease(SqlLeaseStore(db), on_wait=on_wait, wait_s=wait_s)
     lease.acquire()
     try:
+        # The log decides (issue 37): holding the lease, this process takes over the numbered series
+        # on the books, fencing any writer of another database; the lease keeps this one's in turn.
+        books.begin_numbering(db)
         yield lease.fence
     finally:
         lease.release()

@@ -22,13 +22,16 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+import orjson
+
 from billing.errors import NotFound
 from billing_rules import InvoiceDraft, InvoiceLine, IssuedInvoice
 from schemas.books import InvoiceHeaderRow, InvoiceLineRow, Party
 
 __all__ = [
     "CURRENCY", "HEADER_COLUMNS", "LINE_FIELDS", "charged", "current", "delete_stray_lines", "find", "headers", "line_of_row",
-    "header_row", "line_rows", "load", "new_draft_id", "next_number", "party", "same_figures", "stored_issue_time",
+    "BUYER_FIELDS", "buyer_party", "header_row", "line_rows", "load", "new_draft_id", "next_number", "parties",
+    "same_figures", "seller_party", "stored_issue_time",
 ]
 
 CURRENCY = "CNY"
@@ -135,9 +138,30 @@ def header_row(draft: InvoiceDraft, *, doc_id: str, status: str, revision: int, 
     ), strict=True)))
 
 
-def party(value: Any) -> Party:
-    """A seller or buyer (a dataclass of text fields) as a fact keeps it."""
-    return Party(details={name: "" if v is None else str(v) for name, v in asdict(value).items()})
+BUYER_FIELDS = ("tenant", "display_name", "legal_name", "tax_id", "address", "email")
+
+
+def seller_party(seller: Any) -> Party | None:
+    """The rules' seller (billing_rules.Seller) as an issued invoice keeps it; None without one."""
+    return None if seller is None else Party(details=asdict(seller))
+
+
+def buyer_party(tenant: str, registered: Any) -> Party:
+    """The buyer as an issued invoice keeps it: the registry's row (billing.tenants.Tenant) now, or
+    the id alone for a tenant that is not registered."""
+    if registered is None:
+        return Party(details={name: tenant if name == "tenant" else "" for name in BUYER_FIELDS})
+    return Party(details={name: getattr(registered, name) for name in BUYER_FIELDS})
+
+
+def parties(db: Any, doc_id: str) -> tuple[dict | None, dict] | None:
+    """(seller, buyer) as invoice `doc_id` was issued with them, None for one issued before issue 37
+    (or a draft): its documents then print the rules' seller and the registry's buyer of today."""
+    rows = db.query("SELECT seller, buyer FROM invoice_parties FINAL WHERE id = {i:String}", {"i": doc_id})
+    if not rows:
+        return None
+    seller, buyer = rows[0]
+    return (orjson.loads(seller) if seller else None), orjson.loads(buyer)
 
 
 def stored_issue_time(db: Any, header: IssuedInvoice) -> datetime:

@@ -60,7 +60,7 @@ from billing.invoice_lock import invoicing_lease
 from billing.invoice_store import CURRENCY, delete_stray_lines  # noqa: F401  (re-exported for callers and tests)
 from billing.journal import actor_here, entry
 from billing.tenants import find_tenant, registered_tenants, trial_tenants
-from schemas.books import BillingRunCompleted, BillingRunRow, InvoiceFact, Party, ReratePublished, RerateRunRow
+from schemas.books import BillingRunCompleted, BillingRunRow, InvoiceFact, ReratePublished, RerateRunRow
 from schemas.ids import is_id
 from usage.by_tenant import plain, usage_by_tenant
 from usage.corrections import stored_corrections
@@ -339,8 +339,7 @@ def _issue(db: Any, rules: Any, draft: InvoiceDraft, stored: IssuedInvoice | Non
         kind="invoice_issued", lines=lines, journal=tuple(journal),
         header=store.header_row(draft, doc_id=doc_id, status="issued", revision=revision, issued_at=now,
                                 number=number, seq=seq, replaces=replaces, rules_revision=rules.revision),
-        seller=store.party(rules.seller) if rules.seller is not None else None,
-        buyer=store.party(registered) if registered is not None else Party(details={"tenant": draft.tenant}))
+        seller=store.seller_party(rules.seller), buyer=store.buyer_party(draft.tenant, registered))
     _pause_before_header()
     fence()
     books.record(db, fact)

@@ -3,8 +3,8 @@ credits, the seller, the buyer and the issue date — what every rendering of it
 
     credit_note_document(db, rules, number, tenant=None) -> CreditNoteDocument
 
-The buyer and the rules' names are read as for the invoice's document (reports.invoice_document),
-so both documents of a tenant name it alike.
+The seller and buyer are those the credited invoice was issued with, and the rules' names are
+read as for the invoice's document (reports.invoice_document), so both documents name them alike.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from billing.balances import has_top_ups
 from billing.credit_notes import find_credit_note
 from billing.settlement import issue_date
 from reports.credit_note_model import CreditNoteDocument
-from reports.invoice_document import buyer_of, names_of
+from reports.invoice_document import names_of, parties_of
 
 __all__ = ["credit_note_document"]
 
@@ -26,11 +26,12 @@ def credit_note_document(db: Any, rules: Any, number: str, tenant: str | None = 
     when there is none, so that another tenant's note is as unknown as one that does not exist."""
     note = find_credit_note(db, number, tenant=tenant)
     invoice = invoice_store.find(db, note.invoice, tenant=note.tenant)
+    seller, buyer = parties_of(db, rules, invoice)
     return CreditNoteDocument(
         credit_note=note,
         invoice=invoice,
-        seller=rules.seller,
-        buyer=buyer_of(db, note.tenant),
+        seller=seller,
+        buyer=buyer,
         issue_date=issue_date(rules, note.issued_at),
         names=names_of(rules, invoice),
         prepaid=has_top_ups(db, note.tenant),

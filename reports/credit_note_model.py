@@ -5,7 +5,7 @@ as JSON, CSV and PDF.
     credit_note   billing.credit_notes.CreditNote, with its lines (amounts before tax)
     invoice       the invoice it credits, with its lines (a credit note line names one by its number)
     seller        billing.toml `[seller]` (None: the rules name none, and the documents say so)
-    buyer         the tenant registry's row today, as on the invoice's documents
+    buyer         as on the credited invoice: the one it was issued with
     issue_date    the note's issue time's date in the billing time zone
     names         what the rule files call the sites, bands and credits on the invoice, per language
                   (as reports.invoice_model.InvoiceDocument.names)

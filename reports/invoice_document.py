@@ -4,6 +4,7 @@ dates, settlement and the credit left — what every rendering of it prints.
     invoice_document(db, rules, tenant, period) -> InvoiceDocument     the one that stands (issued, else the draft)
     invoice_document(db, rules, tenant, number=N) -> InvoiceDocument   that one, in whatever state (NotFound: none)
     document_of(db, rules, invoice) -> InvoiceDocument
+    parties_of(db, rules, invoice) -> (Seller, Buyer)   as the invoice was issued with them
     buyer_of(db, tenant) -> Buyer                 the registry's row as a document prints it
     names_of(rules, invoice) -> {(lang, kind, key): name}   the rules' names of its sites, bands and credits
 
@@ -22,10 +23,11 @@ from billing.invoicing import load_invoice
 from billing.settlement import credits_left, issue_date, settlement_of
 from billing.tenants import find_tenant
 from billing_rules import IssuedInvoice
+from billing_rules.parties import Seller
 from reports.invoice_model import Buyer, InvoiceDocument
 from schemas.ids import is_id
 
-__all__ = ["buyer_of", "document_of", "invoice_document", "names_of"]
+__all__ = ["buyer_of", "document_of", "invoice_document", "names_of", "parties_of"]
 
 
 def invoice_document(db: Any, rules: Any, tenant: str | None, period: str | None = None, *,
@@ -39,13 +41,15 @@ def invoice_document(db: Any, rules: Any, tenant: str | None, period: str | None
 
 
 def document_of(db: Any, rules: Any, invoice: IssuedInvoice) -> InvoiceDocument:
-    """Everything around `invoice` that its documents print, read now (the registry as it is today)."""
+    """Everything around `invoice` that its documents print: the seller and buyer it was issued
+    with (a draft: the rules' and the registry's as they are today), the rest read now."""
     lo, hi = rules.period_bounds(invoice.period)
     tz = rules.billing_tz
+    seller, buyer = parties_of(db, rules, invoice)
     return InvoiceDocument(
         invoice=invoice,
-        seller=rules.seller,
-        buyer=buyer_of(db, invoice.tenant),
+        seller=seller,
+        buyer=buyer,
         issue_date=issue_date(rules, invoice.issued_at),
         service_start=datetime.fromtimestamp(lo, tz).date(),
         service_end=(datetime.fromtimestamp(hi, tz) - timedelta(days=1)).date(),
@@ -56,6 +60,17 @@ def document_of(db: Any, rules: Any, invoice: IssuedInvoice) -> InvoiceDocument:
         period_hours=Decimal(hi - lo) / 3600,
         names=names_of(rules, invoice),
     )
+
+
+def parties_of(db: Any, rules: Any, invoice: IssuedInvoice) -> tuple[Seller | None, Buyer]:
+    """(seller, buyer) as `invoice` was issued with them (issue 37: on the books with the invoice), so
+    that a document downloaded again is the one sent; a draft, or an invoice issued before the books
+    kept them, prints the rules' seller and the registry's buyer as they are today."""
+    kept = invoice_store.parties(db, invoice.id) if invoice.status != "draft" else None
+    if kept is None:
+        return rules.seller, buyer_of(db, invoice.tenant)
+    seller, buyer = kept
+    return (Seller(**seller) if seller is not None else None), Buyer(**buyer)
 
 
 def buyer_of(db: Any, tenant: str) -> Buyer:

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 __all__ = [
     "ApiKeyFact", "ApiKeyRow", "BOOKS_SCHEMA_VERSION", "BillingRunCompleted", "BillingRunRow", "BooksEvent",
     "BudgetRow", "BudgetSet", "CreditNoteIssued", "CreditNoteLineRow", "CreditNoteRow", "Fact", "InvoiceFact",
-    "InvoiceHeaderRow", "InvoiceLineRow", "JournalRow", "ReratePublished", "RerateRunRow", "Row", "RuleSetLoaded",
+    "InvoiceHeaderRow", "InvoiceLineRow", "InvoicePartiesRow", "JournalRow", "ReratePublished", "RerateRunRow", "Row", "RuleSetLoaded",
     "RuleSetRow", "TenantFact", "TenantRow", "TopUpRecorded", "TopUpRow", "UnreadableFact", "decode_event",
     "encode_event",
 ]
@@ -218,6 +218,16 @@ class RerateRunRow(Row):
     finished_at: datetime
 
 
+class InvoicePartiesRow(Row):
+    """The seller and buyer an issued invoice printed, as issued (JSON objects of their fields)."""
+
+    TABLE: ClassVar[str] = "invoice_parties"
+    id: str
+    number: str
+    seller: str
+    buyer: str
+
+
 class RuleSetRow(Row):
     TABLE: ClassVar[str] = "rule_sets"
     revision: str
@@ -288,7 +298,10 @@ class Party(BaseModel):
     """A seller or buyer as a document printed it when the fact was recorded."""
 
     model_config = _FROZEN
-    details: dict[str, str]
+    details: dict[str, str | None]
+
+    def json(self) -> str:
+        return orjson.dumps(self.details, option=orjson.OPT_SORT_KEYS).decode()
 
 
 class InvoiceFact(_Fact):
@@ -304,7 +317,12 @@ class InvoiceFact(_Fact):
     buyer: Party | None = None
 
     def rows(self) -> tuple[Row, ...]:
-        return (*self.lines, self.header, *self.journal)
+        parties = ()
+        if self.kind == "invoice_issued" and self.buyer is not None:
+            parties = (InvoicePartiesRow(id=self.header.id, number=self.header.number,
+                                         seller=self.seller.json() if self.seller is not None else "",
+                                         buyer=self.buyer.json()),)
+        return (*self.lines, *parties, self.header, *self.journal)
 
     def key(self) -> str:
         return self.header.tenant

@@ -31,6 +31,19 @@ CREATE TABLE IF NOT EXISTS rule_sets
 ENGINE = ReplacingMergeTree
 ORDER BY revision;
 
+-- invoice_parties: the seller and buyer an issued invoice printed, as they were at its issue
+-- (JSON objects of their fields, from the invoice_issued fact): its documents print them, not the
+-- registry or the rules as they are today, so an invoice downloaded again is the one sent.
+CREATE TABLE IF NOT EXISTS invoice_parties
+(
+    id      String,
+    number  String,
+    seller  String,   -- '' when the rules had no [seller]
+    buyer   String
+)
+ENGINE = ReplacingMergeTree
+ORDER BY id;
+
 -- The journal is a projection now: a fact projected twice must leave its entries once, so
 -- the table replaces rows of one (invoice, at, action, document) like every projected one.
 RENAME TABLE invoice_journal TO invoice_journal_0025;

@@ -73,31 +73,55 @@ class KafkaBooks:
         self.settings = settings
         self.numbered = numbered
         self.writer_id = writer_id
-        self._producer: KafkaProducer | None = None
+        self._producer: KafkaProducer | None = None  # the plain writer: facts that take no number
+        self._txn: KafkaProducer | None = None  # the numbered series' writer, once `numbering` started it
         self._consumer: KafkaConsumer | None = None
+        # How far this process knows the projection to be (partition → next offset), and whether its
+        # last append was a transaction, whose commit marker then sits right after it.
+        self._next: dict[int, int] = {}
+        self._marker_after = False
 
     # -------------------------------------------------------------------------- lifecycle
 
     def open(self, db: Any) -> "KafkaBooks":
+        """The topic (made when missing), the plain writer, the projection taken to the log's end.
+        A numbered command's transactional writer starts later, under the invoicing lease (`numbering`)."""
         ensure_books_topic(self.settings)
         self._consumer = _consumer(self.settings)
-        options = dict(bootstrap_servers=self.settings.kafka.split(","), acks="all", linger_ms=0,
-                       max_block_ms=TIMEOUT_MS, request_timeout_ms=TIMEOUT_MS, bootstrap_timeout_ms=TIMEOUT_MS,
-                       enable_idempotence=True, max_request_size=4 * 1024 * 1024,
-                       **client_options(self.settings, client="kafka-python"))
-        if self.numbered:
-            # A writer killed inside a transaction holds the partition's stable offset back until the
-            # coordinator aborts it: at most this long (or at once, when the next writer opens).
-            options.update(transactional_id=self.writer_id, transaction_timeout_ms=30_000)
         try:
-            self._producer = KafkaProducer(**options)
-            if self.numbered:
-                self._producer.init_transactions()  # fences every earlier writer of the series
+            self._producer = KafkaProducer(**self._producer_options())
         except KafkaError as exc:
             self.close()
             raise KafkaUnreachable(self.settings.kafka, f"the books' writer cannot start: {exc}") from exc
         self.catch_up(db)
         return self
+
+    def numbering(self, db: Any) -> None:
+        """Take over the numbered series (billing/invoice_lock.py calls it once it holds the lease,
+        before any number is read): a transactional writer starts afresh — `init_transactions`
+        fences every earlier one, in this process or another, on this database or another — and
+        the projection is taken to the log's end. Every record after it is one transaction."""
+        if not self.numbered:
+            raise RuntimeError("a numbered change on books opened without numbered=True")
+        if self._txn is not None:
+            with contextlib.suppress(Exception):
+                self._txn.close(timeout=5)
+            self._txn = None
+        # A writer killed inside a transaction holds the partition's stable offset back until the
+        # coordinator aborts it: at most this long (or at once, when the next writer opens).
+        options = {**self._producer_options(), "transactional_id": self.writer_id, "transaction_timeout_ms": 30_000}
+        try:
+            self._txn = KafkaProducer(**options)
+            self._txn.init_transactions()
+        except KafkaError as exc:
+            raise KafkaUnreachable(self.settings.kafka, f"the numbered series' writer cannot start: {exc}") from exc
+        self.catch_up(db)
+
+    def _producer_options(self) -> dict:
+        return dict(bootstrap_servers=self.settings.kafka.split(","), acks="all", linger_ms=0,
+                    max_block_ms=TIMEOUT_MS, request_timeout_ms=TIMEOUT_MS, bootstrap_timeout_ms=TIMEOUT_MS,
+                    enable_idempotence=True, max_request_size=4 * 1024 * 1024,
+                    **client_options(self.settings, client="kafka-python"))
 
     def open_reader(self) -> "KafkaBooks":
         """Open for reading only (a rebuild, verify-log): the topic made when missing, no writer."""
@@ -106,46 +130,72 @@ class KafkaBooks:
         return self
 
     def close(self) -> None:
-        for client in (self._producer, self._consumer):
-            if client is not None:
+        for producer in (self._txn, self._producer):
+            if producer is not None:
                 with contextlib.suppress(Exception):
-                    client.close(timeout=5) if client is self._producer else client.close()
-        self._producer = self._consumer = None
+                    producer.close(timeout=5)
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                self._consumer.close()
+        self._producer = self._txn = self._consumer = None
 
     # --------------------------------------------------------------------------- writing
 
     def record(self, db: Any, events: list[BooksEvent]) -> None:
-        """Append `events` (all or none: one transaction when numbered), wait for every replica, then
-        project. Before the append fails: nothing happened (KafkaUnreachable, BooksFenced). After
-        it: the facts are the books; a projection that fails says so (ProjectionPending)."""
-        producer = self._producer
+        """Append `events` (all or none: one transaction once `numbering` started the numbered writer),
+        wait for every replica, then project. Before the append fails: nothing happened
+        (KafkaUnreachable, BooksFenced). After it: the facts are the books; a projection that fails
+        says so (ProjectionPending)."""
+        transactional = self._txn is not None
+        producer = self._txn if transactional else self._producer
         if producer is None:
             raise RuntimeError("KafkaBooks.record before open")
+        if len(events) > 1 and not transactional:
+            raise RuntimeError("facts that must be recorded together need the numbered series' writer")
         try:
-            if self.numbered:
+            if transactional:
                 producer.begin_transaction()
             futures = [producer.send(TOPIC_BOOKS, key=event.fact.key().encode(), value=encode_event(event))
                        for event in events]
-            if self.numbered:
+            if transactional:
                 producer.commit_transaction()
             else:
                 producer.flush(timeout=TIMEOUT_MS / 1000)
-            offsets = [future.get(timeout=TIMEOUT_MS / 1000).offset for future in futures]
+            written = [future.get(timeout=TIMEOUT_MS / 1000) for future in futures]
         except (ProducerFencedError, InvalidProducerEpochError) as exc:
             raise BooksFenced(f"another writer of the numbered series opened the books after this one (Kafka fenced "
                               f"{self.writer_id!r}): nothing of this change was recorded; run the command again "
                               "once the other is done") from exc
         except KafkaError as exc:
-            if self.numbered:
+            if transactional:
                 with contextlib.suppress(Exception):
                     producer.abort_transaction()
             raise KafkaUnreachable(self.settings.kafka, f"the books did not take the change, nothing was "
                                                         f"recorded: {exc}") from exc
+        offsets = [meta.offset for meta in written]
         try:
-            self.catch_up(db, through=offsets[-1])
+            if not self._project_own(db, events, written):
+                self.catch_up(db, through=offsets[-1])
         except WarehouseError as exc:
             raise ProjectionPending(f"recorded on the books ({TOPIC_BOOKS} offset {offsets[-1]}), but ClickHouse did "
                                     f"not take it yet ({exc}); the next command or worker projects it") from exc
+        self._marker_after = transactional
+
+    def _project_own(self, db: Any, events: list[BooksEvent], written: list) -> bool:
+        """Project `events` as appended, without reading them back, when nothing else is on the log
+        between what this process projected last and them: their offsets follow on from its position
+        (after its own last transaction's marker) with no gap. False when something may be: then the
+        log is read from the position (catch_up), which takes what is between too."""
+        partition = written[0].partition
+        known = self._next.get(partition)
+        if known is None or any(meta.partition != partition for meta in written):
+            return False
+        first = known + (1 if self._marker_after else 0)
+        if [meta.offset for meta in written] != list(range(first, first + len(written))):
+            return False
+        self._flush(db, TopicPartition(TOPIC_BOOKS, partition), events, written[-1].offset + 1)
+        self._next[partition] = written[-1].offset + 1
+        return True
 
     # --------------------------------------------------------------------------- reading
 
@@ -164,10 +214,11 @@ class KafkaBooks:
             ends = self._ends(consumer, partitions, through)
             for tp in partitions:
                 start = stamped[tp.partition].next_offset if tp.partition in stamped else 0
-                if start >= ends[tp]:
-                    continue
-                consumer.seek(tp, start)
-                taken += self._take(db, consumer, tp, start, ends[tp], progress)
+                if start < ends[tp]:
+                    consumer.seek(tp, start)
+                    taken += self._take(db, consumer, tp, start, ends[tp], progress)
+                self._next[tp.partition] = max(start, ends[tp])
+            self._marker_after = False
         except KafkaError as exc:
             raise KafkaUnreachable(self.settings.kafka, f"the books cannot be read: {exc}") from exc
         return taken
@@ -209,7 +260,9 @@ class KafkaBooks:
                     batch = []
                     if progress:
                         progress(taken)
-        taken += self._flush(db, tp, batch, max(position, consumer.position(tp)))
+        # Everything before `end` was read (records in order, the transactions' markers skipped);
+        # the consumer may have fetched past it, and those are not projected yet: stamp `end`.
+        taken += self._flush(db, tp, batch, end)
         if progress:
             progress(taken)
         return taken

@@ -117,3 +117,25 @@ def test_a_chinese_usage_report_is_all_chinese(invoiced):
     outside = [report.tenant, *(r.gpu_uuid for r in report.rows), *(r.instance for r in report.rows),
                *(r.gpu_model for r in report.rows)]
     assert english_words(text, outside) == set()
+
+
+def test_an_issued_invoice_prints_the_seller_and_buyer_it_was_issued_with(invoiced, monkeypatch):
+    """Issue 37: the invoice as issued carries its parties; a tenant update (or a new [seller]) after
+    the issue changes the next invoice, not a copy of this one downloaded again."""
+    from dataclasses import replace
+
+    from billing.credit_notes import create_credit_note
+    from reports.credit_note_document import credit_note_document
+
+    before = invoice_document(invoiced, RULES, "beta", PERIOD)
+    pdf = render_invoice(before, "pdf")
+    note = create_credit_note(invoiced, RULES, before.invoice.number, "goodwill", None, note="sorry")
+    note_pdf = render_invoice(invoice_document(invoiced, RULES, "beta", PERIOD), "pdf")  # now naming the note
+    update_tenant(invoiced, "beta", legal_name="上海另一家公司", address="上海市浦东新区 2 号", email="ap@other.example")
+    monkeypatch.setattr(type(RULES), "seller", property(lambda self: replace(before.seller, bank_account="9999 0000")))
+    after = invoice_document(invoiced, RULES, "beta", PERIOD)
+    assert (after.buyer, after.seller) == (before.buyer, before.seller)
+    assert after.buyer.legal_name == BUYER["legal_name"] and after.seller.bank_account != "9999 0000"
+    assert render_invoice(after, "pdf") == note_pdf != pdf  # the same document, the note named on it
+    credit = credit_note_document(invoiced, RULES, note.number)
+    assert (credit.buyer, credit.seller) == (before.buyer, before.seller)
