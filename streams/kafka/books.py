@@ -40,6 +40,7 @@ from schemas.topics import TOPIC_BOOKS
 from streams.errors import BooksFenced, BooksHalted, KafkaUnreachable, ProjectionPending
 from streams.kafka.admin import ensure_topics
 from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options, consumer_options
+from usage.failpoints import pause_at
 from warehouse.errors import WarehouseError
 
 __all__ = ["BOOKS_TOPIC_CONFIG", "KafkaBooks", "NUMBERED_WRITER", "ensure_books_topic", "read_books"]
@@ -140,6 +141,7 @@ class KafkaBooks:
                     producer.abort_transaction()
             raise KafkaUnreachable(self.settings.kafka, f"the books did not take the change, nothing was "
                                                         f"recorded: {exc}") from exc
+        pause_at("books-appended")  # usage/failpoints.py: on the books, not yet projected
         try:
             self.catch_up(db)
         except WarehouseError as exc:
@@ -200,6 +202,7 @@ class KafkaBooks:
     def _flush(db: Any, tp: TopicPartition, batch: list[BooksEvent], next_offset: int) -> int:
         """Step 1: the rows of `batch`; step 2: the position after it (see billing/books_projection.py)."""
         project(db, batch)
+        pause_at("books-projected")  # usage/failpoints.py: the rows written, their position not yet stamped
         stamp(db, TOPIC_BOOKS, tp.partition, next_offset)
         return len(batch)
 
