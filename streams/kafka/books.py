@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -38,9 +39,10 @@ from kafka.errors import InvalidProducerEpochError, KafkaError, ProducerFencedEr
 from billing.books_projection import positions, project, stamp
 from schemas.books import BooksEvent, UnreadableFact, decode_event, encode_event
 from schemas.topics import TOPIC_BOOKS
-from streams.errors import BooksFenced, BooksHalted, KafkaUnreachable, ProjectionPending
+from streams.errors import BooksFenced, BooksHalted, KafkaUnreachable, ProjectionPending, TopicsNotCreated
 from streams.kafka.admin import ensure_topics
 from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options, consumer_options
+from usage.failpoints import pause_at
 from warehouse.errors import WarehouseError
 
 __all__ = ["BOOKS_TOPIC_CONFIG", "KafkaBooks", "NUMBERED_WRITER", "ensure_books_topic", "read_books"]
@@ -52,8 +54,16 @@ PROJECT_BATCH = 2_000  # events projected (and stamped) at a time while catching
 
 
 def ensure_books_topic(settings: KafkaSettings) -> None:
-    ensure_topics(settings.kafka, {TOPIC_BOOKS: BOOKS_PARTITIONS}, options=client_options(settings, client="kafka-python"),
-                  configs={TOPIC_BOOKS: BOOKS_TOPIC_CONFIG})
+    """The books topic, made when missing; refused in one line when it exists with more than one
+    partition (made by hand, or auto-created by a client with the broker's defaults): the books are
+    one order, and a fact on another partition would be read by nobody."""
+    counts = ensure_topics(settings.kafka, {TOPIC_BOOKS: BOOKS_PARTITIONS},
+                           options=client_options(settings, client="kafka-python"),
+                           configs={TOPIC_BOOKS: BOOKS_TOPIC_CONFIG})
+    if counts.get(TOPIC_BOOKS, BOOKS_PARTITIONS) != BOOKS_PARTITIONS:
+        raise TopicsNotCreated(f"{TOPIC_BOOKS} has {counts[TOPIC_BOOKS]} partitions at {settings.kafka}; the books need "
+                               "exactly one (docs/books.md): recreate it with one partition, retention.ms=-1, before "
+                               "anything is recorded")
 
 
 def _consumer(settings: KafkaSettings) -> KafkaConsumer:
@@ -162,17 +172,23 @@ class KafkaBooks:
             else:
                 producer.flush(timeout=TIMEOUT_MS / 1000)
             written = [future.get(timeout=TIMEOUT_MS / 1000) for future in futures]
-        except (ProducerFencedError, InvalidProducerEpochError) as exc:
-            raise BooksFenced(f"another writer of the numbered series opened the books after this one (Kafka fenced "
-                              f"{self.writer_id!r}): nothing of this change was recorded; run the command again "
-                              "once the other is done") from exc
         except KafkaError as exc:
             if transactional:
                 with contextlib.suppress(Exception):
                     producer.abort_transaction()
-            raise KafkaUnreachable(self.settings.kafka, f"the books did not take the change, nothing was "
-                                                        f"recorded: {exc}") from exc
+            # An append that failed may still have happened (a timeout after the broker took it; a
+            # commit whose outcome the coordinator decides — kafka-python reports a fence in several
+            # forms): the log says which, and "nothing was recorded" is said only when it is so.
+            written = self._found(events)
+            if written is None:
+                if transactional and _fenced(exc):
+                    raise BooksFenced(f"another writer of the numbered series opened the books after this one "
+                                      f"(Kafka fenced {self.writer_id!r}): nothing of this change was recorded; run "
+                                      "the command again once the other is done") from exc
+                raise KafkaUnreachable(self.settings.kafka, f"the books did not take the change, nothing was "
+                                                            f"recorded: {exc}") from exc
         offsets = [meta.offset for meta in written]
+        pause_at("books-appended")  # usage/failpoints.py: on the books, not yet projected
         try:
             if not self._project_own(db, events, written):
                 self.catch_up(db, through=offsets[-1])
@@ -180,6 +196,34 @@ class KafkaBooks:
             raise ProjectionPending(f"recorded on the books ({TOPIC_BOOKS} offset {offsets[-1]}), but ClickHouse did "
                                     f"not take it yet ({exc}); the next command or worker projects it") from exc
         self._marker_after = transactional
+
+    def _found(self, events: list[BooksEvent], wait_s: float = 3.0) -> list | None:
+        """The positions of `events` on the log when a transaction holding them was committed after
+        all (their exact bytes after this process's last known position, read committed), else None.
+        Waits up to `wait_s` for a commit the coordinator is still completing."""
+        consumer, start = self._consumer, self._next.get(0)
+        if consumer is None or start is None:
+            return None
+        wanted = [encode_event(event) for event in events]
+        tp = TopicPartition(TOPIC_BOOKS, 0)
+        deadline = time.monotonic() + wait_s
+        try:
+            while True:
+                consumer.assign([tp])
+                consumer.seek(tp, start)
+                end = consumer.end_offsets([tp])[tp]
+                seen: dict[bytes, object] = {}
+                while consumer.position(tp) < end:
+                    for record in consumer.poll(timeout_ms=1000).get(tp, []):
+                        if record.offset < end and record.value in wanted:
+                            seen[record.value] = _Written(tp.partition, record.offset)
+                if all(value in seen for value in wanted):
+                    return [seen[value] for value in wanted]
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.2)
+        except KafkaError:
+            return None
 
     def _project_own(self, db: Any, events: list[BooksEvent], written: list) -> bool:
         """Project `events` as appended, without reading them back, when nothing else is on the log
@@ -271,6 +315,7 @@ class KafkaBooks:
     def _flush(db: Any, tp: TopicPartition, batch: list[BooksEvent], next_offset: int) -> int:
         """Step 1: the rows of `batch`; step 2: the position after it (see billing/books_projection.py)."""
         project(db, batch)
+        pause_at("books-projected")  # usage/failpoints.py: the rows written, their position not yet stamped
         stamp(db, TOPIC_BOOKS, tp.partition, next_offset)
         return len(batch)
 
@@ -279,6 +324,21 @@ class KafkaBooks:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class _Written:
+    """Where a fact found on the log is (as the producer's record metadata says it)."""
+
+    partition: int
+    offset: int
+
+
+def _fenced(exc: BaseException) -> bool:
+    """Whether kafka-python's error means another writer fenced this one: ProducerFencedError or an
+    invalid epoch as such, or wrapped in the text of a transactional error state."""
+    return isinstance(exc, (ProducerFencedError, InvalidProducerEpochError)) or any(
+        name in str(exc) for name in ("ProducerFenced", "InvalidProducerEpoch", "EPOCH_FENCE"))
 
 
 def read_books(settings: KafkaSettings) -> list[tuple[int, BooksEvent | UnreadableFact]]:
