@@ -50,6 +50,10 @@ __all__ = ["BOOKS_TOPIC_CONFIG", "KafkaBooks", "NUMBERED_WRITER", "ensure_books_
 BOOKS_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"}
 BOOKS_PARTITIONS = 1
 NUMBERED_WRITER = "gpubill.books.numbered"  # the transactional.id of the numbered series' writer
+# Facts made under the invoicing lease, which only the numbered series' writer may append: a
+# number read from the projection is only safe once that writer fenced every other.
+NUMBERED_KINDS = frozenset({"draft_made", "draft_refreshed", "invoice_issued", "invoice_voided", "credit_note_issued",
+                            "billing_run_completed", "rerate_published"})
 PROJECT_BATCH = 2_000  # events projected (and stamped) at a time while catching up
 
 
@@ -160,8 +164,9 @@ class KafkaBooks:
         producer = self._txn if transactional else self._producer
         if producer is None:
             raise RuntimeError("KafkaBooks.record before open")
-        if len(events) > 1 and not transactional:
-            raise RuntimeError("facts that must be recorded together need the numbered series' writer")
+        if not transactional and (len(events) > 1 or any(e.fact.kind in NUMBERED_KINDS for e in events)):
+            raise RuntimeError("a numbered fact (or facts recorded together) outside the numbered series' writer: "
+                               "numbering() first (billing/invoice_lock.py does, under the lease)")
         try:
             if transactional:
                 producer.begin_transaction()

@@ -3,8 +3,8 @@
     python tests/e2e/books_writer.py NAME COUNT PAUSE_S NUMBERS_FILE
 
 Run with GPUBILL_KAFKA and GPUBILL_CLICKHOUSE (its own embedded database). It opens the books
-as a numbered command does (streams/kafka/books.py `KafkaBooks(numbered=True)`: the
-transactional writer, which fences every earlier one, then the projection to the log's end),
+as a numbered command does (streams/kafka/books.py `KafkaBooks(numbered=True)`, then `numbering`:
+the transactional writer, which fences every earlier one, then the projection to the log's end),
 and COUNT times: reads the next number from its own projection (billing/invoice_store.py
 `next_number`, as an invoice run does), records an `invoice_issued` fact with it for tenant
 NAME-i, appends the number to NUMBERS_FILE (so that the test can start a second host while
@@ -51,6 +51,7 @@ def issued(number: str, seq: int, tenant: str) -> InvoiceFact:
 def main(name: str, count: int, pause_s: float, numbers_file: Path) -> int:
     settings = load_settings()
     with open_database(settings.clickhouse) as db, KafkaBooks(settings, numbered=True).open(db) as log:
+        log.numbering(db)  # what the invoicing lease does first: the transactional writer, fencing the others
         for i in range(count):
             number, seq = next_number(db, YEAR)
             try:

@@ -227,6 +227,7 @@ def test_the_worker_user_writes_the_books_through_the_numbered_writer(sasl_broke
     worker = settings_as(sasl_broker.bootstrap, "worker")
     with open_database(migrated_dsn(tmp_path / "ch")) as db:
         with KafkaBooks(worker, numbered=True).open(db) as books:
+            books.numbering(db)  # the transactional writer: its id's ACLs
             books.record(db, [event_of(_tenant_fact("acme"))])
         assert db.query("SELECT tenant FROM tenants FINAL")[0][0] == "acme"
     assert [e.fact.tenant.tenant for _, e in read_books(worker)] == ["acme"]
@@ -238,4 +239,4 @@ def test_a_node_agent_may_not_write_the_books(sasl_broker, tmp_path):
 
     with open_database(migrated_dsn(tmp_path / "ch")) as db:
         with pytest.raises(Exception, match="(?i)authoriz"):
-            KafkaBooks(settings_as(sasl_broker.bootstrap, "node-agent"), numbered=True).open(db)
+            KafkaBooks(settings_as(sasl_broker.bootstrap, "node-agent"), numbered=True).open(db).numbering(db)
