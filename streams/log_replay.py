@@ -2,6 +2,7 @@
 
     readings_ends(settings)                                  {(topic, partition): end offset} of the readings topics, now
     replay_log(db, rules, settings, period, ends, progress)  -> Replayed: the log rated into `db`, the period's charges
+    rate_readings(db, rules, settings, ends, progress)       -> messages: its step 1 alone (gpubill rebuild)
 
 Steps of `replay_log`, on a database of its own (never the live one):
 
@@ -39,7 +40,7 @@ from streams.errors import KafkaUnreachable, StreamsError
 from streams.kafka.message import Message
 from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, consumer_options
 
-__all__ = ["LogTruncated", "Replayed", "readings_ends", "replay_log"]
+__all__ = ["LogTruncated", "Replayed", "rate_readings", "readings_ends", "replay_log"]
 
 READING_TOPICS = (TOPIC_USAGE, TOPIC_POWER)
 BATCH_MESSAGES = 20_000
@@ -136,6 +137,18 @@ def replay_log(db: Any, rules: Any, settings: KafkaSettings, period: str, ends: 
     corrections, and return the period's charges per tenant (see the module docstring).
     `progress` is told (messages done, messages at most to do) after each batch."""
     from streams.corrections_sync import sync_corrections
+
+    done = rate_readings(db, rules, settings, ends, progress=progress)
+    synced = sync_corrections(db, settings, int(time.time()))  # after the readings: it checks their cards
+    applied = _regenerate(db, rules, period)
+    return Replayed(period=period, rules_revision=rules.revision, messages=done, corrections=len(synced.stored),
+                    corrections_applied=applied, charges=log_charges(db, rules, period))
+
+
+def rate_readings(db: Any, rules: Any, settings: KafkaSettings, ends: Ends, *,
+                  progress: Callable[[int, int], None] | None = None) -> int:
+    """Step 1: the readings log up to `ends` rated into `db` through the worker's own classes;
+    returns the messages rated. `progress` is told (messages done, messages at most to do) after each batch."""
     from streams.pipeline import Pipeline
     from streams.rating.native import best_rater
     from streams.sink import ClickHouseSink
@@ -152,10 +165,7 @@ def replay_log(db: Any, rules: Any, settings: KafkaSettings, period: str, ends: 
     finally:
         pipeline.executor.shutdown()
         pipeline.writer.shutdown()
-    synced = sync_corrections(db, settings, int(time.time()))  # after the readings: it checks their cards
-    applied = _regenerate(db, rules, period)
-    return Replayed(period=period, rules_revision=rules.revision, messages=done, corrections=len(synced.stored),
-                    corrections_applied=applied, charges=log_charges(db, rules, period))
+    return done
 
 
 def _regenerate(db: Any, rules: Any, period: str) -> int:

@@ -6,12 +6,17 @@ the embedded default to a server) while the first keeps running — in three ste
 
     1. the books (gpu.books.v1) projected from their first message: tenants, top-ups, budgets,
        keys, rule sets, every invoice, credit note and journal entry, billing runs, re-ratings;
-    2. the usage: readings (gpu.usage.v1, gpu.power.v1) and corrections (gpu.corrections.v1)
-       through the pipeline, `gpubill worker --drain` under a consumer group of the rebuild's own;
+    2. the usage, as `gpubill verify-log` replays it (streams/log_replay.py): the readings
+       (gpu.usage.v1, gpu.power.v1) from their first offset through the worker's pipeline, outside
+       any consumer group (the running workers' offsets are not touched, nothing is produced);
+       then the corrections (gpu.corrections.v1), after the readings whose cards they name — taken
+       first, into an empty database, each would be dead-lettered for naming a card with no
+       readings, and the rated data would come back uncorrected; then every period the books
+       say was re-rated (`rerate --apply`) switched to its corrected rating again;
     3. every hour rolled up.
 
 The rated data is what the pipeline makes of the readings and corrections under the rules in
-use now; a period re-rated under other rules (gpubill rerate --apply) is not re-rated again here
+use now, a period re-rated under other rules (gpubill rerate --apply) included
 (docs/deployment.md says what that leaves). The documents are the books' own, whatever the rules.
 
 A target that holds anything is refused in one line: rebuild never merges into live books.
@@ -20,9 +25,6 @@ A target that holds anything is refused in one line: rebuild never merges into l
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from typing import Optional
 
@@ -63,8 +65,8 @@ def rebuild(
     out.print(f"books: {count(facts, 'fact')} projected in {books_s:.1f} s", highlight=False)
     if books_only:
         return
-    _drain_usage(settings)
     with connect(settings) as database:
+        _replay_usage(database, settings, rules)
         _roll_up(database, rules)
     out.print(f"rebuilt {terminal_text(settings.clickhouse)} from the log in {time.monotonic() - started:.1f} s",
               highlight=False)
@@ -84,17 +86,31 @@ def _project_books(database, settings) -> int:
             books.close()
 
 
-def _drain_usage(settings) -> None:
-    """Step 2: the pipeline over the readings from their first offset, into the target, under a group
-    of the rebuild's own (the running workers' offsets are not touched), live spend off."""
-    group = f"{settings.group}.rebuild.{int(time.time())}"
-    err.print(f"replaying readings and corrections through the pipeline (consumer group {terminal_text(group)})",
-              highlight=False)
-    env = {**os.environ, "GPUBILL_CLICKHOUSE": settings.clickhouse, "GPUBILL_GROUP": group, "GPUBILL_SPEND": "0"}
-    done = subprocess.run([sys.executable, "-m", "gpubill.cli", "worker", "--drain"], env=env)
-    if done.returncode:
-        raise GpubillError(f"the replay of the readings failed (exit {done.returncode}); see its messages above. "
-                           "The books are rebuilt; run `gpubill rebuild` again into an empty database")
+def _replay_usage(database, settings, rules) -> None:
+    """Step 2: readings, then corrections, then the re-rated periods switched again (module docstring)."""
+    from rich.progress import Progress
+
+    from streams.corrections_sync import sync_corrections
+    from streams.errors import StreamsError
+    from streams.log_replay import rate_readings, readings_ends
+    from usage.regenerate import RegenerateRefused, regenerate
+
+    try:
+        ends = readings_ends(settings)
+        with Progress(console=err, transient=True) as progress:
+            task = progress.add_task("replaying the readings", total=sum(ends.values()))
+            messages = rate_readings(database, rules, settings, ends,
+                                     progress=lambda done, _: progress.update(task, completed=done))
+        synced = sync_corrections(database, settings, int(time.time()))
+        out.print(f"usage: {count(messages, 'readings message')} rated, {count(len(synced.stored), 'correction')} "
+                  "stored", highlight=False)
+        for (period,) in database.query("SELECT DISTINCT period FROM rerate_runs ORDER BY period"):
+            switched = regenerate(database, rules, period)
+            out.print(f"{period}: re-rated again ({count(switched.corrections, 'correction')}, "
+                      f"{count(len(switched.hours), 'hour')} published anew)", highlight=False)
+    except (StreamsError, RegenerateRefused) as exc:
+        raise GpubillError(f"the replay of the usage failed: {exc}. The books are rebuilt; run `gpubill rebuild` "
+                           "again into an empty database") from exc
 
 
 def _roll_up(database, rules) -> None:

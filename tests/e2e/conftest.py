@@ -134,6 +134,37 @@ class Gpubill:
     def json(self, *args: str):
         return json.loads(self.run(*args).stdout)
 
+    def many(self, *commands: tuple[str, ...], timeout: float = 300) -> list[subprocess.CompletedProcess]:
+        """Run `gpubill <command>` for each of `commands` (reads: nothing they do may depend on one another's
+        process) one after another in ONE child process, each with its own argv, stdout, stderr (as written:
+        no newline translation) and exit code: the interpreter and the imports are paid once, not per command."""
+        done = subprocess.run([sys.executable, "-c", _MANY], input=json.dumps(commands), env=self.env, cwd=self.cwd,
+                              capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise AssertionError(f"gpubill, {len(commands)} commands in one process, exited {done.returncode}\n"
+                                 f"{done.stderr}")
+        return [subprocess.CompletedProcess(["gpubill", *args], code, out, err)
+                for args, (code, out, err) in zip(commands, json.loads(done.stdout), strict=True)]
+
+
+# Gpubill.many's child: gpubill.cli.main once per command, its output captured as the process's would be.
+_MANY = """
+import contextlib, io, json, sys
+from gpubill.cli import main
+results = []
+for argv in json.load(sys.stdin):
+    sys.argv = ["gpubill", *argv]
+    out, err = io.StringIO(newline=""), io.StringIO(newline="")
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    results.append((code, out.getvalue(), err.getvalue()))
+sys.stdout.write(json.dumps(results))
+"""
+
 
 @pytest.fixture
 def gpubill(tmp_path, broker) -> Gpubill:
