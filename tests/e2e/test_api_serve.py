@@ -39,11 +39,13 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def served(tmp_path, monkeypatch):
-    """The seeded database, the command line's env, and a running `gpubill serve`."""
+def served(tmp_path, monkeypatch, broker):
+    """The seeded database (its money on the broker's books), the command line's env, and a running `gpubill serve`."""
+    from tests.e2e.books_on import books_on
+
     monkeypatch.setattr(writes, "MARGIN_S", 0)
     dsn = f"chdb://{tmp_path / 'ch'}"
-    with open_database(dsn) as db:
+    with open_database(dsn) as db, books_on(db, broker.bootstrap):
         seeded = seed_world(db)
         # fifty clients, each with a key of its own, spread over the three tenants
         clients = []
@@ -51,6 +53,7 @@ def served(tmp_path, monkeypatch):
             tenant = sorted(SECONDS)[n % len(SECONDS)]
             clients.append((tenant, create_key(db, tenant=tenant, label=f"client {n}")[1]))
     env = {**os.environ, "GPUBILL_CLICKHOUSE": dsn, "GPUBILL_RULES": str(RULES_DIR), "GPUBILL_HOME": str(tmp_path / "var"),
+           "GPUBILL_KAFKA": broker.bootstrap,
            "GPUBILL_OUT": str(tmp_path / "out"), "NO_COLOR": "1", "COLUMNS": "200"}
     port = free_port()
     yield {"env": env, "tmp": tmp_path, "seeded": seeded, "clients": clients, "dsn": dsn, "port": port,

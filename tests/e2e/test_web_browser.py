@@ -74,7 +74,7 @@ def artifacts() -> Path:
 
 
 @pytest.fixture(scope="module")
-def portal(tmp_path_factory):
+def portal(tmp_path_factory, session_broker):
     """The real app on a socket over a seeded, invoiced database; yields (url, expected files, keys)."""
     if not (CHROMIUM and CHROMEDRIVER):
         pytest.fail("the browser test needs Debian's chromium and chromium-driver: run scripts/bootstrap")
@@ -107,6 +107,10 @@ def portal(tmp_path_factory):
     patch.setattr(test_archive, "CARDS", {c: v for c, v in test_archive.CARDS.items() if c in ("GA1", "GR1")})
     rules = test_archive.RULES
     database = open_database(f"chdb://{directory / 'clickhouse'}")
+    from tests.e2e.books_on import books_on
+
+    seeding = books_on(database, session_broker.emptied().bootstrap)  # the money on the books, as a command's
+    seeding.__enter__()
     seconds = [s for i, d in enumerate(FEB_DAYS) for s in day_seconds(i, d)]
     seconds += [s for i, d in enumerate(MARCH_DAYS) for s in day_seconds(len(FEB_DAYS) + i, d)]
     registered = datetime(2026, 1, 15, tzinfo=UTC)
@@ -124,6 +128,7 @@ def portal(tmp_path_factory):
                                   now=datetime(2026, 3, 8, tzinfo=UTC))
     assert (goodwill.subtotal, goodwill.tax, goodwill.total) == (Decimal("5.00"), Decimal("0.30"), Decimal("5.30"))
     _, acme_key = create_key(database, tenant="acme", label="财务", now=registered)
+    seeding.__exit__(None, None, None)
     # what the page's downloads must be, byte for byte: the CLI's renderings (built before serving)
     report = usage_report(database, rules, "acme", "2026-02")
     # the font state the app reaches at start (its warm-up thread): a Chinese PDF embeds its glyphs
