@@ -25,6 +25,7 @@ import typer
 from gpubill.cli.common import count, out, terminal_text
 from gpubill.config import Settings, load_settings
 from gpubill.errors import GpubillError
+from schemas.topics import TOPIC_BOOKS
 
 
 def database_path(settings: Settings) -> Path | None:
@@ -150,12 +151,15 @@ def database_figures(dsn: str) -> dict[str, Any]:
         runs = database.query("SELECT period, completed_at, invoices FROM billing_runs FINAL "
                               "ORDER BY completed_at DESC, period DESC LIMIT 1")
         drafts = database.query("SELECT count() FROM invoices FINAL WHERE status = 'draft'")[0][0]
+        books = database.query("SELECT next_offset, halted FROM books_positions FINAL WHERE topic = {t:String}",
+                               {"t": TOPIC_BOOKS})
     last = None
     if runs:
         period, completed_at, invoices = runs[0]
         last = {"period": str(period), "completed_at": completed_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "invoices": int(invoices)}
-    return {"last_invoice_run": last, "drafts_waiting": int(drafts)}
+    projected = {"projected_to": int(books[0][0]), "halted": books[0][1]} if books else {"projected_to": 0, "halted": ""}
+    return {"last_invoice_run": last, "drafts_waiting": int(drafts), "books": projected}
 
 
 def gather(settings: Settings) -> dict[str, Any]:
@@ -252,5 +256,9 @@ def _lines(report: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("last invoice run", "none yet"))
     if report["drafts_waiting"] is not None:
         rows.append(("drafts waiting", str(report["drafts_waiting"])))
+    books = report.get("books")
+    if books is not None:  # issue 37: how far this database has taken the books on the log
+        rows.append(("books", f"{TOPIC_BOOKS} projected to offset {books['projected_to']:,}"
+                              + (f"; HALTED: {books['halted']}" if books["halted"] else "")))
     return rows
 

@@ -145,6 +145,8 @@ def test_up_invoices_closed_periods_and_serves_its_database_to_every_other_comma
         assert status["worker"]["lag"] == 0  # drained before up started; up committed nothing new
         assert status["last_invoice_run"]["period"] == "2026-03"  # the rerun above, after the scheduler's 2026-04
         assert status["drafts_waiting"] == 0
+        # the books (issue 37): up took them into its database; the runs above appended and projected facts
+        assert status["books"]["projected_to"] > 0 and status["books"]["halted"] == "", status
         assert "finance:***@" in status["database"]["finance_url"]  # masked unless asked for
 
         # a second up: one line, at once, naming the first — not a port conflict

@@ -146,6 +146,7 @@ def test_status_lines_mask_the_finance_password():
         "worker": {"group": "gpubill-rating", "lag": 1, "partitions": 16},
         "last_invoice_run": {"period": "2026-03", "completed_at": "2026-04-01T02:05:00Z", "invoices": 1},
         "drafts_waiting": 0,
+        "books": {"projected_to": 1234, "halted": ""},
     }
     assert dict(_lines(report)) == {
         "broker": "localhost:9092 reachable",
@@ -156,7 +157,11 @@ def test_status_lines_mask_the_finance_password():
         "worker lag": "1 reading behind on 16 partitions (group gpubill-rating)",
         "last invoice run": "2026-03, 2026-04-01T02:05:00Z: 1 invoice",
         "drafts waiting": "0",
+        "books": "gpu.books.v1 projected to offset 1,234",
     }
+    report["books"] = {"projected_to": 17, "halted": "gpu.books.v1 partition 0 offset 17: schema version 9 is newer"}
+    assert dict(_lines(report))["books"] == ("gpu.books.v1 projected to offset 17; HALTED: gpu.books.v1 partition 0 "
+                                             "offset 17: schema version 9 is newer")
 
 
 def test_plain_url_leaves_out_who():
