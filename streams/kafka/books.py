@@ -29,6 +29,7 @@ idempotent producer, acks=all, one at a time.
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any, Callable
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -129,7 +130,7 @@ class KafkaBooks:
                 producer.commit_transaction()
             else:
                 producer.flush(timeout=TIMEOUT_MS / 1000)
-            offsets = [future.get(timeout=TIMEOUT_MS / 1000).offset for future in futures]
+            appended = [future.get(timeout=TIMEOUT_MS / 1000) for future in futures]
         except (ProducerFencedError, InvalidProducerEpochError) as exc:
             raise BooksFenced(f"another writer of the numbered series opened the books after this one (Kafka fenced "
                               f"{self.writer_id!r}): nothing of this change was recorded; run the command again "
@@ -140,11 +141,41 @@ class KafkaBooks:
                     producer.abort_transaction()
             raise KafkaUnreachable(self.settings.kafka, f"the books did not take the change, nothing was "
                                                         f"recorded: {exc}") from exc
+        last = {}
+        for metadata in appended:
+            tp = TopicPartition(metadata.topic, metadata.partition)
+            last[tp] = max(last.get(tp, -1), metadata.offset)
         try:
+            self._await_committed(last)
             self.catch_up(db)
         except WarehouseError as exc:
-            raise ProjectionPending(f"recorded on the books ({TOPIC_BOOKS} offset {offsets[-1]}), but ClickHouse did "
-                                    f"not take it yet ({exc}); the next command or worker projects it") from exc
+            raise ProjectionPending(f"recorded on the books ({TOPIC_BOOKS} offset {max(last.values())}), but "
+                                    f"ClickHouse did not take it yet ({exc}); the next command or worker projects "
+                                    "it") from exc
+
+    def _await_committed(self, last: dict[TopicPartition, int]) -> None:
+        """Until a read-committed reader sees each partition's `last` offset. A transaction's commit
+        returns once the coordinator has decided it; its marker reaches the partition a moment
+        later, and until then the partition's end for this reader (the last stable offset) stops
+        before the records just committed: a catch-up then would project nothing, and the next
+        number would be read from a projection that lacks this one (the same number twice)."""
+        consumer = self._consumer
+        if consumer is None:
+            raise RuntimeError("KafkaBooks.record before open")
+        deadline = time.monotonic() + TIMEOUT_MS / 1000
+        try:
+            while True:
+                ends = consumer.end_offsets(list(last))
+                if all(ends[tp] > offset for tp, offset in last.items()):
+                    return
+                if time.monotonic() >= deadline:
+                    raise ProjectionPending(f"recorded on the books ({TOPIC_BOOKS} offset {max(last.values())}), but "
+                                            f"its commit is not readable after {TIMEOUT_MS / 1000:.0f} s; the next "
+                                            "command or worker projects it")
+                time.sleep(0.002)
+        except KafkaError as exc:
+            raise ProjectionPending(f"recorded on the books ({TOPIC_BOOKS} offset {max(last.values())}), but the books "
+                                    f"cannot be read back ({exc}); the next command or worker projects it") from exc
 
     # --------------------------------------------------------------------------- reading
 
