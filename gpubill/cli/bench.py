@@ -1,4 +1,4 @@
-"""`gpubill bench pipeline|spend|rating|month|api|rerate`: measured figures of the paths users run.
+"""`gpubill bench pipeline|spend|rating|month|api|rerate|books`: measured figures of the paths users run.
 
 The benchmarks themselves are gpubill/bench/; docs/performance.md records their results.
 """
@@ -160,3 +160,18 @@ def bench_rerate_command(
                           say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)
 
+
+@app.command("books")
+def bench_books_command(
+    tenants: int = typer.Option(1000, min=1, max=100_000, help="Tenants, each invoiced every month."),
+    months: int = typer.Option(12, min=1, max=12, help="Months of the year (2026) written on the books."),
+    port: int = typer.Option(28692, min=1024, max=65534, help="Port of the private broker (and port + 1)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
+) -> None:
+    """The books' share of a rebuild: a year of monthly documents (invoices with their lines, credit notes, voids,
+    top-ups, budgets, keys, tenants) written on a private broker's books, then `gpubill rebuild --yes --books-only`
+    of an empty chDB timed, and checked table by table against the database they were written into."""
+    from gpubill.bench.books import bench_books
+
+    result = bench_books(tenants, months, port=port, say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
+    print_figures(result, as_json)
