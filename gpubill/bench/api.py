@@ -6,7 +6,10 @@ the example time-of-use rules, as `gpubill bench month` builds it (gpubill/bench
 the first hour as the per-second rows the pipeline writes, rolled up by the real rollup step,
 the rest of the month as exactly the rollups those rows would give). Tenant `tenant-0` (64
 cards; a Chinese display name) is registered and gets one API key per client, as fifty
-people of one customer each with their own key, so no per-key limit is what is measured.
+people of one customer each with their own key, so no per-key limit is what is measured. The
+registration and the keys are facts on the books (issue 37), recorded as `gpubill tenant add`
+and `gpubill key create` record them, on a private Kafka broker that runs while the month is
+built (gpubill/bench/broker.py); the API only reads them.
 
 What it times: the real app (`tenant_api.create_app`) served by uvicorn in a child process
 (the embedded database is one process's), asked by `clients` concurrent clients (each its
@@ -57,18 +60,21 @@ CLOCK = "2026-04-30T15:00:00+00:00"  # 23:00 in Asia/Shanghai, the example rules
 FORMATS = ("csv", "json", "parquet", "pdf")
 WARM_S = 10.0  # after /readyz: the PDF font warm-up takes 4-7 s of a core (reports/render/fonts.py)
 STATE = "bench-api.json"  # in `keep`: the keys of a built month, for a later run to reuse
+BROKER_PORT = 28592  # the private broker's (and + 1 its controller's) while the month is built: `--port`
 
 
 def bench_api(gpus: int = 1280, *, days: int = 30, clients: int = 50, requests: int = 4, sequential: int = 10,
-              cache_s: float = 10.0, keep: Path | None = None, say: Say = lambda _: None) -> dict:
-    """Build (or reuse) the month, then time the downloads and month-to-date at 1 and `clients` clients."""
+              cache_s: float = 10.0, keep: Path | None = None, port: int = BROKER_PORT,
+              say: Say = lambda _: None) -> dict:
+    """Build (or reuse) the month, then time the downloads and month-to-date at 1 and `clients` clients
+    (the month's books on a private broker on `port` and port + 1, while it is built)."""
     if clients < 1 or requests < 1 or sequential < 1:
         raise GpubillError("--clients, --requests and --sequential must be at least 1")
     directory = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="gpubill-bench-api-"))
     directory.mkdir(parents=True, exist_ok=True)
     try:
         began = time.perf_counter()
-        keys = _month(directory, gpus, days, clients, say)
+        keys = _month(directory, gpus, days, clients, port, say)
         figures: dict[str, Any] = {"gpus": gpus, "days": days, "period": PERIOD, "tenant": TENANT, "tenant_cards": 64,
                                    "clients": clients, "build_s": round(time.perf_counter() - began, 1)}
         for label, ttl in (("cache_off", 0.0), ("cache_on", cache_s)):
@@ -83,7 +89,7 @@ def bench_api(gpus: int = 1280, *, days: int = 30, clients: int = 50, requests: 
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def _month(directory: Path, gpus: int, days: int, clients: int, say: Say) -> list[str]:
+def _month(directory: Path, gpus: int, days: int, clients: int, port: int, say: Say) -> list[str]:
     """The month's database under `directory` and `clients` keys of tenant-0 (reused when there)."""
     state = directory / STATE
     if state.is_file():
@@ -94,8 +100,10 @@ def _month(directory: Path, gpus: int, days: int, clients: int, say: Say) -> lis
         raise GpubillError(f"{directory} holds another bench month ({saved.get('gpus')} cards, {saved.get('days')} "
                            "days); give another --keep directory")
     from billing_rules import load_rules
+    from gpubill.bench.broker import temporary_broker
     from gpubill.bench.month import write_month
     from gpubill.bench.month_fleet import DAY_S, EXAMPLE_TOU_DIR, HOUR_S, make_fleet
+    from gpubill.cli.books import open_books
     from tenant_api.keys import create_key
     from usage.rollup import roll_up
     from billing.tenants import add_tenant
@@ -116,8 +124,10 @@ def _month(directory: Path, gpus: int, days: int, clients: int, say: Say) -> lis
             time.sleep(margin)
         roll_up(db, rules, period=PERIOD)
         db.command("DROP TABLE IF EXISTS bench_minutes")
-        add_tenant(db, TENANT, TENANT_NAME)
-        keys = [create_key(db, tenant=TENANT, label=f"bench client {i}")[1] for i in range(clients)]
+        with temporary_broker(port, _dsn(directory), rules=EXAMPLE_TOU_DIR, group="bench-api", say=say) as settings, \
+                open_books(db, settings):  # as `gpubill tenant add` and `gpubill key create` open them
+            add_tenant(db, TENANT, TENANT_NAME)
+            keys = [create_key(db, tenant=TENANT, label=f"bench client {i}")[1] for i in range(clients)]
     fd = os.open(state, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as file:
         json.dump({"gpus": gpus, "days": days, "keys": keys}, file)

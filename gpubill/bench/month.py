@@ -15,7 +15,11 @@ What it measures (seconds of wall time; `time.perf_counter`):
   let settle first); `rollup_cpu_s_per_hour` is the process's CPU time (all of chDB's
   threads) for the same hours; `rollup_s_per_hour_2_threads` one more hour re-rolled with
   ClickHouse's default threads.
-- `invoice_run_s`: `billing.invoicing.run_period` for every tenant (`gpubill invoice run`);
+- `invoice_run_s`: the books opened as `gpubill invoice run` opens them (the numbered series'
+  writer on a private Kafka broker, the projection taken to the log's end, the rule set
+  recorded: gpubill/bench/broker.py, gpubill/cli/books.py) and `billing.invoicing.run_period`
+  for every tenant, each invoice appended to gpu.books.v1 and projected;
+  `invoice_run_books_open_s` the opening alone;
 - `cost_share_s`: `cost_share` + `store_cost_share` (`gpubill report cost-share`);
 - `usage_report_s`: per format (csv, json, parquet, pdf), `usage_report` + `render_usage`
   for tenant-0, a 64-card tenant (`gpubill report usage`);
@@ -50,12 +54,15 @@ from pathlib import Path
 from typing import Any
 
 from billing_rules import RuleSet, load_rules
+from gpubill.bench.broker import temporary_broker
 from gpubill.bench.month_fleet import DAY_S, EXAMPLE_TOU_DIR, HOUR_S, Fleet, Say, iso, make_fleet, write_seconds
 from gpubill.bench.month_rollups import synthetic_differences, write_minutes, write_rollups
+from gpubill.config import Settings
 from gpubill.errors import GpubillError
 from usage.rollup import roll_up, roll_up_hour
 from warehouse import writes
 
+BROKER_PORT = 28392  # the private broker's (and + 1 its controller's): `gpubill bench month --port`
 FORMATS = ("csv", "json", "parquet", "pdf")
 PER_SECOND_TABLES = ("rated_seconds", "readings_usage", "readings_power")
 ROLLUP_TABLES = ("rated_hours", "rollup_runs", "rated_writes", "card_models")
@@ -91,12 +98,14 @@ def write_month(db: Any, fleet: Fleet, per_second_end: int, month_end: int,
 
 def bench_month(gpus: int = 1280, days: int = 30, *, per_second_hours: int = 24, period: str = "2026-04",
                 tenant_cards: int = 64, rules: RuleSet | None = None, keep: Path | None = None,
-                settle_s: float = 900, margin_s: float | None = None, say: Say = lambda _: None) -> dict:
+                settle_s: float = 900, margin_s: float | None = None, port: int = BROKER_PORT,
+                say: Say = lambda _: None) -> dict:
     """Build the month, roll up, run the commands; returns the figures `gpubill bench month --json` prints.
 
     `settle_s` bounds the wait for background merges before the rollups are timed; `margin_s`
     is the wait after the last per-second write before rolling up (default: the rollup margin,
     warehouse.writes.MARGIN_S, or the 60 s that view v_live_hours allows, whichever is longer, + 1 s).
+    The books are on a private broker on `port` (and port + 1), started after the rollups are timed.
     """
     from warehouse.connection import open_database
 
@@ -114,11 +123,12 @@ def bench_month(gpus: int = 1280, days: int = 30, *, per_second_hours: int = 24,
     directory.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     try:
-        with open_database(f"chdb://{directory.resolve() / 'clickhouse'}") as db:
+        dsn = f"chdb://{directory.resolve() / 'clickhouse'}"
+        with open_database(dsn) as db:
             db.command("SET max_query_size = 67108864")  # the fleet's cards are constant arrays in the SQL
             if margin_s is None:
                 margin_s = max(writes.MARGIN_S, 60) + 1
-            figures = _run(db, fleet, per_second_end, month_end, settle_s, margin_s, say)
+            figures = _run(db, dsn, fleet, per_second_end, month_end, settle_s, margin_s, port, say)
     finally:
         if not keep:
             shutil.rmtree(directory, ignore_errors=True)
@@ -126,8 +136,8 @@ def bench_month(gpus: int = 1280, days: int = 30, *, per_second_hours: int = 24,
     return figures
 
 
-def _run(db: Any, fleet: Fleet, per_second_end: int, month_end: int, settle_s: float, margin_s: float,
-         say: Say) -> dict:
+def _run(db: Any, dsn: str, fleet: Fleet, per_second_end: int, month_end: int, settle_s: float, margin_s: float,
+         port: int, say: Say) -> dict:
     rules, period = fleet.rules, fleet.period
     per_second_hours = (per_second_end - fleet.start) // HOUR_S
     say(f"{fleet.gpus:,} cards, {len(fleet.pairs)} (tenant, model) pairs, {period}: per-second rows for "
@@ -174,7 +184,8 @@ def _run(db: Any, fleet: Fleet, per_second_end: int, month_end: int, settle_s: f
     figures["rollup_cpu_s_per_hour"] = round(statistics.median(cpus), 3)
     figures["rollup_s_per_hour_2_threads"] = round(two_threads_s, 3)
     figures["rated_seconds_parts_at_rollup"] = int(parts)
-    figures.update(_reads(db, fleet, say))
+    with temporary_broker(port, dsn, rules=EXAMPLE_TOU_DIR, group="bench-month", say=say) as settings:
+        figures.update(_reads(db, settings, fleet, say))
     figures["bytes_per_gpu_second"] = sizes["per_gpu_second"]
     figures["rows"] = sizes["rows"]
     figures["disk_gb"] = sizes["disk_gb"]
@@ -185,13 +196,14 @@ def _run(db: Any, fleet: Fleet, per_second_end: int, month_end: int, settle_s: f
     return figures
 
 
-def _reads(db: Any, fleet: Fleet, say: Say) -> dict:
-    """Time the commands' functions on the month."""
+def _reads(db: Any, settings: Settings, fleet: Fleet, say: Say) -> dict:
+    """Time the commands' functions on the month (the invoice run on the books of `settings`' broker)."""
     from reports.audit import audit_period
     from reports.audit_hours import hour_prints
     from usage.rated import coverage
     from reports.cost_share import cost_share, store_cost_share
     from billing.invoicing import run_period
+    from gpubill.cli.books import open_books
     from reports.render import render_usage
     from reports.usage_report import usage_report
     from warehouse.errors import DatabaseError
@@ -200,9 +212,11 @@ def _reads(db: Any, fleet: Fleet, say: Say) -> dict:
     tenant = fleet.pairs[0][0]
     figures: dict[str, Any] = {}
 
-    say("invoice run for every tenant")
+    say("invoice run for every tenant, on the books")
     t0 = time.perf_counter()
-    run = run_period(db, rules, period)
+    with open_books(db, settings, numbered=True, rules=rules):  # as `gpubill invoice run` opens them
+        figures["invoice_run_books_open_s"] = round(time.perf_counter() - t0, 3)
+        run = run_period(db, rules, period)
     figures["invoice_run_s"] = round(time.perf_counter() - t0, 3)
     figures["invoices"] = len(run.created)
 

@@ -10,6 +10,11 @@ re-rates a fresh copy of it in `keep/run` (a re-rating changes the database it r
 
 What it does and times (seconds of wall time, `time.perf_counter`), in this order:
 
+Every money write is on the books (issue 37): each invoice run and the apply open them as
+their commands do (`gpubill invoice run`, `gpubill rerate --apply`: the numbered series' writer
+on a private Kafka broker, started for the measurement, the rule set in use recorded;
+gpubill/bench/broker.py), so their timings include the log.
+
 1. **Before.** `billing.invoicing.run_period` for every tenant (`gpubill invoice run`): the
    first run issues the month's invoices (`invoice_run_first_s`), then `REPEAT` runs more
    that find them issued (`invoice_run_s_before`, their median); `usage_report` +
@@ -59,8 +64,10 @@ from pathlib import Path
 from typing import Any
 
 from billing_rules import RuleSet, load_rules
+from gpubill.bench.broker import temporary_broker
 from gpubill.bench.month import _settle, write_month
 from gpubill.bench.month_fleet import DAY_S, EXAMPLE_TOU_DIR, HOUR_S, Fleet, Say, make_fleet
+from gpubill.config import Settings
 from gpubill.errors import GpubillError
 
 __all__ = ["bench_rerate", "corrected_rules_dir", "reattribution"]
@@ -70,15 +77,16 @@ CORRECTED_PRICE = {"monthly": "3000.00", "hourly": "9.50"}  # from 3,180.00 / 10
 PRICE_FROM_DAY = 10
 FROM_TENANT, TO_TENANT = "tenant-0", "tenant-1"
 REPEAT = 3
+BROKER_PORT = 28492  # the private broker's (and + 1 its controller's): `gpubill bench rerate --port`
 STATE = "bench-rerate.json"  # in `keep`: the sizes of the built month in keep/month
 
 
 def bench_rerate(gpus: int = 1280, days: int = 30, *, per_second_hours: int = 24, period: str = "2026-04",
                  tenant_cards: int = 64, keep: Path | None = None, settle_s: float = 900,
-                 margin_s: float | None = None, say: Say = lambda _: None) -> dict:
+                 margin_s: float | None = None, port: int = BROKER_PORT, say: Say = lambda _: None) -> dict:
     """Build (or reuse) the month, correct it, re-rate it; returns the figures `gpubill bench rerate --json` prints.
 
-    `settle_s` and `margin_s` as in `bench_month`."""
+    `settle_s` and `margin_s` as in `bench_month`; the books on a private broker on `port` (and port + 1)."""
     from warehouse import writes
     from warehouse.connection import open_database
 
@@ -111,14 +119,16 @@ def bench_rerate(gpus: int = 1280, days: int = 30, *, per_second_hours: int = 24
             shutil.copytree(directory / "month", directory / "run", symlinks=True)
             figures["copy_s"] = round(time.perf_counter() - t0, 1)
             dsn = f"chdb://{(directory / 'run' / 'clickhouse').resolve()}"
-            with open_database(dsn) as db:
-                figures.update(_measure(db, fleet, per_second_end, month_end, directory, say))
+            with open_database(dsn) as db, temporary_broker(port, dsn, group="bench-rerate", say=say) as settings:
+                figures.update(_measure(db, settings, fleet, per_second_end, month_end, directory, say))
         else:
-            with open_database(f"chdb://{(directory / 'clickhouse').resolve()}") as db:
+            dsn = f"chdb://{(directory / 'clickhouse').resolve()}"
+            with open_database(dsn) as db:
                 t0 = time.perf_counter()
                 _build(db, fleet, per_second_end, month_end, settle_s, margin_s, say)
                 figures["build_s"] = round(time.perf_counter() - t0, 1)
-                figures.update(_measure(db, fleet, per_second_end, month_end, directory, say))
+                with temporary_broker(port, dsn, group="bench-rerate", say=say) as settings:
+                    figures.update(_measure(db, settings, fleet, per_second_end, month_end, directory, say))
     finally:
         if not keep:
             shutil.rmtree(directory, ignore_errors=True)
@@ -209,21 +219,24 @@ def _rfc3339(second: int) -> str:
 
 # -- the run ---------------------------------------------------------------------------------
 
-def _measure(db: Any, fleet: Fleet, per_second_end: int, month_end: int, directory: Path, say: Say) -> dict:
+def _measure(db: Any, settings: Settings, fleet: Fleet, per_second_end: int, month_end: int, directory: Path,
+             say: Say) -> dict:
     import billing.rerate as rerate
     from usage.corrections import store_corrections
 
     period, tenant = fleet.period, FROM_TENANT
     figures: dict[str, Any] = {}
+    before = settings.model_copy(update={"rules": str(EXAMPLE_TOU_DIR)})
 
     say("before: invoice run (issues the month), then again, and tenant-0's usage report (csv)")
-    figures["invoice_run_first_s"], first = _timed(lambda: _invoice_run(db, fleet.rules, period))
+    figures["invoice_run_first_s"], first = _timed(lambda: _invoice_run(db, before, fleet.rules, period))
     figures["invoices"] = len(first.created)
-    figures["invoice_run_s_before"] = _median(lambda: _invoice_run(db, fleet.rules, period))
+    figures["invoice_run_s_before"] = _median(lambda: _invoice_run(db, before, fleet.rules, period))
     figures["usage_report_s_before"] = _median(lambda: _usage_csv(db, fleet.rules, tenant, period))
 
     day = min(PRICE_FROM_DAY, (month_end - fleet.start) // DAY_S)
-    corrected = load_rules(corrected_rules_dir(EXAMPLE_TOU_DIR, directory / "rules", period, day))
+    corrected_dir = corrected_rules_dir(EXAMPLE_TOU_DIR, directory / "rules", period, day)
+    corrected, after = load_rules(corrected_dir), settings.model_copy(update={"rules": str(corrected_dir)})
     figures["price_correction"] = (f"{CORRECTED_MODEL} monthly {CORRECTED_PRICE['monthly']}, hourly "
                                    f"{CORRECTED_PRICE['hourly']} from {period}-{day:02d} 00:00 {fleet.tz}")
     figures["rules_revision_before"], figures["rules_revision_after"] = fleet.rules.revision, corrected.revision
@@ -254,23 +267,35 @@ def _measure(db: Any, fleet: Fleet, per_second_end: int, month_end: int, directo
                              and moved.get(FROM_TENANT, 0) < 0 < moved.get(TO_TENANT, 0))
 
     say("applying the re-rating")
-    figures["apply_s"], _ = _timed(lambda: rerate.rerate_apply(db, corrected, period, progress=say))
+    figures["apply_s"], _ = _timed(lambda: _apply(db, after, corrected, period, say))
     second = rerate.rerate_preview(db, corrected, period)
     figures["second_preview_differences"] = sum(1 for d in _differences(second).values() if d)
     figures.update(_documents(db, period))
 
     say("after: invoice run and tenant-0's usage report again")
-    figures["invoice_run_s_after"] = _median(lambda: _invoice_run(db, corrected, period))
+    figures["invoice_run_s_after"] = _median(lambda: _invoice_run(db, after, corrected, period))
     figures["usage_report_s_after"] = _median(lambda: _usage_csv(db, corrected, tenant, period))
     figures["invoice_run_ratio"] = round(figures["invoice_run_s_after"] / figures["invoice_run_s_before"], 2)
     figures["usage_report_ratio"] = round(figures["usage_report_s_after"] / figures["usage_report_s_before"], 2)
     return figures
 
 
-def _invoice_run(db: Any, rules: RuleSet, period: str) -> Any:
+def _invoice_run(db: Any, settings: Settings, rules: RuleSet, period: str) -> Any:
+    """`gpubill invoice run`: the books opened (numbered, the rule set recorded), every tenant invoiced."""
     from billing.invoicing import run_period
+    from gpubill.cli.books import open_books
 
-    return run_period(db, rules, period)
+    with open_books(db, settings, numbered=True, rules=rules):
+        return run_period(db, rules, period)
+
+
+def _apply(db: Any, settings: Settings, rules: RuleSet, period: str, say: Say) -> Any:
+    """`gpubill rerate --apply`: the books opened as for an invoice run, the period re-rated."""
+    import billing.rerate as rerate
+    from gpubill.cli.books import open_books
+
+    with open_books(db, settings, numbered=True, rules=rules):
+        return rerate.rerate_apply(db, rules, period, progress=say)
 
 
 def _usage_csv(db: Any, rules: RuleSet, tenant: str, period: str) -> bytes:

@@ -55,9 +55,9 @@ from typing import Callable
 import orjson
 
 from gpubill.config import Settings
+from gpubill.bench.broker import bench_settings, private_broker
 from gpubill.bench.processes import cpu_s
 from gpubill.devenv.ch_gateway import spawn as spawn_gateway
-from gpubill.devenv.kafka_broker import LocalBroker
 from gpubill.devenv.simulator import simulate_fleet
 from schemas.topics import READING_TOPICS, TOPIC_BILLING_EVENTS, TOPIC_POWER, TOPIC_USAGE
 from streams.kafka.admin import ensure_pipeline_topics, ensure_spend_topics, group_offsets
@@ -73,38 +73,37 @@ def bench_spend(*, rate: int = 20_000, duration_s: int = 30, tenants: int = 16, 
     process (port + 2)."""
     with tempfile.TemporaryDirectory(prefix="gpubill-bench-spend-") as tmp:
         work = Path(tmp)
-        broker = LocalBroker(work / "kafka", bootstrap=f"localhost:{port}", port=port, controller_port=port + 1)
-        broker.up(progress=say)
-        server = None
-        try:
-            settings = Settings(kafka=broker.bootstrap, clickhouse=f"chdb://{work / 'ch'}", home=str(work),
-                                group="bench-spend", metrics_port=0, kafka_security_protocol="PLAINTEXT",
-                                kafka_username=None, kafka_password=None, kafka_cafile=None)
+        with private_broker(work / "kafka", port, say) as broker:
             rules = _rules_without_trial_credit(work / "rules")
-            env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPUBILL_KAFKA_")},
-                   "GPUBILL_KAFKA": settings.kafka, "GPUBILL_CLICKHOUSE": settings.clickhouse,
-                   "GPUBILL_RULES": str(rules), "GPUBILL_SPEND_TRACKER": "separate",
-                   "GPUBILL_HOME": str(work), "GPUBILL_GROUP": settings.group, "GPUBILL_METRICS_PORT": "0",
-                   "GPUBILL_SPEND": "1" if spend else "0",
-                   "GPUBILL_BENCH_SPEND": str(work / "spend.json"),
-                   "GPUBILL_BENCH_FRESHNESS": str(work / "rated.json")}
-            ensure_pipeline_topics(settings)
-            ensure_spend_topics(settings)  # the events topic, read at the end, exists either way
-            top_up = _top_up(rate, duration_s, tenants)
-            say(f"registering {tenants:,} tenants with a ¥{top_up} top-up each (and a budget of 80 % of it)")
-            _register(settings, tenants, top_up)
-            say(f"serving the private chDB on 127.0.0.1:{port + 2} (gpubill clickhouse serve)")
-            server = spawn_gateway(env, port + 2)
-            env["GPUBILL_CLICKHOUSE"] = server.dsn
-            return {"spend": spend, "tenants": tenants, "top_up": str(top_up),
-                    **_run(settings, env, work, rate, duration_s, tenants, spend, say,
-                           beside={"producer": os.getpid(), "broker": broker.running_pid(),
-                                   "gateway": server.process.pid})}
-        finally:
-            if server is not None:
-                server.process.send_signal(signal.SIGTERM)
-                server.process.wait(timeout=60)
-            broker.down()
+            settings = bench_settings(broker.bootstrap, f"chdb://{work / 'ch'}", work, rules=rules, group="bench-spend")
+            return _served(settings, work, rules, rate, duration_s, tenants, port, spend, say, broker.running_pid())
+
+
+def _served(settings: Settings, work: Path, rules: Path, rate: int, duration_s: int, tenants: int, port: int,
+            spend: bool, say: Say, broker_pid: int | None) -> dict:
+    """The tenants registered on the books, the database served, the run (see bench_spend)."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPUBILL_KAFKA_")},
+           "GPUBILL_KAFKA": settings.kafka, "GPUBILL_CLICKHOUSE": settings.clickhouse,
+           "GPUBILL_RULES": str(rules), "GPUBILL_SPEND_TRACKER": "separate",
+           "GPUBILL_HOME": str(work), "GPUBILL_GROUP": settings.group, "GPUBILL_METRICS_PORT": "0",
+           "GPUBILL_SPEND": "1" if spend else "0",
+           "GPUBILL_BENCH_SPEND": str(work / "spend.json"),
+           "GPUBILL_BENCH_FRESHNESS": str(work / "rated.json")}
+    ensure_pipeline_topics(settings)
+    ensure_spend_topics(settings)  # the events topic, read at the end, exists either way
+    top_up = _top_up(rate, duration_s, tenants)
+    say(f"registering {tenants:,} tenants with a ¥{top_up} top-up each (and a budget of 80 % of it)")
+    _register(settings, tenants, top_up)
+    say(f"serving the private chDB on 127.0.0.1:{port + 2} (gpubill clickhouse serve)")
+    server = spawn_gateway(env, port + 2)
+    try:
+        env["GPUBILL_CLICKHOUSE"] = server.dsn
+        return {"spend": spend, "tenants": tenants, "top_up": str(top_up),
+                **_run(settings, env, work, rate, duration_s, tenants, spend, say,
+                       beside={"producer": os.getpid(), "broker": broker_pid, "gateway": server.process.pid})}
+    finally:
+        server.process.send_signal(signal.SIGTERM)
+        server.process.wait(timeout=60)
 
 
 def _rules_without_trial_credit(directory: Path) -> Path:
@@ -139,10 +138,12 @@ def _top_up(rate: int, duration_s: int, tenants: int) -> Decimal:
 def _register(settings: Settings, tenants: int, top_up: Decimal) -> None:
     from billing.balances import set_budget, top_up as add_top_up
     from billing.tenants import add_tenant
+    from gpubill.cli.books import open_books
     from warehouse.connection import open_database
 
     budget = max(Decimal("0.01"), (top_up * Decimal("0.8")).quantize(Decimal("0.01")))
-    with open_database(settings.clickhouse) as database:
+    # on the books, as `gpubill tenant add`, `budget set` and `balance top-up` record them
+    with open_database(settings.clickhouse) as database, open_books(database, settings):
         for k in range(tenants):
             tenant = f"tenant-{k + 1:02d}"
             add_tenant(database, tenant, f"Tenant {k + 1}")

@@ -1,4 +1,4 @@
-"""`gpubill bench pipeline|spend|rating|month|api|rerate`: measured figures of the paths users run.
+"""`gpubill bench pipeline|spend|rating|month|api|rerate|books`: measured figures of the paths users run.
 
 The benchmarks themselves are gpubill/bench/; docs/performance.md records their results.
 """
@@ -90,10 +90,12 @@ def bench_month_command(
     tenant_cards: int = typer.Option(64, min=1, help="Cards per tenant (tenant-0, tenant-1, ...)."),
     period: str = typer.Option("2026-04", help="The month (billing time zone) of the example time-of-use rules."),
     keep: str | None = typer.Option(None, "--keep", help="Build the database in this directory and keep it."),
+    port: int = typer.Option(28392, min=1024, max=65534, help="Port of the private broker of the books "
+                             "(and port + 1)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
-    """A month of a fleet in a private chDB: the real rollup, invoice run, cost share, usage reports, finance view,
-    audit, and bytes per GPU-second."""
+    """A month of a fleet in a private chDB: the real rollup, invoice run (on the books, a private broker), cost
+    share, usage reports, finance view, audit, and bytes per GPU-second."""
     from pathlib import Path
 
     from gpubill.bench.month import bench_month
@@ -101,7 +103,7 @@ def bench_month_command(
 
     result = bench_month(gpus, days, per_second_hours=per_second_hours or 24 * per_second_days,
                          period=check_period(period), tenant_cards=tenant_cards, keep=Path(keep) if keep else None,
-                         say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
+                         port=port, say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)
 
 
@@ -115,6 +117,8 @@ def bench_api_command(
     cache_s: float = typer.Option(10.0, min=0.1, help="The answer cache of the second server (the API's default)."),
     keep: str | None = typer.Option(None, "--keep", help="Build the month in this directory and keep it (reused "
                                     "by a later run with the same directory)."),
+    port: int = typer.Option(28592, min=1024, max=65534, help="Port of the private broker of the books while the "
+                             "month is built (and port + 1)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
     """The tenant API over real HTTP on a month of the fleet: p50/p95 of a month's usage download (each format)
@@ -124,7 +128,8 @@ def bench_api_command(
     from gpubill.bench.api import bench_api
 
     result = bench_api(gpus, days=days, clients=clients, requests=requests, sequential=sequential, cache_s=cache_s,
-                       keep=Path(keep) if keep else None, say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
+                       keep=Path(keep) if keep else None, port=port,
+                       say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)
 
 
@@ -139,6 +144,8 @@ def bench_rerate_command(
     period: str = typer.Option("2026-04", help="The month (billing time zone) of the example time-of-use rules."),
     keep: str | None = typer.Option(None, "--keep", help="Build the month in this directory and keep it (reused "
                                     "by a later run with the same directory and sizes; each run re-rates a copy)."),
+    port: int = typer.Option(28492, min=1024, max=65534, help="Port of the private broker of the books "
+                             "(and port + 1)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
     """Re-rating `bench month`'s month after a price correction from the 10th and one card-day reattributed:
@@ -149,6 +156,22 @@ def bench_rerate_command(
     from gpubill.cli.common import check_period
 
     result = bench_rerate(gpus, days, per_second_hours=per_second_hours, period=check_period(period),
-                          tenant_cards=tenant_cards, keep=Path(keep) if keep else None,
+                          tenant_cards=tenant_cards, keep=Path(keep) if keep else None, port=port,
                           say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
+    print_figures(result, as_json)
+
+
+@app.command("books")
+def bench_books_command(
+    tenants: int = typer.Option(1000, min=1, max=100_000, help="Tenants, each invoiced every month."),
+    months: int = typer.Option(12, min=1, max=12, help="Months of the year (2026) written on the books."),
+    port: int = typer.Option(28692, min=1024, max=65534, help="Port of the private broker (and port + 1)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
+) -> None:
+    """The books' share of a rebuild: a year of monthly documents (invoices with their lines, credit notes, voids,
+    top-ups, budgets, keys, tenants) written on a private broker's books, then `gpubill rebuild --yes --books-only`
+    of an empty chDB timed, and checked table by table against the database they were written into."""
+    from gpubill.bench.books import bench_books
+
+    result = bench_books(tenants, months, port=port, say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)

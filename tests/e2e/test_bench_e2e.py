@@ -60,3 +60,24 @@ def test_bench_spend_prints_its_fields(tmp_path):
     assert figures["spend_records"] > 0 and figures["spend_records_per_s"] > 0
     assert figures["events_emitted"] == figures["events_emitted_by_tracker"] > 0
 
+
+
+def test_bench_books_rebuilds_what_it_wrote(tmp_path):
+    port = free_port_run(2)  # the broker and its controller
+    done = subprocess.run(
+        [sys.executable, "-m", "gpubill.cli", "bench", "books", "--tenants", "20", "--months", "2", "--port", str(port),
+         "--json"],
+        capture_output=True, text=True, timeout=400, cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["identical"] is True  # every projected table of the rebuilt database equals the written one's
+    # 20 tenants × 2 months, one invoice each, plus a replacement for each void
+    assert figures["invoices"] == 40 + figures["voids"] and figures["tables"]["invoices"] == figures["invoices"]
+    assert figures["tables"]["tenants"] == 20 and figures["tables"]["billing_runs"] == 2
+    assert figures["tables"]["invoice_lines"] == figures["invoice_lines"] > 3 * figures["invoices"]
+    # the rebuild projected every fact written, and the rule set the books were opened with
+    assert figures["projected"] == figures["facts"] + 1 == figures["tables"]["rule_sets"] + figures["facts"]
+    # one commit marker per transaction beside the facts: more messages than facts, far fewer than twice
+    assert figures["facts"] + 1 < figures["messages"] < 2 * figures["facts"]
+    assert figures["topic_bytes"] > 1000 * figures["facts"] and figures["rebuild_s"] >= figures["books_s"] > 0
