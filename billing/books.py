@@ -5,6 +5,7 @@
     using(books)           the books this command writes to, for the block it wraps
     in_use() -> Books      the books open now (BooksNotOpen when none)
     begin_numbering(db)    the numbered series taken over (fencing other writers), under the invoicing lease
+    batched(db, size)      facts recorded in the block appended `size` at a time (an invoice run)
     UnloggedBooks()        projects straight into the database, no log: for tests of the rules of
                            money, never a command (tests/unit/test_books_seam.py holds that)
 
@@ -32,8 +33,8 @@ from typing import Any, Iterator, Protocol
 from billing.errors import BillingError
 from schemas.books import BooksEvent, Fact
 
-__all__ = ["Books", "BooksNotOpen", "UnloggedBooks", "begin_numbering", "event_of", "in_use", "record", "using",
-           "writer_name"]
+__all__ = ["Books", "BooksNotOpen", "UnloggedBooks", "batched", "begin_numbering", "event_of", "in_use", "record",
+           "using", "writer_name"]
 
 
 class BooksNotOpen(BillingError):
@@ -51,6 +52,40 @@ class Books(Protocol):
 
 
 _open: ContextVar[Books | None] = ContextVar("gpubill_books", default=None)
+_batch: ContextVar["_Batch | None"] = ContextVar("gpubill_books_batch", default=None)
+
+
+class _Batch:
+    """Facts held back to be appended `size` at a time (see `batched`)."""
+
+    def __init__(self, db: Any, size: int) -> None:
+        self.db, self.size, self.events = db, max(1, size), []
+
+    def add(self, facts: tuple[Fact, ...]) -> None:
+        self.events += [event_of(fact) for fact in facts]  # one call's facts are never split across appends
+        if len(self.events) >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.events:
+            events, self.events = self.events, []
+            in_use().record(self.db, events)
+
+
+@contextmanager
+def batched(db: Any, size: int) -> Iterator[None]:
+    """Within the block, facts recorded into `db` are appended `size` at a time, each group in one
+    transaction (all or none), the rest when the block ends; an error in the block appends nothing
+    more (what was appended stays: the books). An invoice run records its invoices so: one commit
+    and one projection per group instead of per invoice. Whoever numbers inside the block counts
+    on from its own numbers (the projection has not seen the group yet)."""
+    batch = _Batch(db, size)
+    token = _batch.set(batch)
+    try:
+        yield
+        batch.flush()
+    finally:
+        _batch.reset(token)
 
 
 @contextmanager
@@ -87,8 +122,13 @@ def begin_numbering(db: Any) -> None:
 
 def record(db: Any, *facts: Fact) -> None:
     """Record `facts` in the books open now, all or none: appended, then projected into `db`."""
-    if facts:
-        in_use().record(db, [event_of(fact) for fact in facts])
+    if not facts:
+        return
+    batch = _batch.get()
+    if batch is not None and batch.db is db:
+        batch.add(facts)
+        return
+    in_use().record(db, [event_of(fact) for fact in facts])
 
 
 class UnloggedBooks:

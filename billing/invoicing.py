@@ -59,7 +59,7 @@ from billing.errors import BillingError
 from billing.invoice_lock import invoicing_lease
 from billing.invoice_store import CURRENCY, delete_stray_lines  # noqa: F401  (re-exported for callers and tests)
 from billing.journal import actor_here, entry
-from billing.tenants import find_tenant, registered_tenants, trial_tenants
+from billing.tenants import find_tenant, list_tenants, registered_tenants, trial_tenants
 from schemas.books import BillingRunCompleted, BillingRunRow, InvoiceFact, ReratePublished, RerateRunRow
 from schemas.ids import is_id
 from usage.by_tenant import plain, usage_by_tenant
@@ -196,13 +196,17 @@ def _standing(db: Any, period: str) -> dict[str, _Standing]:
     return {t: _Standing(s.get("issued"), s.get("draft"), s.get("voided")) for t, s in by_tenant.items()}
 
 
+RUN_BATCH = 100  # invoices an invoice run records on the books per transaction (GPUBILL_BOOKS_BATCH)
+
+
 def run_period(db: Any, rules: Any, period: str, *, now: datetime | None = None,
                progress: Callable[[str], None] | None = None,
                on_wait: Callable[[str], None] | None = None, actor: str | None = None,
-               tenants: list[str] | None = None) -> RunReport:
+               tenants: list[str] | None = None, batch: int = RUN_BATCH) -> RunReport:
     """Invoice (or, under manual review, draft) every tenant (of `tenants`, when given) with
     charges or pending adjustments in `period`. Idempotent, and safe beside another run: it
-    waits for the invoicing lease (saying so to `on_wait`)."""
+    waits for the invoicing lease (saying so to `on_wait`). The invoices are recorded on the
+    books `batch` at a time, each group all or none (billing/books.py `batched`)."""
     rules.period_bounds(period)  # validates the period string
     now = now or datetime.now(timezone.utc)
     roll_up(db, rules, period=period)  # not needed for exactness (reads are exact), only for speed
@@ -211,7 +215,8 @@ def run_period(db: Any, rules: Any, period: str, *, now: datetime | None = None,
         delete_stray_credit_note_lines(db)
         if _apply_corrections(db, rules, period):
             fence()
-        return _invoice_period(db, rules, period, now, fence, progress, actor or actor_here(), tenants)
+        with books.batched(db, batch):
+            return _invoice_period(db, rules, period, now, fence, progress, actor or actor_here(), tenants)
 
 
 def _apply_corrections(db: Any, rules: Any, period: str) -> int:
@@ -260,6 +265,7 @@ def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Call
     tenants |= set(late) | {t for t, s in standing.items() if s.draft is not None}
     rent, energy = usage_by_tenant(db, source)
     manual = rules.review == "manual"
+    numbers, parties = _Numbers(db), {t.tenant: t for t in list_tenants(db)}
     for tenant in sorted(tenants if only is None else tenants & set(only)):
         has = standing.get(tenant, _Standing())
         if has.issued is not None:
@@ -276,7 +282,8 @@ def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Call
         if manual:
             _keep_draft(db, draft, has.draft, replaces, now, fence, actor, report, rules.revision)
             continue
-        number = _issue(db, rules, draft, has.draft, replaces, now, fence, actor)
+        number = _issue(db, rules, draft, has.draft, replaces, now, fence, actor, numbers=numbers.next,
+                        registered=parties.get(tenant))
         report.created.append(number)
         if tenant not in registered:
             report.unregistered.append(tenant)
@@ -309,14 +316,32 @@ def _keep_draft(db: Any, draft: InvoiceDraft, stored: IssuedInvoice | None, repl
     (report.refreshed if stored is not None else report.drafted).append(doc_id)
 
 
+class _Numbers:
+    """The next gap-free numbers of a run that records its invoices in groups: read from the
+    projection once per year, then counted on (the group not recorded yet is not in it)."""
+
+    def __init__(self, db: Any) -> None:
+        self.db, self.last = db, {}
+
+    def next(self, year: int) -> tuple[str, int]:
+        if year not in self.last:
+            self.last[year] = store.next_number(self.db, year)[1] - 1
+        self.last[year] += 1
+        return f"GB-{year}-{self.last[year]:06d}", self.last[year]
+
+
+_UNREAD = object()
+
+
 def _issue(db: Any, rules: Any, draft: InvoiceDraft, stored: IssuedInvoice | None, replaces: str, now: datetime,
-           fence: Callable[[], None], actor: str) -> str:
+           fence: Callable[[], None], actor: str, *, numbers: Callable[[int], tuple[str, int]] | None = None,
+           registered: Any = _UNREAD) -> str:
     """Issue `draft`: number it and record the invoice as issued — its header, its lines (unless
     they are `stored`'s current revision unchanged), its journal, its seller and buyer as they
     are now — as one fact on the books. Returns the number. Needs the lease, the numbered
     series' writer (billing/books.py) and no stray lines."""
     year = int(draft.period[:4])
-    number, seq = store.next_number(db, year)
+    number, seq = numbers(year) if numbers is not None else store.next_number(db, year)
     lines: tuple = ()
     if stored is not None and store.same_figures(draft, store.load(db, stored)):
         doc_id, revision, refreshed = stored.id, stored.revision, False
@@ -334,7 +359,8 @@ def _issue(db: Any, rules: Any, draft: InvoiceDraft, stored: IssuedInvoice | Non
     if replaces:
         journal.append(entry("replaced", invoice=replaces, document=number, tenant=draft.tenant, period=draft.period,
                              actor=actor, detail=f"replaced by {number}"))
-    registered = find_tenant(db, draft.tenant) if is_id(draft.tenant) else None
+    if registered is _UNREAD:
+        registered = find_tenant(db, draft.tenant) if is_id(draft.tenant) else None
     fact = InvoiceFact(
         kind="invoice_issued", lines=lines, journal=tuple(journal),
         header=store.header_row(draft, doc_id=doc_id, status="issued", revision=revision, issued_at=now,

@@ -128,6 +128,10 @@ class Settings(BaseSettings):
     api_db_connections: int = Field(4, ge=1, le=64, description="ClickHouse clients of the API for a server DSN "
                                     "(the embedded database has one, shared)")
 
+    # the books on the log (issue 37; docs/books.md)
+    books_batch: int = Field(100, ge=1, le=10_000, description="invoices an invoice run records on the books per "
+                             "Kafka transaction (each group all or none; 1: one transaction per invoice)")
+
     # live spend and billing events (issue 15; streams/spend/, docs/balances.md)
     spend: bool = Field(True, description="track month-to-date spend in the stream and emit billing events "
                         "(workers produce spend rounds; `gpubill spend-tracker` folds them and emits the events)")

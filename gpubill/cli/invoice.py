@@ -46,7 +46,7 @@ def invoice_run(
         # every correction on the log stored before the run, a worker running or not (issue 36)
         take_corrections_to_end(database, settings, f"invoice run {period}", offline=offline)
         with open_books(database, settings, numbered=True, rules=rules), _progress("issuing invoices") as progress:
-            report = run_period(database, rules, check_period(period), progress=progress,
+            report = run_period(database, rules, check_period(period), progress=progress, batch=settings.books_batch,
                                 on_wait=lambda message: err.print(terminal_text(message), highlight=False))
         out.print(run_summary(report, rules.review == "manual", period), highlight=False)
         if report.unregistered:

@@ -83,6 +83,9 @@ def start(gpubill, *args: str, failpoints: Path | None = None, **env: str) -> su
     """`gpubill *args` in a session of its own (kill9 kills it whole), its output in a file."""
     path = gpubill.cwd / f"{args[0]}-{time.monotonic_ns()}.log"
     extra = {"GPUBILL_FAILPOINTS": str(failpoints)} if failpoints else {}
+    # one invoice per transaction: each invoice's boundaries are what these tests kill at (an invoice
+    # run records 100 at a time by default; test_invoice_concurrency.py kills one inside a group)
+    extra["GPUBILL_BOOKS_BATCH"] = "1"
     with path.open("w") as log:
         process = subprocess.Popen([sys.executable, "-m", "gpubill.cli", *args], env={**gpubill.env, **extra, **env},
                                    cwd=gpubill.cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

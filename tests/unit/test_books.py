@@ -171,3 +171,45 @@ def test_no_command_writes_unlogged():
             if "UnloggedBooks" in names:
                 offenders.append(str(path.relative_to(ROOT)))
     assert offenders == []
+
+
+def test_an_invoice_run_records_its_invoices_a_group_at_a_time(db):
+    """`batch` invoices per append (one transaction each on the log), numbered on from the group:
+    5 tenants at 2 a group are 3 appends of 2, 2 and 1 invoices with the billing run, gap-free."""
+    from billing.invoicing import run_period
+    from tests.unit.test_invoice_lock_runs import NOW, PERIOD, RULES, assert_invoiced_once_gap_free, seed_tenants
+
+    appended: list[list[str]] = []
+
+    class Capture(books.UnloggedBooks):
+        def record(self, database, events):
+            appended.append([e.fact.kind for e in events])
+            super().record(database, events)
+
+    seconds = {"t01": 10, "t02": 20, "t03": 30, "t04": 40, "t05": 50}
+    seed_tenants(db, seconds)
+    with books.using(Capture()):
+        report = run_period(db, RULES, PERIOD, now=NOW, batch=2)
+    assert report.created == [f"GB-2026-{n:06d}" for n in range(1, 6)]
+    assert appended == [["invoice_issued"] * 2, ["invoice_issued"] * 2, ["invoice_issued", "billing_run_completed"]]
+    assert_invoiced_once_gap_free(db, seconds)
+
+
+def test_a_run_that_fails_inside_a_group_appends_nothing_of_it(db, monkeypatch):
+    from billing import invoicing
+    from billing.invoicing import run_period
+    from tests.unit.test_invoice_lock_runs import NOW, PERIOD, RULES, seed_tenants
+
+    seed_tenants(db, {"t01": 10, "t02": 20, "t03": 30})
+    calls = []
+
+    def fail_at_the_third() -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(invoicing, "_pause_before_header", fail_at_the_third)
+    with pytest.raises(RuntimeError):
+        run_period(db, RULES, PERIOD, now=NOW, batch=2)
+    # the first group (t01, t02) was appended whole; t03's group never was
+    assert [r[0] for r in db.query("SELECT tenant FROM invoices FINAL ORDER BY tenant")] == ["t01", "t02"]
