@@ -97,13 +97,16 @@ def _replay_usage(database, settings, rules) -> None:
 
     try:
         ends = readings_ends(settings)
+        began = time.monotonic()
         with Progress(console=err, transient=True) as progress:
             task = progress.add_task("replaying the readings", total=sum(ends.values()))
             messages = rate_readings(database, rules, settings, ends,
                                      progress=lambda done, _: progress.update(task, completed=done))
+        rated_s = time.monotonic() - began
         synced = sync_corrections(database, settings, int(time.time()))
-        out.print(f"usage: {count(messages, 'readings message')} rated, {count(len(synced.stored), 'correction')} "
-                  "stored", highlight=False)
+        out.print(f"usage: {count(messages, 'readings message')} rated in {rated_s:.1f} s "
+                  f"({messages / max(rated_s, 1e-9):,.0f}/s), {count(len(synced.stored), 'correction')} stored",
+                  highlight=False)
         for (period,) in database.query("SELECT DISTINCT period FROM rerate_runs ORDER BY period"):
             switched = regenerate(database, rules, period)
             out.print(f"{period}: re-rated again ({count(switched.corrections, 'correction')}, "

@@ -75,6 +75,9 @@ def _consumer(settings: KafkaSettings) -> KafkaConsumer:
         return KafkaConsumer(bootstrap_servers=settings.kafka.split(","), enable_auto_commit=False,
                              request_timeout_ms=TIMEOUT_MS + 1000, bootstrap_timeout_ms=TIMEOUT_MS,
                              max_partition_fetch_bytes=8 * 1024 * 1024,
+                             # never made by a metadata request with the broker's defaults (8 partitions, a
+                             # week's retention): ensure_books_topic makes it, one partition, kept for ever
+                             allow_auto_create_topics=False,
                              **consumer_options(settings, client="kafka-python"))
     except KafkaError as exc:
         raise KafkaUnreachable(settings.kafka, str(exc)) from exc
@@ -98,17 +101,27 @@ class KafkaBooks:
     # -------------------------------------------------------------------------- lifecycle
 
     def open(self, db: Any) -> "KafkaBooks":
-        """The topic (made when missing), the plain writer, the projection taken to the log's end.
-        A numbered command's transactional writer starts later, under the invoicing lease (`numbering`)."""
-        ensure_books_topic(self.settings)
+        """The topic (made when missing), the projection taken to the log's end. The writers start
+        when first needed: the plain one at the first fact that takes no number, a numbered command's
+        transactional one under the invoicing lease (`numbering`)."""
         self._consumer = _consumer(self.settings)
         try:
-            self._producer = KafkaProducer(**self._producer_options())
+            known = self._consumer.partitions_for_topic(TOPIC_BOOKS)  # the cluster's metadata: no admin client
         except KafkaError as exc:
             self.close()
-            raise KafkaUnreachable(self.settings.kafka, f"the books' writer cannot start: {exc}") from exc
+            raise KafkaUnreachable(self.settings.kafka, f"the books cannot be read: {exc}") from exc
+        if known != {0}:  # missing (made now), or more partitions than the books may have (refused)
+            ensure_books_topic(self.settings)
         self.catch_up(db)
         return self
+
+    def _plain(self) -> KafkaProducer:
+        if self._producer is None:
+            try:
+                self._producer = KafkaProducer(**self._producer_options())
+            except KafkaError as exc:
+                raise KafkaUnreachable(self.settings.kafka, f"the books' writer cannot start: {exc}") from exc
+        return self._producer
 
     def numbering(self, db: Any) -> None:
         """Take over the numbered series (billing/invoice_lock.py calls it once it holds the lease,
@@ -134,7 +147,7 @@ class KafkaBooks:
     def _producer_options(self) -> dict:
         return dict(bootstrap_servers=self.settings.kafka.split(","), acks="all", linger_ms=0,
                     max_block_ms=TIMEOUT_MS, request_timeout_ms=TIMEOUT_MS, bootstrap_timeout_ms=TIMEOUT_MS,
-                    enable_idempotence=True, max_request_size=4 * 1024 * 1024,
+                    enable_idempotence=True, max_request_size=4 * 1024 * 1024, allow_auto_create_topics=False,
                     **client_options(self.settings, client="kafka-python"))
 
     def open_reader(self) -> "KafkaBooks":
@@ -160,10 +173,10 @@ class KafkaBooks:
         wait for every replica, then project. Before the append fails: nothing happened
         (KafkaUnreachable, BooksFenced). After it: the facts are the books; a projection that fails
         says so (ProjectionPending)."""
-        transactional = self._txn is not None
-        producer = self._txn if transactional else self._producer
-        if producer is None:
+        if self._consumer is None:
             raise RuntimeError("KafkaBooks.record before open")
+        transactional = self._txn is not None
+        producer = self._txn if transactional else self._plain()
         if not transactional and (len(events) > 1 or any(e.fact.kind in NUMBERED_KINDS for e in events)):
             raise RuntimeError("a numbered fact (or facts recorded together) outside the numbered series' writer: "
                                "numbering() first (billing/invoice_lock.py does, under the lease)")
