@@ -7,13 +7,13 @@
     begin_numbering(db)    the numbered series taken over (fencing other writers), under the invoicing lease
     batched(db, size)      facts recorded in the block appended `size` at a time (an invoice run)
     UnloggedBooks()        projects straight into the database, no log: for tests of the rules of
-                           money, never a command (tests/unit/test_books_seam.py holds that)
+                           money, never a command (tests/unit/test_books.py holds that)
 
 Every module that changes money (tenants, balances, budgets, API keys, invoices, credit notes,
 voids, billing runs, re-ratings, rule sets) builds its facts (schemas/books.py) and calls
 `record`; none writes those tables itself. Which books are open is the shell's choice: the
-commands, the scheduler and the API open the log's (streams/kafka/books.py `KafkaBooks`) around
-their work. A write with no books open raises instead of writing unlogged — a command that forgot
+commands, the scheduler's billing job and the workers open the log's (streams/kafka/books.py
+`KafkaBooks`) around their work. A write with no books open raises instead of writing unlogged — a command that forgot
 to open them is a failing test, not a silent hole in the books.
 
 The books are reached through a context variable, not passed down: a money write sits deep under
@@ -133,7 +133,7 @@ def record(db: Any, *facts: Fact) -> None:
 
 class UnloggedBooks:
     """Books with no log: each record is projected straight into the database. Tests of the rules
-    of money use it; no command may (tests/unit/test_books_seam.py walks the shell for it)."""
+    of money use it; no command may (tests/unit/test_books.py walks the product for it)."""
 
     def record(self, db: Any, events: list[BooksEvent]) -> None:
         from billing.books_projection import project

@@ -3,8 +3,9 @@
     record_rule_set(db, rules, directory)   the files of `rules` recorded once per revision
     rule_set_files(db, revision)            {file name: text} of a recorded revision, None when unknown
 
-A rebuild prices each hour and each invoice under the revision that priced it: the revision is
-on the invoice (rules_revision) and the rated generations, the files are here.
+The revision that priced an invoice is on it (rules_revision) and on the rated generations; the
+files are here, so that what priced a document can always be read back. (A rebuild rates the
+readings under the rules in use now; pricing each hour under its own revision is not built yet.)
 """
 
 from __future__ import annotations

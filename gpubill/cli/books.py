@@ -3,9 +3,9 @@
     open_books(database, settings, numbered=…, rules=…)   a context: the log's books in use for its block
 
 Every command that changes money opens the books around its work: the topic is made when
-missing, the writer starts (`numbered`: the numbered series' transactional writer, which
-fences any earlier one), the projection is taken to the log's end, and — given `rules` — the
-rule set in use is recorded on the books when it is not there yet. Kafka down: the command
+missing, the projection is taken to the log's end, and — given `rules` — the rule set in use is
+recorded on the books when it is not there yet. A `numbered` command's transactional writer,
+which fences any earlier one, starts under the invoicing lease (billing/invoice_lock.py). Kafka down: the command
 refuses in one line before it has read or written anything.
 """
 
