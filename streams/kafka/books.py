@@ -1,22 +1,26 @@
 """The books on the log (issue 37): `gpu.books.v1`, appended by money commands, projected into ClickHouse.
 
     KafkaBooks(settings, numbered=…)   the books of one command (billing/books.py's `Books`):
-        .open(db)                      the topic made when missing; the writer; the projection taken to the end
+        .open(db)                      the topic made when missing; the projection taken to the end
+        .numbering(db)                 the numbered series' writer started (fencing the others), under the lease
         .record(db, events)            appended (acks=all, all or none), then projected: the commit point
         .catch_up(db, progress=)       the projection taken from its stamped position to the log's end
-    read_books(settings, progress=)    every event from the beginning: [(offset, BooksEvent)] (rebuild, verify-log)
+        .open_reader()                 reading only (rebuild, verify-log)
+    read_books(settings)               every message from the beginning: [(offset, BooksEvent or why not)]
 
 The topic has one partition: money facts are a few thousand a month, and one partition gives
 them one order — the order they are projected and rebuilt in, and the order numbers are taken
 in. Messages are keyed by tenant (docs/books.md argues both). It is kept for ever.
 
 One writer per numbered series, fenced by Kafka. A command that numbers documents (an invoice
-run or issue, a credit note, a void, a re-rating's apply) opens the books `numbered`: its
-producer is transactional with `transactional.id` NUMBERED_WRITER, and `init_transactions`
-fences every producer that opened that id before (their open transaction is aborted, their
-next commit fails). Only then does it take the projection to the log's end (read committed)
-and read the highest number from it. A fenced writer's commit raises ProducerFencedError:
-`record` refuses in one line (BooksFenced) and nothing of it is on the books. So two hosts
+run or issue, a credit note, a void, a re-rating's apply) opens the books `numbered`; once it
+holds the invoicing lease, `numbering` starts a transactional producer with `transactional.id`
+NUMBERED_WRITER, whose `init_transactions` fences every producer that opened that id before
+(their open transaction is aborted, their next commit fails). Only then does it take the
+projection to the log's end (read committed) and read the highest number from it. A fenced
+writer's commit fails (kafka-python says so in several forms; the log is read to tell whether
+it happened after all): `record` refuses in one line (BooksFenced) and nothing of it is on the
+books. So two hosts
 issuing at once never reuse nor skip a number: the one that opened last numbers after
 everything the earlier one committed, and the earlier one can commit nothing more. The
 invoicing lease (billing/invoice_lock.py) still keeps two runs on one database from
