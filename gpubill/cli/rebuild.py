@@ -12,12 +12,14 @@ the embedded default to a server) while the first keeps running — in three ste
        then the corrections (gpu.corrections.v1), after the readings whose cards they name — taken
        first, into an empty database, each would be dead-lettered for naming a card with no
        readings, and the rated data would come back uncorrected; then every period the books
-       say was re-rated (`rerate --apply`) switched to its corrected rating again;
+       say was re-rated (`rerate --apply`) or invoiced under other rules than today's published
+       again, corrected and priced under the revision that priced it;
     3. every hour rolled up.
 
-The rated data is what the pipeline makes of the readings and corrections under the rules in
-use now, a period re-rated under other rules (gpubill rerate --apply) included
-(docs/deployment.md says what that leaves). The documents are the books' own, whatever the rules.
+The rated data is what the pipeline makes of the readings and corrections; each invoiced period
+is then priced again under the revision the books say priced it — its latest re-rating's, else
+its invoices' — from the rule files on the books (billing/rule_sets.py). The documents are the
+books' own, whatever the rules.
 
 A target that holds anything is refused in one line: rebuild never merges into live books.
 `--books-only` stops after step 1 (what a standby of the books needs; the benchmark's share).
@@ -107,13 +109,37 @@ def _replay_usage(database, settings, rules) -> None:
         out.print(f"usage: {count(messages, 'readings message')} rated in {rated_s:.1f} s "
                   f"({messages / max(rated_s, 1e-9):,.0f}/s), {count(len(synced.stored), 'correction')} stored",
                   highlight=False)
-        for (period,) in database.query("SELECT DISTINCT period FROM rerate_runs ORDER BY period"):
-            switched = regenerate(database, rules, period)
-            out.print(f"{period}: re-rated again ({count(switched.corrections, 'correction')}, "
-                      f"{count(len(switched.hours), 'hour')} published anew)", highlight=False)
+        for period, priced in _pricing(database, rules):
+            switched = regenerate(database, priced, period)
+            out.print(f"{period}: priced again under rules {priced.revision} ({count(switched.corrections, 'correction')},"
+                      f" {count(len(switched.hours), 'hour')} published anew)", highlight=False)
     except (StreamsError, RegenerateRefused) as exc:
         raise GpubillError(f"the replay of the usage failed: {exc}. The books are rebuilt; run `gpubill rebuild` "
                            "again into an empty database") from exc
+
+
+def _pricing(database, rules) -> list:
+    """(period, rule set) for each period to publish again after the replay: a re-rated one, or one
+    invoiced under other rules than today's, under the revision the books say priced it (its rule
+    files are on the books); today's rules where the books lack them, said so."""
+    from billing.rule_sets import priced_under, rules_of
+
+    re_rated = {row[0] for row in database.query("SELECT DISTINCT period FROM rerate_runs")}
+    out = []
+    for period, revision in sorted({**{p: rules.revision for p in re_rated}, **priced_under(database)}.items()):
+        if revision == rules.revision:
+            if period in re_rated:
+                out.append((period, rules))
+            continue
+        priced = rules_of(database, revision)
+        if priced is None:
+            err.print(f"[yellow]{terminal_text(period)} was priced under rules {terminal_text(revision)}, which the "
+                      "books do not hold: rated under today's[/yellow]", highlight=False)
+            if period in re_rated:
+                out.append((period, rules))
+            continue
+        out.append((period, priced))
+    return out
 
 
 def _roll_up(database, rules) -> None:

@@ -221,3 +221,42 @@ def test_kafka_python_checks_the_books_batches_in_c():
     from kafka.record import util
 
     assert util.crc32c_c is not None
+
+
+def test_a_rule_set_on_the_books_loads_again_as_it_priced(db, tmp_path):
+    """A rebuild prices an invoiced period under the revision that priced it: the recorded files
+    load back into that very rule set (same revision, same prices), whatever the files on disk say now."""
+    import shutil
+
+    from billing.rule_sets import priced_under, record_rule_set, rules_of
+    from billing_rules import load_rules
+    from tests.rules_copies import TEST_RULES
+
+    then_dir = tmp_path / "then"
+    shutil.copytree(TEST_RULES, then_dir)
+    catalog = then_dir / "catalog.toml"
+    text = catalog.read_text(encoding="utf-8")
+    assert "hourly = 3600.00" in text  # A800's ¥1/s in the test rules, ¥2/s "then"
+    catalog.write_text(text.replace("hourly = 3600.00", "hourly = 7200.00", 1), encoding="utf-8")
+    then, now = load_rules(then_dir), load_rules(TEST_RULES)
+    assert then.revision != now.revision
+    assert record_rule_set(db, then, then_dir) and not record_rule_set(db, then, then_dir)  # once per revision
+    shutil.rmtree(then_dir)  # the files are gone from disk: the books still have them
+
+    loaded = rules_of(db, then.revision)
+    assert loaded.revision == then.revision and rules_of(db, "000000000000") is None
+    assert loaded.digest == then.digest
+
+    # 2026-02 invoiced under "then", 2026-03 re-rated under "now" after an invoice under "then",
+    # 2026-04 invoiced under both (a rule edit between two runs): left out
+    header = _invoice_fact().header
+    rows = [header.model_copy(update={"id": f"I{n}", "number": f"GB-2026-00000{n}", "seq": n, "period": period,
+                                      "tenant": tenant, "rules_revision": revision}).values()
+            for n, (period, tenant, revision) in enumerate([
+                ("2026-02", "acme", then.revision), ("2026-03", "acme", then.revision),
+                ("2026-04", "acme", then.revision), ("2026-04", "beta", now.revision)], start=1)]
+    db.insert("invoices", rows, type(header).columns())
+    db.insert("rerate_runs", [("2026-03", 7, now.revision, 0, 1, 10, 0, AT, AT)],
+              ("period", "generation", "rules_revision", "corrections", "hours", "seconds_written", "seconds_deleted",
+               "started_at", "finished_at"))
+    assert priced_under(db) == {"2026-02": then.revision, "2026-03": now.revision}
