@@ -166,7 +166,8 @@ def test_a_lost_database_is_rebuilt_from_the_log_to_the_byte(gpubill, tmp_path):
     shutil.rmtree(tmp_path / "clickhouse")
     rebuilt = gpubill.run("rebuild", "--yes")
     # the correction is taken after the readings it names (not dead-lettered), and March re-rated again
-    assert "1 correction stored" in rebuilt.stdout and "2026-03: re-rated again" in rebuilt.stdout, rebuilt.stdout
+    assert "1 correction stored" in rebuilt.stdout and "2026-03: priced again under rules" in rebuilt.stdout, \
+        rebuilt.stdout
     after = capture_now(gpubill, "after")
 
     assert list(after) == list(before)  # the same documents, in the same order
@@ -192,3 +193,35 @@ def test_a_rebuild_refuses_a_database_that_holds_anything_and_stands_by_into_ano
     gpubill.env["GPUBILL_CLICKHOUSE"] = standby
     assert gpubill.run("invoice", "list", "--json").stdout == live
     assert "is not empty" in one_line_error(gpubill.run("rebuild", "--yes", "--into", standby, check=False))
+
+
+def test_a_period_invoiced_under_rules_since_changed_is_rebuilt_priced_as_it_was(gpubill, tmp_path):
+    """The rule files are on the books: a rebuild under edited rules (the site's tariff doubled since)
+    prices the invoiced March again under the revision its invoices name — the usage report, read
+    from the rated data, is the live one byte for byte; under today's rules it would not be."""
+    gpubill.run("tenant", "add", "beta", "--name", "Beta", "--legal-name", "Beta Ltd.")
+    gpubill.run("replay", str(FIXTURES / "readings_part1.ndjson"))
+    gpubill.run("worker", "--drain")
+    gpubill.run("invoice", "run", "--period", "2026-03")
+    revision = json.loads(gpubill.run("invoice", "list", "--json").stdout)[0]["rules_revision"]
+    gpubill.run("report", "usage", "--tenant", "beta", "--period", "2026-03", "--format", "json",
+                "--out", str(tmp_path / "live.json"))
+
+    edited = tmp_path / "rules-now"
+    shutil.copytree(gpubill.env["GPUBILL_RULES"], edited)
+    sites = edited / "sites.toml"
+    assert sites.read_text(encoding="utf-8").count("price_per_kwh = 330.00") == 1
+    sites.write_text(sites.read_text(encoding="utf-8").replace("price_per_kwh = 330.00", "price_per_kwh = 660.00"),
+                     encoding="utf-8")
+    gpubill.env["GPUBILL_RULES"] = str(edited)
+    moved = f"chdb://{tmp_path / 'moved'}"
+    done = gpubill.run("rebuild", "--yes", "--into", moved)
+    assert f"2026-03: priced again under rules {revision}" in done.stdout, done.stdout
+    gpubill.env["GPUBILL_CLICKHOUSE"] = moved
+    gpubill.run("report", "usage", "--tenant", "beta", "--period", "2026-03", "--format", "json",
+                "--out", str(tmp_path / "rebuilt.json"))
+    live, rebuilt = (json.loads((tmp_path / name).read_bytes()) for name in ("live.json", "rebuilt.json"))
+    live.pop("generated_at"), rebuilt.pop("generated_at")  # when each report was made: not a figure
+    assert rebuilt == live
+    # beta's electricity: 0.007476 kWh × ¥330/kWh = ¥2.47 under the tariff that priced March (¥660: ¥4.93)
+    assert [row["electricity"] for row in live["rows"]] == ["2.47"]
