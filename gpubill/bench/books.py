@@ -87,18 +87,19 @@ def bench_books(tenants: int = 1000, months: int = 12, *, port: int = BROKER_POR
 
 def _write_year(settings: Any, tenants: int, months: int, say: Say) -> tuple[YearOfBooks, float, dict]:
     """Step 1 (module docstring); returns the counts, the seconds and the source's fingerprints."""
-    from billing.invoice_store import party
+    from billing.invoice_store import seller_party
     from billing_rules import load_rules
     from gpubill.cli.books import open_books
     from warehouse.connection import open_database
 
     rules = load_rules(Path(settings.rules))
-    seller = party(rules.seller) if rules.seller is not None else None
+    seller = seller_party(rules.seller)
     counts = YearOfBooks()
     say(f"writing {months} months of books for {tenants:,} tenants through the log's books")
     with open_database(settings.clickhouse) as db:
         t0 = time.perf_counter()
         with open_books(db, settings, numbered=True, rules=rules) as log:
+            log.numbering(db)  # the numbered series' writer, as a command starts it under the invoicing lease
             for batch in year_of_books(tenants, months, YEAR, rules.revision, seller, counts):
                 log.record(db, batch)
         write_s = time.perf_counter() - t0

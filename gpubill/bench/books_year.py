@@ -4,7 +4,7 @@
 Deterministic (seeded), and built with the code the commands use where it is pure: each invoice
 is `billing_rules.invoice.build_invoice` of a month's priced usage, its rows are
 `billing.invoice_store.line_rows` / `header_row` as `invoice run` writes them, seller and buyer
-as `store.party` keeps them. What a year holds, per tenant (1,000 tenants, 12 months: about
+as `store.buyer_party` keeps them. What a year holds, per tenant (1,000 tenants, 12 months: about
 24,700 facts, 12,000 invoices of 4–9 lines):
 
 - registered once, with buyer fields (legal name, tax id, address, e-mail); one in ten updated
@@ -165,7 +165,7 @@ def year_of_books(tenants: int, months: int, year: int, rules_revision: str, sel
             invoice_seq += 1
             drafts[t] = (invoice_seq, draft)
             run.append(_event(issued_at, _issued(draft, invoice_seq, issued_at, rules_revision, seller,
-                                                 store.party(registered[t]))))
+                                                 store.buyer_party(t, registered[t]))))
             counts.invoices += 1
             counts.invoice_lines += len(draft.lines)
         run.append(_event(issued_at, BillingRunCompleted(kind="billing_run_completed", run=BillingRunRow(
@@ -200,8 +200,8 @@ def year_of_books(tenants: int, months: int, year: int, rules_revision: str, sel
             counts.voids += 1
             counts.invoices += 1
             counts.invoice_lines += len(draft.lines)
-            notes.append(_event(at, _issued(draft, invoice_seq, at, rules_revision, seller, store.party(registered[t]),
-                                            replaces=number)))
+            notes.append(_event(at, _issued(draft, invoice_seq, at, rules_revision, seller,
+                                            store.buyer_party(t, registered[t]), replaces=number)))
         if notes:
             yield emit(notes)
 

@@ -21,7 +21,9 @@ from warehouse.connection import open_database
 def test_up_serves_the_api_on_the_embedded_database(gpubill, monkeypatch):
     monkeypatch.setattr(writes, "MARGIN_S", 0)
     dsn = gpubill.env["GPUBILL_CLICKHOUSE"]
-    with open_database(dsn) as db:
+    from tests.e2e.books_on import books_on
+
+    with open_database(dsn) as db, books_on(db, gpubill.env["GPUBILL_KAFKA"]):  # its money on the test's broker
         seeded = seed_world(db)
     port = free_port()
     gpubill.env |= {"GPUBILL_HTTP_PORT": str(port), "GPUBILL_METRICS_PORT": str(free_port())}
