@@ -51,6 +51,8 @@ def rebuild(
     """Make an empty database again from the log: the books (every money fact), then readings and corrections."""
     if not yes:
         raise GpubillError("rebuild writes a whole database from the log: say --yes (the target must be empty)")
+    from warehouse.connection import redact
+
     settings = load_settings()
     if into:
         settings = settings.model_copy(update={"clickhouse": into})
@@ -60,8 +62,8 @@ def rebuild(
         filled = {table: int(database.query(f"SELECT count() FROM {table}")[0][0]) for table in _FILLED}
         held = [f"{count(n, 'row')} in {table}" for table, n in filled.items() if n]
         if held:
-            raise GpubillError(f"{terminal_text(settings.clickhouse)} is not empty ({', '.join(held[:3])}): rebuild "
-                               "fills an empty database only; give --into DSN of an empty one")
+            raise GpubillError(f"{terminal_text(redact(settings.clickhouse))} is not empty ({', '.join(held[:3])}): "
+                               "rebuild fills an empty database only; give --into DSN of an empty one")
         facts = _project_books(database, settings)
     books_s = time.monotonic() - started
     out.print(f"books: {count(facts, 'fact')} projected in {books_s:.1f} s", highlight=False)
@@ -70,7 +72,7 @@ def rebuild(
     with connect(settings) as database:
         _replay_usage(database, settings, rules)
         _roll_up(database, rules)
-    out.print(f"rebuilt {terminal_text(settings.clickhouse)} from the log in {time.monotonic() - started:.1f} s",
+    out.print(f"rebuilt {terminal_text(redact(settings.clickhouse))} from the log in {time.monotonic() - started:.1f} s",
               highlight=False)
 
 

@@ -260,3 +260,24 @@ def test_a_rule_set_on_the_books_loads_again_as_it_priced(db, tmp_path):
               ("period", "generation", "rules_revision", "corrections", "hours", "seconds_written", "seconds_deleted",
                "started_at", "finished_at"))
     assert priced_under(db) == {"2026-02": then.revision, "2026-03": now.revision}
+
+
+def test_rebuild_never_prints_a_server_password(monkeypatch, capsys, tmp_path):
+    """`rebuild --into http://user:secret@…` names its target in its messages with the password masked."""
+    import gpubill.cli.rebuild as rebuild_cli
+    from tests.unit.cli_run import run_cli
+
+    class Filled:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def query(self, sql, params=None):
+            return [(3,)]
+
+    monkeypatch.setattr(rebuild_cli, "connect", lambda settings: Filled())
+    code, out, err = run_cli(monkeypatch, capsys, "rebuild", "--yes", "--into",
+                             "http://gpubill:s3cret-pass@127.0.0.1:1/gpubill")
+    assert code == 1 and "s3cret-pass" not in out + err and "gpubill:***@127.0.0.1" in err, (out, err)
