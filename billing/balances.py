@@ -6,7 +6,10 @@
 
 The balance of a tenant, in CNY with VAT:
 
-    balance = top-ups − totals of its issued invoices + its credit notes − estimates of its periods not yet invoiced
+    balance = top-ups + payments − refunds + write-offs − totals of its issued invoices + its credit notes
+              − estimates of its periods not yet invoiced
+
+(payments not reversed; issue 38: it is the tenant's unapplied credit less what it owes).
 
 An invoice's total already has its credits, discounts and VAT applied. The estimate of a
 period is the invoice the monthly run would build for it now (billing.invoicing.draft_invoice,
@@ -125,6 +128,9 @@ class Balance:
     budget_used: Decimal | None  # month_to_date / budget, 4 decimals (0.8125 = 81.25 %); None without a budget
     burn_per_hour: Decimal  # last hour's charges with VAT, to the fen
     runway_hours: Decimal | None  # balance / burn, 2 decimals rounded down; 0 when balance ≤ 0; None: no burn
+    payments: Decimal = Decimal("0.00")  # payments other than top-ups, not reversed (issue 38)
+    refunded: Decimal = Decimal("0.00")  # credit paid back out of band
+    written_off: Decimal = Decimal("0.00")  # invoices' amounts marked uncollectible (less recoveries)
 
     @property
     def prepaid(self) -> bool:
@@ -135,9 +141,8 @@ class Balance:
     @property
     def owed(self) -> Decimal:
         """What a postpaid tenant is charged: its issued invoices (less their credit notes) and the
-        estimates not invoiced yet — the balance's opposite, never below zero; 0 for a prepaid
-        tenant (what it lacks shows as its negative balance). Payments of postpaid invoices are not
-        recorded (billing/settlement.py), so this is what was charged, not what is still unpaid."""
+        estimates not invoiced yet, less its payments (issue 38) — the balance's opposite, never below
+        zero; 0 for a prepaid tenant (what it lacks shows as its negative balance)."""
         return Decimal(0) if self.prepaid else max(-self.balance, Decimal(0))
 
 
@@ -190,12 +195,17 @@ _BUDGET_COLUMNS = ("tenant", "amount", "note", "updated_at")
 
 
 def top_up(db: Any, tenant: str, amount: Decimal | str, ref: str, *, note: str = "",
-           now: datetime | None = None) -> tuple[TopUp, bool]:
+           now: datetime | None = None, rules: Any = None) -> tuple[TopUp, bool]:
     """Record a top-up of `amount` CNY for registered `tenant`; returns (the entry, whether this call wrote it).
+
+    A top-up is a payment held as credit (issue 38; billing/payments.py): received today in the
+    billing time zone, allocated to the tenant's outstanding invoices oldest due date first, the
+    rest spent on its next invoices. Given no `rules` (tests of balances alone) it is recorded as
+    credit received on its UTC date, allocated to nothing.
 
     Idempotent by `ref`: the same ref with the same tenant and amount changes nothing (the note
     is not compared) and returns the recorded entry with False; the same ref with another tenant
-    or amount is RefConflict, and nothing is written."""
+    or amount — or a payment's ref — is RefConflict, and nothing is written."""
     amount, ref, note = parse_amount(amount), check_ref(ref), check_note(note)
     tenant = _registered(db, tenant)
     rows = db.query(f"SELECT {', '.join(_LEDGER_COLUMNS)} FROM balance_ledger FINAL WHERE ref = {{r:String}}",
@@ -206,8 +216,19 @@ def top_up(db: Any, tenant: str, amount: Decimal | str, ref: str, *, note: str =
             return recorded, False
         raise RefConflict(f"ref {ref} is already recorded as a top-up of {recorded.amount} for {recorded.tenant}; "
                           "nothing was written (give the payment's own reference)")
+    if db.query("SELECT count() FROM payments FINAL WHERE ref = {r:String}", {"r": ref})[0][0]:
+        raise RefConflict(f"ref {ref} is already recorded as a payment (`gpubill payment show {ref}`); nothing was "
+                          "written (give the top-up's own reference)")
     entry = TopUp(ref, tenant, amount, note, utc_ms(now))
-    books.record(db, TopUpRecorded(kind="top_up", top_up=TopUpRow(**{c: getattr(entry, c) for c in _LEDGER_COLUMNS})))
+    row = TopUpRow(**{c: getattr(entry, c) for c in _LEDGER_COLUMNS})
+    if rules is None:
+        books.record(db, TopUpRecorded(kind="top_up", top_up=row))
+        return entry, True
+    from billing.accounts import today
+    from billing.payments import record_payment
+
+    record_payment(db, rules, tenant, amount, ref, today(rules, entry.created_at), method="other", note=note,
+                   source="top_up", now=entry.created_at, top_up=row)
     return entry, True
 
 
@@ -257,7 +278,16 @@ def _top_up(row: Any) -> TopUp:
 
 # ------------------------------------------------------------------------- the balance
 
-_TOTALS_SQL = "SELECT sum(amount), count() FROM balance_ledger FINAL WHERE tenant = {t:String}"
+# Payments (issue 38) not reversed — top-ups apart, they make a tenant prepaid — refunds paid out, write-offs.
+_TOTALS_SQL = """
+SELECT
+    (SELECT sumIf(amount, source = 'top_up') FROM payments FINAL WHERE tenant = {t:String}
+        AND ref NOT IN (SELECT ref FROM payment_reversals FINAL WHERE tenant = {t:String})),
+    (SELECT sumIf(amount, source != 'top_up') FROM payments FINAL WHERE tenant = {t:String}
+        AND ref NOT IN (SELECT ref FROM payment_reversals FINAL WHERE tenant = {t:String})),
+    (SELECT sum(amount) FROM refunds FINAL WHERE tenant = {t:String}),
+    (SELECT sum(amount) FROM write_offs FINAL WHERE tenant = {t:String})
+"""
 # Periods with rated usage of the tenant: rollups and the per-second rows (retention may have
 # dropped either). Uninvoiced ones among them are estimated.
 _USAGE_PERIODS_SQL = (
@@ -278,8 +308,9 @@ def balance(db: Any, rules: Any, tenant: str, *, now: datetime | None = None) ->
     at = utc_ms(now)
     now_s = int(at.timestamp())
     period = rules.period_of(now_s)
-    (paid, _), = db.query(_TOTALS_SQL, {"t": tenant})
-    top_ups = Decimal(paid or 0).quantize(_CENT)  # "0.00" when there are none, like every amount
+    (topped, paid, refunded, written), = db.query(_TOTALS_SQL, {"t": tenant})
+    top_ups = Decimal(topped or 0).quantize(_CENT)  # "0.00" when there are none, like every amount
+    paid, refunded, written = (Decimal(v or 0).quantize(_CENT) for v in (paid, refunded, written))
     invoiced_by_period = charged(db, tenant).get(tenant, {})  # with VAT, less credit notes
     invoiced = sum(invoiced_by_period.values(), Decimal("0.00"))
 
@@ -291,7 +322,7 @@ def balance(db: Any, rules: Any, tenant: str, *, now: datetime | None = None) ->
         estimates.append(PeriodEstimate(period, current.estimated_total, closed=False))
     estimates.sort(key=lambda e: e.period)
     estimated = sum((e.total for e in estimates), Decimal("0.00"))
-    remaining = top_ups - invoiced - estimated
+    remaining = top_ups + paid - refunded + written - invoiced - estimated
 
     budget = find_budget(db, tenant)
     budget_amount = budget.amount if budget else None
@@ -301,6 +332,7 @@ def balance(db: Any, rules: Any, tenant: str, *, now: datetime | None = None) ->
         tenant=tenant, at=at, period=period, top_ups=top_ups, invoiced=invoiced, invoices=len(invoiced_by_period),
         estimates=tuple(estimates), estimated=estimated, balance=remaining, month_to_date=current.estimated_total,
         budget=budget_amount, budget_used=used, burn_per_hour=round_fen(burn), runway_hours=_runway(remaining, burn),
+        payments=paid, refunded=refunded, written_off=written,
     )
 
 

@@ -31,7 +31,8 @@ __all__ = ["PROJECTED_TABLES", "Position", "halts", "positions", "project", "sta
 # header is what readers go by), the journal after the headers it names.
 PROJECTED_TABLES = (
     "tenants", "balance_ledger", "budgets", "api_keys", "rule_sets", "invoice_lines", "credit_note_lines",
-    "invoice_parties", "invoices", "credit_notes", "invoice_journal", "billing_runs", "rerate_runs",
+    "invoice_parties", "invoice_terms", "invoices", "credit_notes", "payments", "payment_reversals", "allocations",
+    "write_offs", "refunds", "invoice_journal", "billing_runs", "rerate_runs", "dunning_notices",
 )
 
 

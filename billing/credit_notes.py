@@ -38,6 +38,8 @@ from typing import Any, Callable
 
 from billing import books
 from billing import invoice_store as store
+from billing.accounts import date_in
+from billing.payments import credit_note_effects
 from billing.errors import BillingError, NotFound
 from billing.invoice_lock import invoicing_lease
 from billing.journal import actor_here, entry
@@ -129,17 +131,21 @@ def creditable(db: Any, invoice: IssuedInvoice) -> Creditable:
 
 def create_credit_note(db: Any, rules: Any, invoice_number: str, reason: str, lines: dict[int, Decimal] | None = None,
                        *, note: str = "", actor: str | None = None, now: datetime | None = None,
-                       on_wait: Callable[[str], None] | None = None) -> CreditNote:
+                       on_wait: Callable[[str], None] | None = None, refund: str | None = None) -> CreditNote:
     """Credit `invoice_number` — `lines` (invoice line number → amount before tax), or with None
     everything still creditable — for `reason`; the note is issued at once. CreditNoteRefused
     (nothing written) for an unknown reason, a draft or voided invoice, a line it lacks or more
-    than is creditable."""
+    than is creditable.
+
+    What the note does to the account (issue 38; billing/payments.py credit_note_effects): it first
+    reduces what the invoice still asks; the part beyond is the tenant's unapplied credit or, with
+    `refund` (the refund's ref), paid back out of band — refused when there is no such part."""
     _check_reason(reason)
     note = _check_note(note)
     with invoicing_lease(db, on_wait=on_wait) as fence:
         delete_stray_credit_note_lines(db)
         invoice = _issued(db, invoice_number)
-        fact = _credit_note_fact(db, rules, invoice, reason, lines, note, actor or actor_here(), now)
+        fact = _credit_note_fact(db, rules, invoice, reason, lines, note, actor or actor_here(), now, refund=refund)
         pause_at("credit-note-header")
         fence()
         books.record(db, fact)
@@ -215,7 +221,7 @@ def _issued(db: Any, number: str, *, voiding: bool = False) -> IssuedInvoice:
 
 
 def _credit_note_fact(db: Any, rules: Any, invoice: IssuedInvoice, reason: str, amounts: dict[int, Decimal] | None,
-                      note: str, actor: str, now: datetime | None) -> CreditNoteIssued:
+                      note: str, actor: str, now: datetime | None, *, refund: str | None = None) -> CreditNoteIssued:
     """Check `amounts` against what is creditable, then number the note: the fact that issues it
     (holding the lease and the numbered series' writer; billing/books.py records it)."""
     left = creditable(db, invoice)
@@ -231,7 +237,11 @@ def _credit_note_fact(db: Any, rules: Any, invoice: IssuedInvoice, reason: str, 
     year = moment.astimezone(rules.billing_tz).year
     seq = int(db.query("SELECT max(seq) FROM credit_notes FINAL WHERE year = {y:UInt16}", {"y": year})[0][0] or 0) + 1
     number = f"CN-{year}-{seq:06d}"
+    allocations, recoveries, refunded = credit_note_effects(
+        db, rules, invoice, number, subtotal + tax, date_in(rules, moment), refund_ref=refund,
+        at=moment.astimezone(UTC), actor=actor)
     return CreditNoteIssued(
+        allocations=allocations, write_offs=recoveries, refund=refunded,
         kind="credit_note_issued",
         lines=tuple(CreditNoteLineRow(**dict(zip(_LINE, (number, no, invoice.number, line_no, kind, description, amount),
                                                  strict=True)))

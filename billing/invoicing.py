@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any, Callable
 
@@ -53,6 +53,7 @@ from billing_rules import (
 )
 from billing import books
 from billing import invoice_store as store
+from billing.accounts import CreditPool, allocation_id, date_in
 from billing.concessions import concessions_of, period_notes
 from billing.credit_notes import delete_stray_credit_note_lines
 from billing.errors import BillingError
@@ -60,7 +61,9 @@ from billing.invoice_lock import invoicing_lease
 from billing.invoice_store import CURRENCY, delete_stray_lines  # noqa: F401  (re-exported for callers and tests)
 from billing.journal import actor_here, entry
 from billing.tenants import find_tenant, list_tenants, registered_tenants, trial_tenants
-from schemas.books import BillingRunCompleted, BillingRunRow, InvoiceFact, ReratePublished, RerateRunRow
+from schemas.books import (
+    BillingRunCompleted, BillingRunRow, InvoiceFact, InvoiceTermsRow, ReratePublished, RerateRunRow,
+)
 from schemas.ids import is_id
 from usage.by_tenant import plain, usage_by_tenant
 from usage.corrections import stored_corrections
@@ -266,6 +269,7 @@ def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Call
     rent, energy = usage_by_tenant(db, source)
     manual = rules.review == "manual"
     numbers, parties = _Numbers(db), {t.tenant: t for t in list_tenants(db)}
+    credit = CreditPool(db, rules)  # unapplied credit, spent on the invoices as they are issued (issue 38)
     for tenant in sorted(tenants if only is None else tenants & set(only)):
         has = standing.get(tenant, _Standing())
         if has.issued is not None:
@@ -283,7 +287,7 @@ def _invoice_period(db: Any, rules: Any, period: str, now: datetime, fence: Call
             _keep_draft(db, draft, has.draft, replaces, now, fence, actor, report, rules.revision)
             continue
         number = _issue(db, rules, draft, has.draft, replaces, now, fence, actor, numbers=numbers.next,
-                        registered=parties.get(tenant))
+                        registered=parties.get(tenant), credit=credit)
         report.created.append(number)
         if tenant not in registered:
             report.unregistered.append(tenant)
@@ -335,10 +339,11 @@ _UNREAD = object()
 
 def _issue(db: Any, rules: Any, draft: InvoiceDraft, stored: IssuedInvoice | None, replaces: str, now: datetime,
            fence: Callable[[], None], actor: str, *, numbers: Callable[[int], tuple[str, int]] | None = None,
-           registered: Any = _UNREAD) -> str:
+           registered: Any = _UNREAD, credit: CreditPool | None = None) -> str:
     """Issue `draft`: number it and record the invoice as issued — its header, its lines (unless
     they are `stored`'s current revision unchanged), its journal, its seller and buyer as they
-    are now — as one fact on the books. Returns the number. Needs the lease, the numbered
+    are now, its issue and due dates, and the tenant's unapplied credit spent on it (`credit`, read
+    when not given) — as one fact on the books. Returns the number. Needs the lease, the numbered
     series' writer (billing/books.py) and no stray lines."""
     year = int(draft.period[:4])
     number, seq = numbers(year) if numbers is not None else store.next_number(db, year)
@@ -361,11 +366,17 @@ def _issue(db: Any, rules: Any, draft: InvoiceDraft, stored: IssuedInvoice | Non
                              actor=actor, detail=f"replaced by {number}"))
     if registered is _UNREAD:
         registered = find_tenant(db, draft.tenant) if is_id(draft.tenant) else None
+    issued_on = date_in(rules, now)
     fact = InvoiceFact(
         kind="invoice_issued", lines=lines, journal=tuple(journal),
         header=store.header_row(draft, doc_id=doc_id, status="issued", revision=revision, issued_at=now,
                                 number=number, seq=seq, replaces=replaces, rules_revision=rules.revision),
-        seller=store.seller_party(rules.seller), buyer=store.buyer_party(draft.tenant, registered))
+        seller=store.seller_party(rules.seller), buyer=store.buyer_party(draft.tenant, registered),
+        terms=InvoiceTermsRow(number=number, tenant=draft.tenant, issued_on=issued_on,
+                              due_on=issued_on + timedelta(days=rules.payment_terms_days)),
+        allocations=tuple((credit or CreditPool(db, rules, draft.tenant)).spend(
+            draft.tenant, number, issued_on, draft.total, reason="credit", fact_id=allocation_id(),
+            recorded_at=now.astimezone(timezone.utc))) if draft.total > 0 else ())
     _pause_before_header()
     fence()
     books.record(db, fact)
@@ -394,10 +405,12 @@ def issue_period(db: Any, rules: Any, period: str, *, tenant: str | None = None,
             raise NothingToIssue(f"no drafts{whose} to issue for {period}; `gpubill invoice drafts --period {period}` "
                                  "lists them, `gpubill invoice run` makes them")
         trial = trial_tenants(db)
+        credit = CreditPool(db, rules)
         issued = []
         for who, has in drafts:
             draft = draft_invoice(db, rules, who, period, new_tenant=who in trial, replacing=has.voided is not None)
-            issued.append((has.draft.id, _issue(db, rules, draft, has.draft, has.draft.replaces, now, fence, actor)))
+            issued.append((has.draft.id, _issue(db, rules, draft, has.draft, has.draft.replaces, now, fence, actor,
+                                                credit=credit)))
         return issued
 
 

@@ -20,7 +20,7 @@ from schemas.books import JournalRow
 
 __all__ = ["ACTIONS", "Entry", "actor_here", "entry", "history"]
 
-ACTIONS = ("draft_made", "draft_refreshed", "issued", "credit_note", "voided", "replaced")
+ACTIONS = ("draft_made", "draft_refreshed", "issued", "credit_note", "voided", "replaced", "written_off")
 _COLUMNS = ("at", "action", "invoice", "document", "tenant", "period", "actor", "reason", "detail")
 
 

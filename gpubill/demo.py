@@ -92,7 +92,7 @@ def run_demo(settings: Settings, *, minutes: int, gpus: int, out: Console, err: 
                 add_tenant(database, tenant, name, note="gpubill demo", **buyer)
             except TenantExists:  # registered by an older demo, before the buyer fields
                 update_tenant(database, tenant, display_name=name, **buyer)
-        top_up(database, PREPAID_TENANT, PREPAID_TOP_UP, f"demo-{period}")  # idempotent by its ref
+        top_up(database, PREPAID_TENANT, PREPAID_TOP_UP, f"demo-{period}", rules=rules)  # idempotent by its ref
         run = run_period(database, rules, period)
         mode = settings.file_mode
         write_invoice_files(database, rules, period, out_dir / "invoices", file_mode=mode)

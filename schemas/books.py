@@ -24,7 +24,7 @@ Pure: no Kafka, no ClickHouse, no clock.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Annotated, ClassVar, Literal, Union
 
@@ -32,7 +32,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 __all__ = [
-    "ApiKeyFact", "ApiKeyRow", "BOOKS_SCHEMA_VERSION", "BillingRunCompleted", "BillingRunRow", "BooksEvent",
+    "AllocationRow", "ApiKeyFact", "ApiKeyRow", "CreditApplied", "DunningNoticeRow", "DunningNoticeSent",
+    "InvoiceTermsRow", "InvoiceWrittenOff", "PaymentRecorded", "PaymentReversalRow", "PaymentReversed", "PaymentRow",
+    "RefundRow", "WriteOffRow", "BOOKS_SCHEMA_VERSION", "BillingRunCompleted", "BillingRunRow", "BooksEvent",
     "BudgetRow", "BudgetSet", "CreditNoteIssued", "CreditNoteLineRow", "CreditNoteRow", "Fact", "InvoiceFact",
     "InvoiceHeaderRow", "InvoiceLineRow", "InvoicePartiesRow", "JournalRow", "ReratePublished", "RerateRunRow", "Row", "RuleSetLoaded",
     "RuleSetRow", "TenantFact", "TenantRow", "TopUpRecorded", "TopUpRow", "UnreadableFact", "decode_event",
@@ -228,6 +230,102 @@ class InvoicePartiesRow(Row):
     buyer: str
 
 
+class PaymentRow(Row):
+    """A payment received (issue 38): a bank transfer, a top-up, a bank statement's line."""
+
+    TABLE: ClassVar[str] = "payments"
+    ref: str
+    tenant: str
+    amount: Decimal  # CNY, > 0
+    method: str  # bank | alipay | wechat | card | other
+    received_on: date  # billing time zone
+    source: str  # manual | bank_import | top_up
+    bank_txn: str  # the bank's transaction id ('' unless imported)
+    payer: str
+    remittance: str
+    note: str
+    actor: str
+    recorded_at: datetime
+
+
+class PaymentReversalRow(Row):
+    TABLE: ClassVar[str] = "payment_reversals"
+    ref: str
+    tenant: str
+    amount: Decimal
+    reason: str
+    reversed_on: date
+    actor: str
+    recorded_at: datetime
+
+
+class AllocationRow(Row):
+    """An amount of a source (a payment, a credit note) on an invoice; negative: undone by a reversal."""
+
+    TABLE: ClassVar[str] = "allocations"
+    id: str
+    tenant: str
+    invoice: str
+    source_kind: str  # payment | credit_note
+    source: str  # the payment's ref or the credit note's number
+    amount: Decimal
+    effective_on: date  # the later of the source's date and the invoice's issue date
+    reason: str  # payment | credit | credit_note | reversal | apply
+    recorded_at: datetime
+
+
+class WriteOffRow(Row):
+    """Part of an invoice marked uncollectible; negative: recovered by a later payment or credit note (source)."""
+
+    TABLE: ClassVar[str] = "write_offs"
+    id: str
+    tenant: str
+    invoice: str
+    amount: Decimal
+    reason: str
+    source: str  # '' for a write-off, the payment ref or credit note number of a recovery
+    written_on: date
+    actor: str
+    recorded_at: datetime
+
+
+class RefundRow(Row):
+    """Credit paid back to the tenant out of band (a credit note's part beyond what was outstanding)."""
+
+    TABLE: ClassVar[str] = "refunds"
+    ref: str
+    tenant: str
+    credit_note: str
+    amount: Decimal
+    paid_on: date
+    note: str
+    actor: str
+    recorded_at: datetime
+
+
+class InvoiceTermsRow(Row):
+    """An issued invoice's issue and due dates as printed (the terms in force at its issue)."""
+
+    TABLE: ClassVar[str] = "invoice_terms"
+    number: str
+    tenant: str
+    issued_on: date
+    due_on: date
+
+
+class DunningNoticeRow(Row):
+    """A dunning event produced for an invoice (issue 38): each (invoice, kind, days) once."""
+
+    TABLE: ClassVar[str] = "dunning_notices"
+    invoice: str
+    tenant: str
+    kind: str  # invoice_overdue | suspend_new_rentals
+    days: int  # past the due date
+    event_id: str
+    due_on: date
+    sent_at: datetime
+
+
 class RuleSetRow(Row):
     TABLE: ClassVar[str] = "rule_sets"
     revision: str
@@ -262,11 +360,22 @@ class TenantFact(_Fact):
 
 
 class TopUpRecorded(_Fact):
+    """A top-up: a payment held as prepaid credit (issue 38), allocated like any payment. A fact
+    written before payments existed carries no payment: its payment is derived from the top-up
+    (received on its UTC date), as migration 0027 derives it for tables of that time."""
+
     kind: Literal["top_up"]
     top_up: TopUpRow
+    payment: PaymentRow | None = None
+    allocations: tuple[AllocationRow, ...] = ()
+    write_offs: tuple[WriteOffRow, ...] = ()
 
     def rows(self) -> tuple[Row, ...]:
-        return (self.top_up,)
+        payment = self.payment or PaymentRow(
+            ref=self.top_up.ref, tenant=self.top_up.tenant, amount=self.top_up.amount, method="other",
+            received_on=self.top_up.created_at.date(), source="top_up", bank_txn="", payer="", remittance="",
+            note=self.top_up.note, actor="", recorded_at=self.top_up.created_at)
+        return (self.top_up, payment, *self.allocations, *self.write_offs)
 
     def key(self) -> str:
         return self.top_up.tenant
@@ -315,27 +424,38 @@ class InvoiceFact(_Fact):
     journal: tuple[JournalRow, ...] = ()
     seller: Party | None = None
     buyer: Party | None = None
+    terms: InvoiceTermsRow | None = None  # issued: its issue and due dates
+    allocations: tuple[AllocationRow, ...] = ()  # issued: the tenant's unapplied credit applied to it
 
     def rows(self) -> tuple[Row, ...]:
-        parties = ()
+        parties: tuple[Row, ...] = ()
         if self.kind == "invoice_issued" and self.buyer is not None:
             parties = (InvoicePartiesRow(id=self.header.id, number=self.header.number,
                                          seller=self.seller.json() if self.seller is not None else "",
                                          buyer=self.buyer.json()),)
-        return (*self.lines, *parties, self.header, *self.journal)
+        terms = (self.terms,) if self.terms is not None else ()
+        return (*self.lines, *parties, *terms, self.header, *self.allocations, *self.journal)
 
     def key(self) -> str:
         return self.header.tenant
 
 
 class CreditNoteIssued(_Fact):
+    """A credit note, with what it does to the account (issue 38): first an allocation to its own
+    invoice of what was outstanding there (a recovery of a write-off beyond it), the rest held as
+    credit or, with `refund`, paid back out of band."""
+
     kind: Literal["credit_note_issued"]
     note: CreditNoteRow
     lines: tuple[CreditNoteLineRow, ...]
     journal: tuple[JournalRow, ...] = ()
+    allocations: tuple[AllocationRow, ...] = ()
+    write_offs: tuple[WriteOffRow, ...] = ()
+    refund: RefundRow | None = None
 
     def rows(self) -> tuple[Row, ...]:
-        return (*self.lines, self.note, *self.journal)
+        refund = (self.refund,) if self.refund is not None else ()
+        return (*self.lines, self.note, *self.allocations, *self.write_offs, *refund, *self.journal)
 
     def key(self) -> str:
         return self.note.tenant
@@ -357,6 +477,77 @@ class ReratePublished(_Fact):
         return (self.run,)
 
 
+class PaymentRecorded(_Fact):
+    """A payment received, with its allocations to invoices (and recoveries of write-offs they reach)."""
+
+    kind: Literal["payment_recorded"]
+    payment: PaymentRow
+    allocations: tuple[AllocationRow, ...] = ()
+    write_offs: tuple[WriteOffRow, ...] = ()
+
+    def rows(self) -> tuple[Row, ...]:
+        return (self.payment, *self.allocations, *self.write_offs)
+
+    def key(self) -> str:
+        return self.payment.tenant
+
+
+class PaymentReversed(_Fact):
+    """A payment bounced or recorded by mistake: undone by a fact, never edited — every allocation
+    and recovery it made is undone by a negative one."""
+
+    kind: Literal["payment_reversed"]
+    reversal: PaymentReversalRow
+    allocations: tuple[AllocationRow, ...] = ()
+    write_offs: tuple[WriteOffRow, ...] = ()
+
+    def rows(self) -> tuple[Row, ...]:
+        return (self.reversal, *self.allocations, *self.write_offs)
+
+    def key(self) -> str:
+        return self.reversal.tenant
+
+
+class CreditApplied(_Fact):
+    """A tenant's unapplied credit allocated to its outstanding invoices (`gpubill payment apply`)."""
+
+    kind: Literal["credit_applied"]
+    tenant: str
+    allocations: tuple[AllocationRow, ...]
+    write_offs: tuple[WriteOffRow, ...] = ()
+
+    def rows(self) -> tuple[Row, ...]:
+        return (*self.allocations, *self.write_offs)
+
+    def key(self) -> str:
+        return self.tenant
+
+
+class InvoiceWrittenOff(_Fact):
+    """What remains of an invoice marked uncollectible (a later payment still counts: a recovery)."""
+
+    kind: Literal["invoice_written_off"]
+    write_off: WriteOffRow
+    journal: tuple[JournalRow, ...] = ()
+
+    def rows(self) -> tuple[Row, ...]:
+        return (self.write_off, *self.journal)
+
+    def key(self) -> str:
+        return self.write_off.tenant
+
+
+class DunningNoticeSent(_Fact):
+    kind: Literal["dunning_notice"]
+    notice: DunningNoticeRow
+
+    def rows(self) -> tuple[Row, ...]:
+        return (self.notice,)
+
+    def key(self) -> str:
+        return self.notice.tenant
+
+
 class RuleSetLoaded(_Fact):
     kind: Literal["rules_loaded"]
     rule_set: RuleSetRow
@@ -367,7 +558,8 @@ class RuleSetLoaded(_Fact):
 
 Fact = Annotated[
     Union[TenantFact, TopUpRecorded, BudgetSet, ApiKeyFact, InvoiceFact, CreditNoteIssued, BillingRunCompleted,
-          ReratePublished, RuleSetLoaded],
+          ReratePublished, RuleSetLoaded, PaymentRecorded, PaymentReversed, CreditApplied, InvoiceWrittenOff,
+          DunningNoticeSent],
     Field(discriminator="kind"),
 ]
 

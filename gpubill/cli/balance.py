@@ -37,8 +37,10 @@ def balance_topup(
 
     checked = check_tenant_id(tenant), parse_amount(amount), check_ref(ref), check_note(note)  # before opening anything
     settings = load_settings()
-    with connect(settings) as database, open_books(database, settings):
-        entry, added = top_up(database, checked[0], checked[1], checked[2], note=checked[3])
+    rules = read_rules(settings)
+    # a top-up is a payment (issue 38): allocated under the invoicing lease, by the numbered writer
+    with connect(settings) as database, open_books(database, settings, numbered=True, rules=rules):
+        entry, added = top_up(database, checked[0], checked[1], checked[2], note=checked[3], rules=rules)
     if added:
         out.print(f"recorded {terminal_text(entry.ref)}: +{entry.amount} CNY for {terminal_text(entry.tenant)}",
                   highlight=False)

@@ -57,7 +57,8 @@ NUMBERED_WRITER = "gpubill.books.numbered"  # the transactional.id of the number
 # Facts made under the invoicing lease, which only the numbered series' writer may append: a
 # number read from the projection is only safe once that writer fenced every other.
 NUMBERED_KINDS = frozenset({"draft_made", "draft_refreshed", "invoice_issued", "invoice_voided", "credit_note_issued",
-                            "billing_run_completed", "rerate_published"})
+                            "billing_run_completed", "rerate_published", "payment_recorded", "payment_reversed",
+                            "credit_applied", "invoice_written_off"})
 PROJECT_BATCH = 2_000  # events projected (and stamped) at a time while catching up
 
 
