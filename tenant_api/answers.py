@@ -131,7 +131,7 @@ class BalanceAnswer(_Answer):
     estimated: Money
     balance: Money
     prepaid: bool  # the tenant has top-ups; a postpaid tenant's balance is what it is charged, negative
-    owed: Money  # postpaid: what it is charged (invoices less credit notes, and estimates); prepaid: "0.00"
+    owed: Money  # postpaid: what it is charged (invoices less credit notes, and estimates) less its payments; prepaid: "0.00"
     month_to_date: Money
     budget: Money | None
     budget_used: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]{4}$")] | None
@@ -140,6 +140,9 @@ class BalanceAnswer(_Answer):
     currency: Literal["CNY"]
     estimates: list[PeriodEstimate]
     stream: StreamFigures | None
+    payments: Money  # payments other than top-ups, not reversed (issue 38)
+    refunded: Money  # credit paid back out of band
+    written_off: Money  # invoices' amounts marked uncollectible (less recoveries)
 
 
 class InvoiceSummary(_Answer):
