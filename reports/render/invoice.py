@@ -118,8 +118,9 @@ def invoice_to_dict(value: InvoiceDocument | IssuedInvoice) -> dict[str, Any]:
         "issued_at": inv.issued_at,
         "issue_date": _opt(doc.issue_date, str),
         "service_period": {"start": str(doc.service_start), "end": str(doc.service_end)} if doc.service_start else None,
-        "due_date": _opt(doc.payment.due_on if doc.payment is not None else (settlement.due_date if settlement else None),
-                         str),
+        # the due date it was issued with (a voided invoice asks nothing: none)
+        "due_date": _opt(doc.payment.due_on if doc.payment is not None and inv.status == "issued"
+                         else (settlement.due_date if settlement else None), str),
         "seller": None if seller is None else {
             name: getattr(seller, name) for name in ("brand", "legal_name", "address", "tax_id", "bank", "bank_account",
                                                      "contact")},
