@@ -47,6 +47,7 @@ from datetime import date
 from decimal import Decimal
 
 from billing_rules.accounts import InvoiceDoc, InvoiceState
+from billing_rules.files import DunningEntry
 from schemas.billing_events import INVOICE_OVERDUE, SUSPEND_NEW_RENTALS, BillingEvent
 
 __all__ = ["DunningPolicy", "INVOICE_OVERDUE", "Notice", "SUSPEND_NEW_RENTALS", "due_notices"]
@@ -60,9 +61,9 @@ class DunningPolicy:
     suspend_new_rentals_days: int | None = None
 
     @classmethod
-    def of(cls, entry: object) -> "DunningPolicy":
-        """From a validated billing_rules.files.DunningEntry."""
-        return cls(tuple(entry.overdue_days), entry.suspend_new_rentals_days)  # type: ignore[attr-defined]
+    def of(cls, entry: DunningEntry) -> "DunningPolicy":
+        """From billing.toml's validated [dunning] (the loader checked the order of the days)."""
+        return cls(tuple(entry.overdue_days), entry.suspend_new_rentals_days)
 
     def step(self, days_past_due: int) -> int | None:
         """The highest reminder day reached at `days_past_due`; None before the first."""
@@ -111,19 +112,18 @@ def due_notices(invoices: Iterable[InvoiceDoc], states: Mapping[str, InvoiceStat
         if doc.status != "issued" or state is None or state.outstanding <= 0:
             continue
         late = state.days_past_due
-
-        def notice(kind: str, days: int, doc: InvoiceDoc = doc, state: InvoiceState = state) -> Notice:
-            return Notice(kind, doc.number, doc.tenant, doc.period, days, state.days_past_due, state.due_on,
-                          state.outstanding)
-
         step = policy.step(late)
         if step is not None and reminded.get(doc.number, 0) < step:
-            notices.append(notice(INVOICE_OVERDUE, step))
+            notices.append(_notice(INVOICE_OVERDUE, step, doc, state))
         suspend_at = policy.suspend_new_rentals_days
         if suspend_at is not None and late >= suspend_at and doc.number not in suspended:
             if doc.tenant not in prepaid_of:
                 prepaid_of[doc.tenant] = prepaid(doc.tenant)
             if not prepaid_of[doc.tenant]:
-                notices.append(notice(SUSPEND_NEW_RENTALS, suspend_at))
+                notices.append(_notice(SUSPEND_NEW_RENTALS, suspend_at, doc, state))
     order = {INVOICE_OVERDUE: 0, SUSPEND_NEW_RENTALS: 1}
     return sorted(notices, key=lambda n: (n.tenant, n.due_on, n.invoice, order[n.kind]))
+
+
+def _notice(kind: str, days: int, doc: InvoiceDoc, state: InvoiceState) -> Notice:
+    return Notice(kind, doc.number, doc.tenant, doc.period, days, state.days_past_due, state.due_on, state.outstanding)
