@@ -21,6 +21,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill key create | list | revoke | audit   key.py
     gpubill balance topup | show, budget set, spend   balance.py
     gpubill events deliver | deliveries       events.py
+    gpubill dunning run                       dunning.py
 
 common.py holds the consoles and helpers they share; gpubill/logs.py the JSON log lines of
 the long-running commands. Every error a user can cause derives from one of the bases in
@@ -37,8 +38,8 @@ import sys
 import typer
 
 from gpubill.cli import (
-    archive, balance, bench, correct, credit_note, db, demo, dlq, events, invoice, kafka, key, processes, producers,
-    rebuild, report, rerate, rollup, rules, running, serve, tenant, verify_log,
+    archive, balance, bench, correct, credit_note, db, demo, dlq, dunning, events, invoice, kafka, key, processes,
+    producers, rebuild, report, rerate, rollup, rules, running, serve, tenant, verify_log,
 )
 from gpubill.cli.common import err, terminal_text
 from gpubill.errors import USER_ERRORS
@@ -81,6 +82,7 @@ app.command()(balance.spend)
 app.add_typer(balance.app, name="balance")
 app.add_typer(balance.budget_app, name="budget")
 app.add_typer(events.app, name="events")
+app.add_typer(dunning.app, name="dunning")
 app.add_typer(report.app, name="report")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(rules.app, name="rules")
