@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from tests.unit.cli_run import UNLOGGED_CLI
-from tests.unit.test_invoice_lock_runs import RULES
 from tests.unit.test_payments import GB1, GB2, GB3, _seed, stored
 from tests.unit.test_tenants import assert_one_printable_line
 from warehouse.connection import open_database

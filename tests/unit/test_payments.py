@@ -25,7 +25,7 @@ import pytest
 
 from billing import invoice_store
 from billing.accounts import FAR, ledger
-from billing.credit_notes import CreditNoteRefused, create_credit_note, credit_notes, void_invoice
+from billing.credit_notes import create_credit_note, credit_notes, void_invoice
 from billing.errors import BillingError
 from billing.invoicing import run_period
 from billing.payments import (
@@ -200,7 +200,7 @@ def test_one_refused_payment_of_several_and_none_is_written(db):
 # ------------------------------------------------------------------------------ credit, spent later
 
 
-def test_credit_held_is_spent_by_the_next_issued_invoice(feb, monkeypatch):
+def test_credit_held_is_spent_by_the_next_issued_invoice(feb):
     payment, _ = pay(feb, "t01", "300", "pay-1", received="2026-03-12", now=datetime(2026, 3, 12, tzinfo=UTC))
     # 300.00: GB1 106.00, 194.00 held until March is invoiced
     assert payment.allocations == ((GB1, D("106.00")),) and held(feb, "t01") == D("194.00")
