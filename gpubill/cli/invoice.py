@@ -1,5 +1,5 @@
-"""`gpubill invoice run|drafts|issue|list|show|void|history`: the monthly invoices and their
-lifecycle (billing/invoicing.py, billing/credit_notes.py and billing/journal.py do the work)."""
+"""`gpubill invoice run|drafts|issue|list|show|void|write-off|history`: the monthly invoices and their
+lifecycle (billing/invoicing.py, billing/credit_notes.py, billing/payments.py and billing/journal.py do the work)."""
 
 from __future__ import annotations
 
@@ -222,6 +222,34 @@ def invoice_void(
               "issues its replacement", highlight=False)
     for fate in earlier:
         out.print(f"  {terminal_text(fate.text(planned=True))}", highlight=False)
+
+
+@app.command("write-off")
+def invoice_write_off(
+    number: str = typer.Argument(..., help="The issued invoice's number (GB-YYYY-NNNNNN)."),
+    reason: str = typer.Option(..., "--reason", help="Why it is uncollectible (kept with the write-off and in the "
+                               "journal)."),
+) -> None:
+    """Mark what an issued invoice still asks as uncollectible: a fact, dated today. A later payment to it still
+    counts (it recovers the write-off)."""
+    import re
+
+    from billing.payments import PaymentRefused, check_text, write_off
+    from billing.tenants import shown_value
+
+    if not re.fullmatch(r"GB-[0-9]{4}-[0-9]{6}", number, flags=re.ASCII):  # checked before anything is opened
+        raise PaymentRefused(f"{shown_value(number)} is not an invoice number GB-YYYY-NNNNNN; `gpubill invoice list` "
+                             "shows them")
+    reason = check_text(reason, "--reason")
+    if not reason:
+        raise PaymentRefused("--reason is required: say why the invoice is written off")
+    settings = load_settings()
+    rules = read_rules(settings)
+    with connect(settings) as database, open_books(database, settings, numbered=True, rules=rules):
+        amount = write_off(database, rules, number, reason,
+                           on_wait=lambda message: err.print(terminal_text(message), highlight=False))
+    out.print(f"{terminal_text(number)}: {amount:.2f} CNY written off as uncollectible; a later payment to it still "
+              "counts", highlight=False)
 
 
 @app.command("history")
