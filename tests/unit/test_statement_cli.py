@@ -254,7 +254,8 @@ def test_the_statement_as_a_pdf_in_both_languages(seeded, tmp_path, lang, words)
 @pytest.mark.parametrize("args, fragment", [
     (("--tenant", "t01", "--from", "2026-06-01", "--to", "2026-05-31"), "--from 2026-06-01 is after --to 2026-05-31"),
     (("--tenant", "nobody", "--from", "2026-04-01", "--to", "2026-04-30"), "no tenant 'nobody'"),
-    (("--tenant", "t\x1b[31m01", "--from", "2026-04-01", "--to", "2026-04-30"), "no tenant 't\\x1b[31m01'"),
+    # ascii() of the id, its backslash doubled by terminal_text: never an escape the terminal runs
+    (("--tenant", "t\x1b[31m01", "--from", "2026-04-01", "--to", "2026-04-30"), "no tenant 't\\\\x1b[31m01'"),
     (("--tenant", "t01", "--from", "2026-04-31", "--to", "2026-05-31"), "--from: 2026-04-31 is not a date"),
     (("--tenant", "t01", "--from", "2026-04-01"), "Missing option '--to'"),
     (("--tenant", "t01", "--from", "2026-04-01", "--to", "2026-04-30", "--format", "pdf"), "give --out FILE"),
@@ -265,3 +266,32 @@ def test_bad_statement_options_are_one_line(seeded, args, fragment):
     assert done.returncode == 1 and done.stdout == ""
     assert fragment in done.stderr
     assert_one_printable_line(done.stderr.strip())
+
+
+# ------------------------------------------------------------------------ the renderings, pure
+
+
+def test_a_bare_statement_renders_and_hostile_text_stays_text():
+    """What the tenant API calls: `render_statement` of billing_rules' Statement, nothing around it.
+    A tenant id as readings may carry it is a cell, never a formula (receivables' CSV too)."""
+    from billing_rules.accounts import Aging, Statement, StatementEntry
+    from gpubill.cli.receivables import receivables_csv
+    from reports.render import render_statement
+
+    entry = StatementEntry(date(2026, 4, 10), "invoice", "GB-2026-000001", "=cmd|' /C calc'!A0", D("95.40"),
+                           D("95.40"))
+    bare = Statement("@evil", date(2026, 4, 1), date(2026, 4, 30), D("0.00"), (entry,), D("95.40"))
+    d = json.loads(render_statement(bare, "json"))
+    assert (d["tenant"], d["aging"], d["seller"], d["buyer"], d["closing_balance"]) == (
+        "@evil", None, None, None, "95.40")
+    rows = list(csv.reader(io.StringIO(render_statement(bare, "csv", lang="zh-CN").decode())))
+    assert rows[2] == ["2026-04-10", "invoice", "GB-2026-000001", "'=cmd|' /C calc'!A0", "95.40", "95.40"]
+    assert render_statement(bare, "pdf").startswith(b"%PDF")
+    with pytest.raises(ValueError, match="unknown format 'xml' for a statement"):
+        render_statement(bare, "xml")
+    with pytest.raises(ValueError, match="unknown language"):
+        render_statement(bare, "json", lang="fr")
+    row = Aging("=HYPERLINK(\"http://x\")", d1_30=D("5.00"))
+    lines = receivables_csv([row], Aging("", d1_30=D("5.00"))).splitlines()
+    assert lines[1].startswith("\"'=HYPERLINK(\"\"http://x\"\")\",0.00,5.00,")
+    assert lines[2] == ",0.00,5.00,0.00,0.00,0.00,5.00,0.00"
