@@ -170,6 +170,17 @@ def test_the_command_prints_what_billing_accounts_receivables_answers(seeded):
     assert total.d1_30 == D("222.60") and total.unapplied == D("1.60")
 
 
+def test_as_of_defaults_to_today_and_a_later_day_is_said_to_be_later(seeded):
+    today = datetime.now(UTC).astimezone(RULES.billing_tz).date()  # the billing time zone's, not UTC's
+    if today >= date(2026, 8, 1):  # everything recorded is on or before 08-01: t01 holds 1.60 from then on
+        assert figures(aging_json(seeded, str(today))["total"])[-1] == "1.60"
+    answer = json.loads(ok(seeded, "receivables", "--format", "json"))
+    assert answer["as_of"] in (str(today), str(datetime.now(UTC).astimezone(RULES.billing_tz).date()))  # midnight
+    done = gpubill(seeded, "receivables", "--as-of", "2099-01-01", "--format", "json")
+    assert done.returncode == 0 and json.loads(done.stdout)["as_of"] == "2099-01-01"
+    assert "--as-of 2099-01-01 is after today" in done.stderr and "not counted yet" in done.stderr
+
+
 @pytest.mark.parametrize("args, fragment", [
     (("--as-of", "2026-02-30"), "--as-of: 2026-02-30 is not a date of the calendar"),
     (("--as-of", "30/05/2026"), "is not a date YYYY-MM-DD"),
