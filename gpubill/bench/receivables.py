@@ -5,7 +5,8 @@ In a private chDB in a temporary directory (or `--keep DIR`):
 1. **The year.** The facts of gpubill/bench/receivables_year.py — `bench books`' year of invoices
    (with their lines), credit notes, voids and top-ups, plus payments (some partial, some late,
    some bounced), credit spent at issue, refunds and write-offs — projected straight into the
-   database (billing/books.py `UnloggedBooks`: no broker; this benchmark measures the read path).
+   database (billing/books_projection.py `project`, as the books' projection writes them; no broker,
+   no log: this benchmark measures the read path).
 2. **The read, timed.** `billing.accounts.receivables(db, rules, as_of)` — what `gpubill
    receivables --as-of` calls — `runs` times in this process; the median and the slowest.
 3. **The command, timed.** `gpubill receivables --as-of … --format json` (three times), as an operator
@@ -104,7 +105,7 @@ def _bench(work: Path, tenants: int, months: int, runs: int, command_runs: int, 
 
 def _built(db: Any, rules: Any, tenants: int, months: int, say: Say) -> tuple[dict, float]:
     """Step 1 (module docstring): the year projected into `db`, unless a kept database holds it already."""
-    from billing.books import UnloggedBooks
+    from billing.books_projection import project
     from billing.invoice_store import seller_party
     from gpubill.bench.receivables_year import YearOfAccounts, year_of_accounts
 
@@ -113,10 +114,10 @@ def _built(db: Any, rules: Any, tenants: int, months: int, say: Say) -> tuple[di
         say(f"the database holds {kept:,} invoice rows already: timing it as it is")
         return _counted(db, tenants, months), 0.0
     say(f"projecting {months} months of documents and payments of {tenants:,} tenants")
-    counts, books = YearOfAccounts(), UnloggedBooks()
+    counts = YearOfAccounts()
     t0 = time.perf_counter()
     for batch in year_of_accounts(tenants, months, YEAR, rules, seller_party(rules.seller), counts):
-        books.record(db, batch)
+        project(db, batch)
     build_s = time.perf_counter() - t0
     say(f"{counts.books.facts:,} documents' facts and {counts.payments:,} payments projected in {build_s:.1f} s "
         f"(the last dated {counts.last_on})")
