@@ -15,7 +15,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill dlq list                          dlq.py
     gpubill rules check                       rules.py
     gpubill verify-log                        verify_log.py
-    gpubill bench pipeline | spend | rating | month | api   bench.py
+    gpubill bench pipeline | spend | rating | month | api | rerate | books | receivables   bench.py
     gpubill db migrate, clickhouse serve      db.py
     gpubill demo                              demo.py
     gpubill archive [verify], retention apply archive.py
@@ -24,6 +24,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill balance topup | show, budget set, spend   balance.py
     gpubill events deliver | deliveries       events.py
     gpubill dunning run                       dunning.py
+    gpubill receivables, statement            receivables.py
 
 common.py holds the consoles and helpers they share; gpubill/logs.py the JSON log lines of
 the long-running commands. Every error a user can cause derives from one of the bases in
@@ -41,7 +42,7 @@ import typer
 
 from gpubill.cli import (
     archive, balance, bench, correct, credit_note, db, demo, dlq, dunning, events, invoice, kafka, key, payment,
-    processes, producers, rebuild, report, rerate, rollup, rules, running, serve, tenant, verify_log,
+    processes, producers, rebuild, receivables, report, rerate, rollup, rules, running, serve, tenant, verify_log,
 )
 from gpubill.cli.common import err, terminal_text
 from gpubill.errors import USER_ERRORS
@@ -82,6 +83,8 @@ app.add_typer(correct.list_app, name="corrections")
 app.add_typer(tenant.app, name="tenant")
 app.add_typer(key.app, name="key")
 app.command()(balance.spend)
+app.command()(receivables.receivables)
+app.command()(receivables.statement)
 app.add_typer(balance.app, name="balance")
 app.add_typer(balance.budget_app, name="budget")
 app.add_typer(events.app, name="events")
