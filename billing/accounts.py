@@ -24,7 +24,7 @@ from typing import Any, Iterable
 
 from billing_rules.accounts import (
     Aging, Allocation, CreditNoteDoc, InvoiceDoc, InvoiceState, PaymentDoc, RefundDoc, Statement, WriteOffDoc, aging,
-    invoice_states, statement, total_of, unapplied,
+    invoice_states, statement, total_of, unapplied, unapplied_with,
 )
 
 __all__ = ["CreditPool", "Ledger", "Source", "allocation_id", "date_in", "invoice_payments", "ledger", "receivables",
@@ -63,8 +63,10 @@ class Ledger:
     def states(self, as_of: date) -> dict[str, InvoiceState]:
         return invoice_states(self.invoices, self.allocations, self.write_offs, as_of)
 
-    def unapplied(self, as_of: date) -> dict[str, Decimal]:
-        return unapplied(self.payments, self.credit_notes, self.refunds, self.allocations, as_of)
+    def unapplied(self, as_of: date, states: dict[str, InvoiceState] | None = None) -> dict[str, Decimal]:
+        """Credit each tenant held on `as_of` (billing_rules.accounts.unapplied_with)."""
+        return unapplied_with((states if states is not None else self.states(as_of)).values(),
+                              unapplied(self.payments, self.credit_notes, self.refunds, self.allocations, as_of))
 
 
 def _where(tenant: str | None, column: str = "tenant") -> tuple[str, dict]:
@@ -117,7 +119,8 @@ def invoice_payments(db: Any, rules: Any, tenant: str | None = None, as_of: date
 def receivables(db: Any, rules: Any, as_of: date) -> tuple[list[Aging], Aging]:
     """The aging as of `as_of`: one row per tenant with something outstanding or credit held, and the total."""
     books = ledger(db, rules)
-    rows = aging(books.states(as_of).values(), books.unapplied(as_of))
+    states = books.states(as_of)
+    rows = aging(states.values(), books.unapplied(as_of, states))
     return rows, total_of(rows)
 
 

@@ -47,7 +47,7 @@ from typing import Iterable, Sequence
 __all__ = [
     "AGING_BUCKETS", "Aging", "Allocation", "CreditNoteDoc", "InvoiceDoc", "InvoiceState", "PaymentDoc",
     "RefundDoc", "Statement", "StatementEntry", "WriteOffDoc", "aging", "allocate", "bucket_of", "invoice_states",
-    "statement", "unapplied",
+    "statement", "unapplied", "unapplied_with",
 ]
 
 ZERO = Decimal("0.00")
@@ -148,6 +148,13 @@ class InvoiceState:
         """The due date has passed and something is outstanding."""
         return self.days_past_due > 0 and self.outstanding > 0
 
+    @property
+    def overpaid(self) -> Decimal:
+        """What its allocations and write-offs count beyond its total on the date — possible only between a
+        backdated payment and the later reversal of one that had paid the same invoice: credit the tenant
+        held in that window (`unapplied_with` counts it), never an amount outstanding below zero."""
+        return max(self.paid + self.credited + self.written_off - self.total, ZERO)
+
 
 @dataclass(frozen=True)
 class Aging:
@@ -218,6 +225,16 @@ def invoice_states(invoices: Iterable[InvoiceDoc], allocations: Iterable[Allocat
         states[number] = InvoiceState(number, doc.tenant, doc.total, doc.due_on, p, c, w,
                                       max(doc.total - p - c - w, ZERO), (as_of - doc.due_on).days)
     return states
+
+
+def unapplied_with(states: Iterable[InvoiceState], held: dict[str, Decimal]) -> dict[str, Decimal]:
+    """`held` (from `unapplied`) plus what invoices counted beyond their totals on the date (InvoiceState.overpaid):
+    then Σ outstanding − unapplied is a statement's closing balance on every day."""
+    out = dict(held)
+    for s in states:
+        if s.overpaid:
+            out[s.tenant] = out.get(s.tenant, ZERO) + s.overpaid
+    return {tenant: amount for tenant, amount in out.items() if amount}
 
 
 def unapplied(payments: Iterable[PaymentDoc], credit_notes: Iterable[CreditNoteDoc], refunds: Iterable[RefundDoc],

@@ -331,3 +331,31 @@ def test_closing_balance_is_what_is_outstanding_less_the_credit_held(steps):
     # and at the end, every invoice asks what the model says it still asks
     final = invoice_states(history.invoices, history.allocations, history.write_offs, day)
     assert {n: s.outstanding for n, s in final.items()} == {n: _d(v) for n, v in history.owed.items()}
+
+
+def test_a_backdated_payment_before_a_later_reversal_is_credit_held_in_between():
+    """I (50.00, issued 04-01) paid by P1 on 04-10; P2 received 04-20 but recorded after P1 bounced
+    (reversed 05-01), so it also went to I. Between 04-20 and 05-01 both count on I: the 50.00 beyond
+    its total is credit the tenant held then, and the aging still equals the statement."""
+    from billing_rules.accounts import (
+        Allocation, InvoiceDoc, PaymentDoc, aging as aging_of, invoice_states as states_of, statement as statement_of,
+        unapplied as unapplied_of, unapplied_with,
+    )
+
+    d = date.fromisoformat
+    invoice = InvoiceDoc("GB-2026-000001", "t", "2026-03", "issued", d("2026-04-01"), d("2026-04-16"), D("50.00"))
+    payments = [PaymentDoc("p1", "t", D("50.00"), d("2026-04-10"), reversed_on=d("2026-05-01")),
+                PaymentDoc("p2", "t", D("50.00"), d("2026-04-20"))]
+    allocations = [Allocation("t", invoice.number, "payment", "p1", D("50.00"), d("2026-04-10")),
+                   Allocation("t", invoice.number, "payment", "p1", D("-50.00"), d("2026-05-01")),
+                   Allocation("t", invoice.number, "payment", "p2", D("50.00"), d("2026-04-20"))]
+    for day, held in (("2026-04-25", D("50.00")), ("2026-05-02", None)):
+        as_of = d(day)
+        states = states_of([invoice], allocations, [], as_of)
+        unapplied = unapplied_with(states.values(), unapplied_of(payments, [], [], allocations, as_of))
+        assert unapplied.get("t") == held
+        rows = aging_of(states.values(), unapplied)
+        closing = statement_of("t", d("2026-04-01"), as_of, invoices=[invoice], payments=payments, credit_notes=[],
+                               refunds=[], write_offs=[]).closing
+        # 04-25: +50 − 50 − 50 = −50.00 (credit 50 held); 05-02: + 50 (P1 reversed) = 0.00
+        assert closing == sum((r.outstanding - r.unapplied for r in rows), D(0)) == -(held or 0)
