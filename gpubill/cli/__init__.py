@@ -13,7 +13,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill dlq list                          dlq.py
     gpubill rules check                       rules.py
     gpubill verify-log                        verify_log.py
-    gpubill bench pipeline | spend | rating | month | api   bench.py
+    gpubill bench pipeline | spend | rating | month | api | rerate | books | receivables   bench.py
     gpubill db migrate, clickhouse serve      db.py
     gpubill demo                              demo.py
     gpubill archive [verify], retention apply archive.py
@@ -21,6 +21,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill key create | list | revoke | audit   key.py
     gpubill balance topup | show, budget set, spend   balance.py
     gpubill events deliver | deliveries       events.py
+    gpubill receivables, statement            receivables.py
 
 common.py holds the consoles and helpers they share; gpubill/logs.py the JSON log lines of
 the long-running commands. Every error a user can cause derives from one of the bases in
@@ -38,7 +39,7 @@ import typer
 
 from gpubill.cli import (
     archive, balance, bench, correct, credit_note, db, demo, dlq, events, invoice, kafka, key, processes, producers,
-    rebuild, report, rerate, rollup, rules, running, serve, tenant, verify_log,
+    rebuild, receivables, report, rerate, rollup, rules, running, serve, tenant, verify_log,
 )
 from gpubill.cli.common import err, terminal_text
 from gpubill.errors import USER_ERRORS
@@ -78,6 +79,8 @@ app.add_typer(correct.list_app, name="corrections")
 app.add_typer(tenant.app, name="tenant")
 app.add_typer(key.app, name="key")
 app.command()(balance.spend)
+app.command()(receivables.receivables)
+app.command()(receivables.statement)
 app.add_typer(balance.app, name="balance")
 app.add_typer(balance.budget_app, name="budget")
 app.add_typer(events.app, name="events")

@@ -3,14 +3,16 @@
 The callers (CLI, download service) read the data and pass the models in; everything
 here is deterministic for the same input, PDFs included. Renderers import the models
 (`billing_rules.IssuedInvoice` and its `InvoiceLine`s, `reports.usage_model.UsageReport`,
-`reports.credit_note_model.CreditNoteDocument`, the cost-share row dicts), never the reverse;
-this package exports renderers only.
+`reports.credit_note_model.CreditNoteDocument`, `reports.statement.StatementDocument`, the
+cost-share row dicts), never the reverse; this package exports renderers only.
 
     render_usage(report, fmt, lang=)     customer usage report: csv, json, parquet, pdf
     invoice_to_dict(inv)                 the JSON contract of ``gpubill invoice show``
     render_invoice(inv, fmt, lang=)      json, csv, pdf
     credit_note_to_dict(doc)             the JSON contract of ``gpubill credit-note show``
     render_credit_note(doc, fmt, lang=)  json, csv, pdf
+    statement_to_dict(doc)               the JSON contract of ``gpubill statement``
+    render_statement(doc, fmt, lang=)    json, csv, pdf: a statement of account (对账单)
     LANGS                                ("en", "zh-CN"): the PDFs' languages (``.i18n``)
     render_cost_share_table(rows, ...)   a rich Table for the terminal
     render_cost_share(rows, fmt, ...)    table (text), csv, json
@@ -18,8 +20,8 @@ this package exports renderers only.
 An unknown ``fmt`` raises ``ValueError("unknown format ...")``, an unknown ``lang``
 ``ValueError("unknown language ...")``; the language changes a PDF's labels only (CSV, JSON
 and Parquet are machine contracts, the same bytes in every language). The pieces live in
-``reports.render.usage``, ``.invoice``, ``.credit_note`` and ``.cost_share``, with number and
-text formatting (terminal text, CSV cells) in ``.format``, PDF drawing in ``.pdf``, labels in
+``reports.render.usage``, ``.invoice``, ``.credit_note``, ``.statement`` and ``.cost_share``, with
+number and text formatting (terminal text, CSV cells) in ``.format``, PDF drawing in ``.pdf``, labels in
 ``.i18n`` and the CJK font Chinese text needs in ``.fonts`` (a long-lived process calls
 ``reports.render.fonts.warm_up()`` once at start-up: see there).
 
@@ -40,7 +42,9 @@ _HOMES = {
     "render_cost_share_table": "reports.render.cost_share",
     "render_credit_note": "reports.render.credit_note",
     "render_invoice": "reports.render.invoice",
+    "render_statement": "reports.render.statement",
     "render_usage": "reports.render.usage",
+    "statement_to_dict": "reports.render.statement",
 }
 
 
@@ -58,5 +62,7 @@ __all__ = [
     "render_cost_share_table",
     "render_credit_note",
     "render_invoice",
+    "render_statement",
     "render_usage",
+    "statement_to_dict",
 ]

@@ -6,8 +6,8 @@
 
 What a language changes, and what it does not:
 
-- **PDF** (usage report, invoice, credit note): every heading, label, note and the chart's caption; the
-  dates and figures keep one notation in both (``2026-03-05``, ``1,234.56``), amounts keep
+- **PDF** (usage report, invoice, credit note, statement): every heading, label, note and the
+  chart's caption; the dates and figures keep one notation in both (``2026-03-05``, ``1,234.56``), amounts keep
   two decimals and say their currency (``CNY`` in headings, ``¥`` before a Chinese total).
 - **CSV, JSON, Parquet**: nothing. Their column names and keys (``gpu_hours``, ``rent``,
   ``kind``, ``subtotal`` …) are a machine contract that scripts and finance read, so they
@@ -166,6 +166,43 @@ _LABELS: dict[str, dict[str, str]] = {
         "reason.goodwill": "Goodwill",
         "reason.void": "Invoice voided",
         "reason.rerate": "Re-rating",
+        # statements of account (issue 38)
+        "st.doc_title": "Statement of account {tenant} {start} - {end}",
+        "st.footer": "{seller} - statement of account - {tenant} - {start} to {end}",
+        "st.heading": "STATEMENT",
+        "st.tagline": "Statement of account: invoices, credit notes, payments",
+        "st.customer_id": "Customer ID",
+        "st.from": "From",
+        "st.to": "To",
+        "st.date": "Date",
+        "st.document": "Document",
+        "st.amount": "Amount (CNY)",
+        "st.balance": "Balance (CNY)",
+        "st.opening": "Opening balance",
+        "st.closing": "Closing balance",
+        "st.no_entries": "No invoice, credit note or payment in this period",
+        "st.charges": "Invoiced, refunded, reversed",
+        "st.credits": "Paid, credited, written off",
+        "st.closing_total": "Closing balance ({currency})",
+        "st.aging": "The balance on {date} by days past the due date:",
+        "st.bucket.current": "Not yet due",
+        "st.bucket.d1_30": "1-30 days",
+        "st.bucket.d31_60": "31-60 days",
+        "st.bucket.d61_90": "61-90 days",
+        "st.bucket.d90_plus": "Over 90 days",
+        "st.bucket.outstanding": "Outstanding",
+        "st.bucket.unapplied": "Credit held",
+        "st.notes": ("Amounts in {currency}, with VAT. A positive balance is what the customer owes, a negative one "
+                     "credit it holds; invoices, refunds paid out and reversed payments add to it, payments, credit "
+                     "notes and write-offs take from it. Dates are in the billing time zone; each day's entries are "
+                     "listed invoices first. The closing balance is what is outstanding less the credit held."),
+        "st.kind.invoice": "Invoice {document}",
+        "st.kind.credit_note": "Credit note {document}",
+        "st.kind.payment": "Payment {document}",
+        "st.kind.payment_reversed": "Payment {document} reversed",
+        "st.kind.refund": "Refund {document}",
+        "st.kind.write_off": "{document} written off",
+        "st.kind.write_off_recovered": "{document} write-off recovered",
     },
     "zh-CN": {
         "usage.title": "GPU 用量报告 - {tenant} - {period}",
@@ -295,6 +332,41 @@ _LABELS: dict[str, dict[str, str]] = {
         "pay.shortfall": "余额不足：{amount} 请于 {date} 前付款。",
         "pay.credit_left": "本账单后剩余抵扣额度：{credits}。",
         "pay.no_credit_left": "本账单后无剩余抵扣额度。",
+        "st.doc_title": "对账单 {tenant} {start} 至 {end}",
+        "st.footer": "{seller} - 对账单 - {tenant} - {start} 至 {end}",
+        "st.heading": "对账单",
+        "st.tagline": "往来明细：账单、贷项通知单、收款",
+        "st.customer_id": "客户编号",
+        "st.from": "起始日期",
+        "st.to": "截止日期",
+        "st.date": "日期",
+        "st.document": "单据编号",
+        "st.amount": "金额 (¥)",
+        "st.balance": "余额 (¥)",
+        "st.opening": "期初余额",
+        "st.closing": "期末余额",
+        "st.no_entries": "本期无账单、贷项通知单或收款",
+        "st.charges": "本期应收（账单、退款、收款冲回）",
+        "st.credits": "本期减少（收款、贷项、核销）",
+        "st.closing_total": "期末余额 ({currency})",
+        "st.aging": "截至 {date} 的余额按逾期天数：",
+        "st.bucket.current": "未到期",
+        "st.bucket.d1_30": "逾期 1-30 天",
+        "st.bucket.d31_60": "逾期 31-60 天",
+        "st.bucket.d61_90": "逾期 61-90 天",
+        "st.bucket.d90_plus": "逾期 90 天以上",
+        "st.bucket.outstanding": "未结清合计",
+        "st.bucket.unapplied": "预收未核销",
+        "st.notes": ("金额单位：{currency}（人民币），含增值税。余额为正表示客户应付，为负表示客户预收未核销的款项；"
+                     "账单、退款和收款冲回增加余额，收款、贷项通知单和坏账核销减少余额。日期按计费时区；同日各项以账单在前。"
+                     "期末余额等于未结清金额减去预收未核销款项。"),
+        "st.kind.invoice": "账单 {document}",
+        "st.kind.credit_note": "贷项通知单 {document}",
+        "st.kind.payment": "收款 {document}",
+        "st.kind.payment_reversed": "收款冲回 {document}",
+        "st.kind.refund": "退款 {document}",
+        "st.kind.write_off": "坏账核销 {document}",
+        "st.kind.write_off_recovered": "核销收回 {document}",
     },
 }
 

@@ -5,9 +5,9 @@ identifier that two different documents do not share (reports/render/pdf.py, fon
 
 The documents are tests/unit/test_credit_note_documents.py's, read from the database: beta's
 March invoice GB-2026-000002, issued at APRIL_2 (2026-04-02T00:00:00Z), its goodwill credit
-note CN-2026-000001 at APRIL_3 (2026-04-03T00:00:00Z) and beta's usage report generated at
-APRIL_2; and two usage reports built by hand (test_render_cjk.usage, generated_at
-2026-04-02T03:00:00Z): one whose tenant is all GB 2312 hanzi, so a warmed-up process embeds from
+note CN-2026-000001 at APRIL_3 (2026-04-03T00:00:00Z), beta's statement of April (both of
+them; issue 38) and beta's usage report generated at APRIL_2; and two usage reports built by
+hand (test_render_cjk.usage, generated_at 2026-04-02T03:00:00Z): one whose tenant is all GB 2312 hanzi, so a warmed-up process embeds from
 the "common" face, one with traditional hanzi (臺, 醫) that it lacks, so even a warmed-up process
 embeds from the full font.
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from reports.render import render_credit_note, render_invoice, render_usage
+from reports.render import render_credit_note, render_invoice, render_statement, render_usage
 from tests.unit.test_balances import APRIL_2, db  # noqa: F401  (the fixture)
 from tests.unit.test_credit_note_documents import BETA, goodwill, issued  # noqa: F401  (the fixtures)
 from tests.unit.test_current_usage import PERIOD, RULES
@@ -42,7 +42,8 @@ from tests.unit.test_render_cjk import usage
 
 ROOT = Path(__file__).parents[2]
 CLOCKS = (datetime(2027, 1, 15, 9, 30, 5, tzinfo=timezone.utc), datetime(2028, 7, 1, 23, 59, 59, tzinfo=timezone.utc))
-RENDERERS = {"invoice": render_invoice, "credit_note": render_credit_note, "usage": render_usage}
+RENDERERS = {"invoice": render_invoice, "credit_note": render_credit_note, "usage": render_usage,
+             "statement": render_statement}
 _ID = re.compile(rb"/ID \[<([0-9A-F]{32})><([0-9A-F]{32})>\]")
 
 
@@ -110,6 +111,7 @@ def file_id(data: bytes) -> bytes:
 def documents(goodwill):  # noqa: F811
     from reports.credit_note_document import credit_note_document
     from reports.invoice_document import invoice_document
+    from reports.statement import statement_document
     from reports.usage_report import usage_report
 
     db, note = goodwill
@@ -117,12 +119,16 @@ def documents(goodwill):  # noqa: F811
     credit_note = credit_note_document(db, RULES, note.number)
     report = usage_report(db, RULES, "beta", PERIOD, now=APRIL_2)
     assert report.rows and invoice.invoice.number == BETA and credit_note.credit_note.number == "CN-2026-000001"
+    statement = statement_document(db, RULES, "beta", date(2026, 4, 1), date(2026, 4, 30))
+    assert [e.document for e in statement.statement.entries] == [BETA, "CN-2026-000001"]
     common, rare = usage("北京智算实验室"), usage("國立臺灣大學醫學院")
     return {
         "invoice.en": ("invoice", invoice, "en"),
         "invoice.zh-CN": ("invoice", invoice, "zh-CN"),
         "credit_note.en": ("credit_note", credit_note, "en"),
         "credit_note.zh-CN": ("credit_note", credit_note, "zh-CN"),
+        "statement.en": ("statement", statement, "en"),
+        "statement.zh-CN": ("statement", statement, "zh-CN"),
         "usage.en": ("usage", report, "en"),
         "usage.zh-CN": ("usage", report, "zh-CN"),
         "usage-common-face.zh-CN": ("usage", common, "zh-CN"),
@@ -143,7 +149,8 @@ def test_a_pdf_is_the_same_at_another_clock_and_dated_by_its_document(documents)
         assert first[name] == second[name], name
     # the creation date is the document's issue time (or the report's generation input), in UTC as given;
     # the producer a fixed name
-    dates = {"invoice": b"D:20260402000000Z", "credit_note": b"D:20260403000000Z", "usage": b"D:20260402000000Z"}
+    dates = {"invoice": b"D:20260402000000Z", "credit_note": b"D:20260403000000Z", "usage": b"D:20260402000000Z",
+             "statement": b"D:20260430000000Z"}  # a statement: its last day
     for name, (kind, _, _) in documents.items():
         expected = b"D:20260402030000Z" if name.startswith("usage-") else dates[kind]
         assert b"/CreationDate (" + expected + b")" in first[name], name
