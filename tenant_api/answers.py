@@ -25,8 +25,7 @@ MONEY_FIELDS = frozenset({
     "month_to_date", "budget", "burn_per_hour", "before_credits", "subtotal", "credit_used", "net", "tax", "total",
     "amount_due", "owed",
     # issue 38: payments, what is outstanding, the statement of account
-    "payments", "refunded", "written_off", "paid", "credited", "outstanding", "past_due", "unapplied", "amount",
-    "opening", "closing"})
+    "payments", "refunded", "written_off", "paid", "credited", "outstanding", "past_due", "unapplied", "amount"})
 QUANTITY_FIELDS = frozenset({"gpu_hours", "kwh"})
 _PLACES = {"budget_used": 4, "runway_hours": 2}
 
@@ -246,9 +245,24 @@ class StatementLine(_Answer):
     balance: Money = Field(description="the running balance after this line")
 
 
+class StatementAging(_Answer):
+    """The closing balance as of `to` by days past due: outstanding − unapplied = closing_balance."""
+
+    current: Money
+    d1_30: Money
+    d31_60: Money
+    d61_90: Money
+    d90_plus: Money
+    outstanding: Money
+    unapplied: Money
+
+
 class StatementAnswer(_Answer):
-    """对账单, the statement of account from `from` to `to` (both included, billing time zone): what the
-    tenant owed before (`opening`; negative: credit it held), each movement, what it owes after (`closing`)."""
+    """对账单, the statement of account from `from` to `to` (both included, billing time zone), as `gpubill
+    statement --format json` writes it (reports/render/statement.py): what the tenant owed before
+    (`opening_balance`; negative: credit it held), each movement with the running balance, the charges
+    (the positive amounts) and credits (the negative ones), what it owes after (`closing_balance`), the
+    aging as of `to`, and the seller and buyer the PDF prints."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -256,9 +270,14 @@ class StatementAnswer(_Answer):
     from_: Day = Field(alias="from")
     to: Day
     currency: Literal["CNY"]
-    opening: Money
+    opening_balance: Money
     entries: list[StatementLine]
-    closing: Money
+    charges: Money
+    credits: Money
+    closing_balance: Money
+    aging: StatementAging | None
+    seller: dict[str, str | None] | None
+    buyer: dict[str, str | None] | None
 
 
 # path → the model of its 200 JSON answer (tests/unit/test_api_answers.py holds every answer to it)

@@ -245,15 +245,18 @@ def _api_routes(app: FastAPI, service: Service) -> None:
         return _json({"payments": service.payments(key, service.tenant_for(key, tenant))})
 
     @app.get("/v1/statement", dependencies=[Depends(_params("from", "to", "format", "lang", "tenant")), auth],
-             responses=answer("/v1/statement"), tags=["tenant"])
+             responses=problem_responses | {200: {"model": ANSWERS["/v1/statement"], "description": "the statement",
+                                                  "content": {"text/csv": {}, "application/pdf": {}}}},
+             tags=["tenant"])
     def statement(start: StatementFrom = None, to: StatementTo = None,  # type: ignore[assignment]
                   format: StatementFormat = "json", lang: Lang = "en", tenant: Tenant = None,  # noqa: A002
                   key=Depends(key_of)) -> Response:
-        """The statement of account (对账单) from `from` to `to` (default: this month to date): what the
-        tenant owed before (`opening`; negative: credit held), each invoice, credit note, payment, refund
-        and write-off with the running balance, and what it owes after (`closing`)."""
+        """The statement of account (对账单) from `from` to `to` (default: this month to date) as json, csv or
+        pdf, as `gpubill statement` writes it: what the tenant owed before (`opening_balance`; negative:
+        credit held), each invoice, credit note, payment, refund and write-off with the running balance,
+        what it owes after (`closing_balance`) and the aging of that as of `to`."""
         one = service.tenant_for(key, tenant)
-        return _json(_statement_dict(service.statement(key, one, start, to)))
+        return _file(service.statement_download(key, one, start, to, format, lang))
 
 
 def _live_dict(live: Any) -> dict | None:
@@ -286,15 +289,6 @@ def _balance_dict(figures: Any) -> dict:
 
 def _account_dict(account: Any) -> dict:
     return {name: money_text(getattr(account, name)) for name in ("outstanding", "past_due", "unapplied")}
-
-
-def _statement_dict(statement: Any) -> dict:
-    """A statement of account (billing_rules.accounts.Statement) as JSON: money as strings, dates as days."""
-    return {"tenant": statement.tenant, "from": str(statement.start), "to": str(statement.end), "currency": "CNY",
-            "opening": money_text(statement.opening),
-            "entries": [{"date": str(e.on), "kind": e.kind, "document": e.document, "description": e.description,
-                         "amount": money_text(e.amount), "balance": money_text(e.balance)} for e in statement.entries],
-            "closing": money_text(statement.closing)}
 
 
 def _json(body: Any, status: int = 200) -> JSONResponse:

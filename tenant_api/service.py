@@ -5,7 +5,7 @@ tenant, and what they get — with the limits and the access records around ever
     tenant_for(key, requested)       the tenant of a request comes from its key and nothing else
     me / current / balance / daily / invoices / credit_notes  small JSON-able answers, cached a few seconds
     payments / account / statement   the tenant's payments, what it owes, its statement of account (issue 38)
-    usage_download / invoice_download / credit_note_download
+    usage_download / invoice_download / credit_note_download / statement_download
                                      a `Download` (bytes, media type, safe file name),
                                      under the key's cap of downloads in flight, recorded
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from billing.current_usage import CurrentUsage, DailyUsage
     from billing.live_spend import LivePosition
     from billing.tenant_invoices import Account
-    from billing_rules.accounts import Statement
+    from reports.statement import StatementDocument
 
 __all__ = ["CREDIT_NOTE_FORMATS", "Download", "GRANULARITIES", "INVOICE_FORMATS", "Limits", "Problem", "STATEMENT_FORMATS",
            "Service", "USAGE_FORMATS"]
@@ -50,7 +50,7 @@ USAGE_FORMATS = ("csv", "json", "parquet", "pdf")
 INVOICE_FORMATS = ("json", "csv", "pdf")
 CREDIT_NOTE_FORMATS = INVOICE_FORMATS  # the documents come in the same formats
 GRANULARITIES = ("day", "hour")
-STATEMENT_FORMATS = ("json",)  # csv and pdf once reports/statement.py renders them
+STATEMENT_FORMATS = ("json", "csv", "pdf")
 MEDIA_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json", "pdf": "application/pdf",
                "parquet": "application/vnd.apache.parquet"}
 # ASCII digits only: \d would take "２０２６" too
@@ -262,11 +262,14 @@ class Service:
         return self.cache.get_or_build(("account", tenant), lambda: self._read_rules(
             lambda db, rules: tenant_account(db, rules, tenant, now=self.now())))
 
-    def statement(self, key: "ApiKey", tenant: str, start: str | None, end: str | None) -> "Statement":
-        """The tenant's statement of account (billing.accounts.statement_of) from `start` to `end`
-        (YYYY-MM-DD, both included, billing time zone). `end` defaults to today, `start` to the first
-        day of `end`'s month; 400 (naming it) for a malformed or impossible date, or `start` after `end`."""
-        from billing.accounts import statement_of, today
+    def statement(self, key: "ApiKey", tenant: str, start: str | None, end: str | None) -> "StatementDocument":
+        """The tenant's statement of account from `start` to `end` (YYYY-MM-DD, both included, billing
+        time zone) with the aging as of `end` (reports.statement.statement_document, as `gpubill statement`
+        builds it). `end` defaults to today, `start` to the first day of `end`'s month; 400 (naming it)
+        for a malformed or impossible date, or `start` after `end`; 404 for a tenant neither registered
+        nor with any document (an operator's typo)."""
+        from billing.accounts import today
+        from reports.statement import statement_document
 
         rules = self.rules_provider()
         end_on = self._date("to", end) if end is not None else today(rules, self.now())
@@ -274,8 +277,29 @@ class Service:
         if start_on > end_on:
             raise bad_param("from", f"{start_on} is after to {end_on}" + (" (today: to left out)" if end is None else "")
                             + "; give from on or before to")
-        return self.cache.get_or_build(("statement", tenant, start_on, end_on), lambda: self._read_rules(
-            lambda db, rules: statement_of(db, rules, tenant, start_on, end_on)))
+        try:
+            return self.cache.get_or_build(("statement", tenant, start_on, end_on), lambda: self._read_rules(
+                lambda db, rules: statement_document(db, rules, tenant, start_on, end_on)))
+        except NotFound:
+            raise Problem(404, f"no registered tenant {_shown(tenant)}", reason="no-tenant") from None
+
+    def statement_download(self, key: "ApiKey", tenant: str, start: str | None, end: str | None, fmt: str | None,
+                           lang: str | None = "en") -> Download:
+        """The statement (`statement`'s range and refusals) as json, csv or pdf, byte for byte what
+        `gpubill statement` writes (reports.render.render_statement), under the key's download slot."""
+        from reports.render import render_statement
+
+        fmt = self._choice("format", fmt, STATEMENT_FORMATS, default="json")
+        lang = self._choice("lang", lang, _langs(), default="en")
+        current_request().fmt = fmt
+        document = self.statement(key, tenant, start, end)
+        first, last = document.statement.start, document.statement.end
+        with self._download_slot(key):
+            body = self.cache.get_or_build(("statement-file", tenant, first, last, fmt, lang),
+                                           lambda: render_statement(document, fmt, lang=lang))
+        download = Download(body, MEDIA_TYPES[fmt], output_name("statement", tenant, f"{first}_{last}", fmt, lang=lang))
+        self.recorder.downloaded(len(body))
+        return download
 
     def today(self) -> "date":
         """Today in the billing time zone, by the service's clock."""

@@ -16,6 +16,7 @@ are modules of their own, and the small helpers at the bottom serve this page on
     GET  /files/usage               a usage report (period, format, granularity) in the page's language
     GET  /files/invoices/{number}   an invoice (format) in the page's language
     GET  /files/credit-notes/{number}  a credit note (format) in the page's language
+    GET  /files/statement           the statement of account (from, to, format) in the page's language
     GET  /assets/{name}             the stylesheet, script and logo (content-hashed, cached a year)
 
 Everything is read through the API's ``Service`` (``tenant_api/service.py``) exactly as the
@@ -131,6 +132,7 @@ class Page:
         app.add_api_route("/files/invoices/{number}", self.invoice_file, methods=["GET"], include_in_schema=False)
         app.add_api_route("/files/credit-notes/{number}", self.credit_note_file, methods=["GET"],
                           include_in_schema=False)
+        app.add_api_route("/files/statement", self.statement_file, methods=["GET"], include_in_schema=False)
         app.add_api_route("/assets/{name}", self.asset, methods=["GET"], include_in_schema=False)
 
     def home(self, request: Request) -> Response:
@@ -213,6 +215,11 @@ class Page:
         return self._file(request, lambda key, tenant, lang: self.service.credit_note_download(
             key, tenant, number, fmt, lang))
 
+    def statement_file(self, request: Request) -> Response:
+        params = request.query_params
+        return self._file(request, lambda key, tenant, lang: self.service.statement_download(
+            key, tenant, params.get("from") or None, params.get("to") or None, params.get("format"), lang))
+
     def asset(self, request: Request, name: str) -> Response:
         found = self.assets.get(name)
         if found is None:
@@ -279,15 +286,16 @@ class Page:
 
     def _statement(self, t: Words, request: Request, key: Any, tenant: str, chart_period: str) -> dict[str, Any]:
         """The statement section: the range asked (?from=&to=, each optional; default this month) or,
-        for a range the Service refuses (malformed, from after to), the words to say so and the form."""
+        for a range the Service refuses (malformed, from after to) or a tenant it does not know, the words
+        to say so and the form."""
         params = request.query_params
         start, end = params.get("from") or None, params.get("to") or None
         try:
-            statement = statement_view(t, self.service.statement(key, tenant, start, end))
+            statement = statement_view(t, self.service.statement(key, tenant, start, end).statement)
         except Problem as problem:
-            if problem.status != 400:
+            if problem.status not in (400, 404):  # 404: an operator viewing a tenant nobody registered
                 raise
-            return {"statement": None, "statement_error": t("statement_bad_range"),
+            return {"statement": None, "statement_error": t("statement_bad_range" if problem.status == 400 else "not_found"),
                     "statement_form": {"start": start if start and DAY.fullmatch(start) else "",
                                        "end": end if end and DAY.fullmatch(end) else "", "period": chart_period}}
         return {"statement": statement, "statement_error": None,

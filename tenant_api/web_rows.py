@@ -7,7 +7,7 @@ dataclass and a `Words`, no request, no database.
                                  paid, outstanding, unpaid / partially paid / paid, overdue (issue 38)
     credit_note_row(t, note)     the invoice it corrects, the reason in words, the date, the total, its files
     payment_row(t, payment)      when and how it was received, where it went, what is held, reversed
-    statement_view(t, statement) opening, each entry in words with the running balance, closing
+    statement_view(t, statement) opening, each entry in words with the running balance, closing, its files
     expiry(t, expires_at)        the key's expiry for the header
 """
 
@@ -17,16 +17,17 @@ from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from billing.credit_notes import REASONS
 from tenant_api.i18n import Words, moment, money, number
 
-__all__ = ["CREDIT_NOTE_LINKS", "INVOICE_LINKS", "PAYMENT_STATES", "credit_note_row", "expiry", "invoice_row",
+__all__ = ["CREDIT_NOTE_LINKS", "INVOICE_LINKS", "PAYMENT_STATES", "STATEMENT_LINKS", "credit_note_row", "expiry", "invoice_row",
            "payment_row", "statement_view", "summary"]
 
 INVOICE_LINKS = ("pdf", "csv")
 CREDIT_NOTE_LINKS = ("pdf", "csv", "json")
+STATEMENT_LINKS = ("pdf", "csv", "json")
 PAYMENT_STATES = ("unpaid", "partially_paid", "paid")  # the API's words (tenant_api/answers.py InvoiceSummary)
 METHODS = ("bank", "alipay", "wechat", "card", "other")  # billing.payments.METHODS
 ENTRY_KINDS = ("invoice", "credit_note", "payment", "payment_reversed", "refund", "write_off", "write_off_recovered")
@@ -121,8 +122,11 @@ def statement_view(t: Words, statement: Any) -> dict[str, Any]:
     entries = [{"date": str(e.on), "kind": e.kind,
                 "what": t(f"entry_{e.kind}", document=e.document) if e.kind in ENTRY_KINDS else e.description,
                 "amount": money(e.amount), "balance": money(e.balance)} for e in statement.entries]
-    return {"start": str(statement.start), "end": str(statement.end), "opening": money(statement.opening),
-            "closing": money(statement.closing), "entries": entries}
+    start, end = str(statement.start), str(statement.end)
+    return {"start": start, "end": end, "opening": money(statement.opening), "closing": money(statement.closing),
+            "entries": entries,
+            "links": [(fmt, "/files/statement?" + urlencode({"from": start, "to": end, "format": fmt}))
+                      for fmt in STATEMENT_LINKS]}
 
 
 def _positive(value: Any) -> bool:

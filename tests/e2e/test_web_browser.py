@@ -160,6 +160,14 @@ def portal(tmp_path_factory, session_broker):
                        "replacement": render_invoice(replacing, "pdf", lang=lang),
                        "credit-note": render_credit_note(note, "pdf", lang=lang)}
                 for lang in ("en", "zh-CN")}
+    # issue 38: beta's statement of March, as `gpubill statement --format pdf` writes it
+    from datetime import date
+
+    from reports.render import render_statement
+    from reports.statement import statement_document
+
+    march = statement_document(database, rules, "beta", date(2026, 3, 1), date(2026, 3, 31))
+    statement_pdfs = {lang: render_statement(march, "pdf", lang=lang) for lang in ("en", "zh-CN")}
 
     def serve(now: datetime) -> tuple[Any, threading.Thread, str]:
         """The real app with its clock at `now`, on a socket of its own: (server, its thread, its URL)."""
@@ -184,7 +192,7 @@ def portal(tmp_path_factory, session_broker):
         yield {"url": servers[0][2], "expected": expected, "key": acme_key, "number": number,
                "replacement": replacement, "credit_note": goodwill.number, "database": database,
                "replacement_total": replacing.invoice.total, "later_url": servers[1][2], "beta_key": beta_key,
-               "beta_number": beta_number, "beta_total": Decimal(beta_total)}
+               "beta_number": beta_number, "beta_total": Decimal(beta_total), "statement_pdfs": statement_pdfs}
     finally:
         for server, thread, _ in servers:
             server.should_exit = True
@@ -447,6 +455,10 @@ def test_paid_outstanding_overdue_and_the_statement_in_a_real_browser(portal, br
     assert entries == [["2026-03-05", words["invoice"].format(number=number), yuan(total), yuan(total)],
                        ["2026-03-10", words["payment"], yuan(Decimal("-100.00")), yuan(left)]], entries
     assert text(browser, "statement-closing") == yuan(left)
+    # its PDF, in the page's language, for the range shown
+    browser.find_element(By.CSS_SELECTOR, '#statement a[data-format="pdf"]').click()
+    pdf = downloaded(browser, f"statement_beta_2026-03-01_2026-03-31{'' if lang == 'en' else '.' + lang}.pdf")
+    assert pdf.startswith(b"%PDF-") and pdf == portal["statement_pdfs"][lang]
 
     # -- the payment: when, how, how much, where it went ---------------------------------------------
     assert words["payments"] in text(browser, "payments-title")

@@ -173,22 +173,29 @@ def test_the_statement_runs_from_the_opening_to_the_closing_balance(paid_world):
     _, seeded, http = paid_world
     numbers, replacement = seeded["numbers"], seeded["replacements"]["t03"]
     april = get(http, seeded, "t01", "/v1/statement?from=2026-04-01&to=2026-04-30")
-    assert (april["tenant"], april["from"], april["to"], april["currency"], april["opening"]) == (
+    assert (april["tenant"], april["from"], april["to"], april["currency"], april["opening_balance"]) == (
         "t01", "2026-04-01", "2026-04-30", "CNY", "0.00")
     assert lines(april) == [
         ("2026-04-10", "invoice", numbers["t01"], "7621.40", "7621.40"),
         ("2026-04-20", "payment", "pay-t01-a", "-3000.00", "4621.40"),      # 7,621.40 − 3,000.00
         ("2026-04-21", "payment", "pay-t01-b", "-100.00", "4521.40"),
         ("2026-04-22", "payment_reversed", "pay-t01-b", "100.00", "4621.40")]
-    assert april["closing"] == "4621.40"
+    # charges 7,621.40 + 100.00 = 7,721.40; credits −3,000.00 − 100.00 = −3,100.00; 0 + 7,721.40 − 3,100.00 = 4,621.40
+    assert (april["charges"], april["credits"], april["closing_balance"]) == ("7721.40", "-3100.00", "4621.40")
+    # the aging as of 04-30: due 04-25, 5 days past — all of it in 1–30 days
+    assert april["aging"] == {"current": "0.00", "d1_30": "4621.40", "d31_60": "0.00", "d61_90": "0.00",
+                              "d90_plus": "0.00", "outstanding": "4621.40", "unapplied": "0.00"}
+    assert april["buyer"]["tenant"] == "t01" and april["buyer"]["display_name"] == NAMES["t01"]
     # from the 21st: what came before is the opening; one day, one line
     one_day = get(http, seeded, "t01", "/v1/statement?from=2026-04-21&to=2026-04-21")
-    assert (one_day["opening"], lines(one_day), one_day["closing"]) == (
+    assert (one_day["opening_balance"], lines(one_day), one_day["closing_balance"]) == (
         "4621.40", [("2026-04-21", "payment", "pay-t01-b", "-100.00", "4521.40")], "4521.40")
     # no dates: this month to today (2026-06-01 … 06-15): nothing moved, opening = closing
     this_month = get(http, seeded, "t01", "/v1/statement")
-    assert (this_month["from"], this_month["to"], this_month["opening"], this_month["entries"],
-            this_month["closing"]) == ("2026-06-01", "2026-06-15", "4621.40", [], "4621.40")
+    assert (this_month["from"], this_month["to"], this_month["opening_balance"], this_month["entries"],
+            this_month["closing_balance"]) == ("2026-06-01", "2026-06-15", "4621.40", [], "4621.40")
+    # 51 days past due on 06-15 (04-25 + 51): in 31–60 days
+    assert (this_month["aging"]["d31_60"], this_month["aging"]["d1_30"]) == ("4621.40", "0.00")
     # only `to`: from the first of its month
     assert get(http, seeded, "t01", "/v1/statement?to=2026-04-21")["from"] == "2026-04-01"
     # t02 ends holding credit: a negative balance
@@ -203,19 +210,43 @@ def test_the_statement_runs_from_the_opening_to_the_closing_balance(paid_world):
                           ("2026-04-17", "invoice", replacement, "1897.40", "1897.40"),
                           ("2026-05-10", "payment", "pay-t03-a", "-897.40", "1000.00"),
                           ("2026-06-01", "write_off", replacement, "-1000.00", "0.00")]
-    assert (t03["opening"], t03["closing"]) == ("0.00", "0.00")
+    assert (t03["opening_balance"], t03["closing_balance"]) == ("0.00", "0.00")
+    assert get(http, seeded, "t02", "/v1/statement?from=2026-04-01&to=2026-04-30")["aging"]["unapplied"] == "199.90"
 
 
 def test_the_closing_balance_is_what_is_outstanding_less_what_is_held(paid_world):
     # one account, two views: the statement to today closes at outstanding − unapplied (billing_rules.accounts)
     _, seeded, http = paid_world
     for tenant in SECONDS:
-        closing = Decimal(get(http, seeded, tenant, "/v1/statement?from=2026-01-01")["closing"])
+        closing = Decimal(get(http, seeded, tenant, "/v1/statement?from=2026-01-01")["closing_balance"])
         balance = get(http, seeded, tenant, "/v1/balance")
         invoices = get(http, seeded, tenant, "/v1/invoices")["invoices"]
         outstanding = sum((Decimal(i["outstanding"]) for i in invoices), Decimal(0))
         assert outstanding == Decimal(balance["outstanding"]), tenant
         assert closing == outstanding - Decimal(balance["unapplied"]), tenant
+
+
+def test_the_statement_downloads_as_the_command_writes_it(paid_world):
+    # `gpubill statement --format json|csv|pdf` writes reports.render.render_statement of statement_document: the
+    # API serves the same bytes, named statement_TENANT_FROM_TO.FMT (a Chinese PDF .zh-CN.pdf)
+    from reports.render import render_statement
+    from reports.statement import statement_document
+
+    db, seeded, http = paid_world
+    document = statement_document(db, RULES, "t01", date(2026, 4, 1), date(2026, 4, 30))
+    for fmt, lang, media, name in (("json", "en", "application/json", "statement_t01_2026-04-01_2026-04-30.json"),
+                                   ("csv", "en", "text/csv; charset=utf-8", "statement_t01_2026-04-01_2026-04-30.csv"),
+                                   ("pdf", "en", "application/pdf", "statement_t01_2026-04-01_2026-04-30.pdf"),
+                                   ("pdf", "zh-CN", "application/pdf", "statement_t01_2026-04-01_2026-04-30.zh-CN.pdf")):
+        answer = http.get(f"/v1/statement?from=2026-04-01&to=2026-04-30&format={fmt}&lang={lang}",
+                          headers=bearer(seeded["tokens"]["t01"]))
+        assert answer.status_code == 200, answer.text
+        assert (answer.headers["content-type"], answer.headers["content-disposition"]) == (
+            media, f'attachment; filename="{name}"')
+        assert answer.content == render_statement(document, fmt, lang=lang), (fmt, lang)
+    csv_text = http.get("/v1/statement?from=2026-04-01&to=2026-04-30&format=csv",
+                        headers=bearer(seeded["tokens"]["t01"])).text
+    assert csv_text.splitlines()[-1].endswith(",4621.40")  # the closing balance row, by hand above
 
 
 # -- bad parameters: one 400 problem naming the parameter ----------------------------------------
@@ -251,7 +282,7 @@ def test_an_operator_must_name_the_tenant(paid_world):
         answer = http.get(url, headers=operator)
         assert answer.status_code == 400 and answer.json()["param"] == "tenant"
     named = http.get("/v1/statement?from=2026-04-01&to=2026-04-30&tenant=t02", headers=operator).json()
-    assert named["tenant"] == "t02" and named["closing"] == "-199.90"
+    assert named["tenant"] == "t02" and named["closing_balance"] == "-199.90"
 
 
 # -- one tenant never sees another's payments, invoices' payment state or statement ---------------
@@ -263,6 +294,8 @@ def _victim_urls(victim: str, seeded: dict) -> list[str]:
             "/v1/statement?from=2000-01-01&to=2099-12-31", f"/v1/statement?from=2000-01-01&to=2099-12-31&tenant={victim}",
             "/v1/credit-notes", "/v1/me", "/v1/usage/current"]
     urls += [f"/v1/payments?ref={ref}" for ref in PAYMENTS[victim]]
+    urls += [f"/v1/statement?from=2026-04-01&to=2026-06-15&format={fmt}&lang={lang}" for fmt in ("csv", "pdf")
+             for lang in ("en", "zh-CN")]
     urls += [f"/v1/invoices/{number}?format={fmt}" for number in numbers for fmt in ("json", "csv", "pdf")]
     return urls
 
@@ -402,7 +435,7 @@ def test_the_json_api_and_the_page_agree_on_every_figure(paid_world):
             row = re.search(rf'<tr data-invoice="{invoice["number"]}".*?</tr>', page, re.S).group(0)
             shown = re.search(r'data-outstanding[^>]*>([^<]+)<', row).group(1)
             assert shown == f"¥{Decimal(invoice['outstanding']):,.2f}", (tenant, invoice["number"])
-        closing = get(http, seeded, tenant, "/v1/statement")["closing"]
+        closing = get(http, seeded, tenant, "/v1/statement")["closing_balance"]
         shown = re.search(r'id="statement-closing">([^<]+)<', page).group(1)
         assert shown.replace("\u2212", "-") == f"¥{Decimal(closing):,.2f}".replace("¥-", "-¥"), tenant
 

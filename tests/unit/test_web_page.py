@@ -220,8 +220,16 @@ class FakeService:
         payments = [PaymentDoc(p["ref"], tenant, Decimal(p["amount"]), date.fromisoformat(p["received_on"]), p["method"],
                                date.fromisoformat(p["reversed_on"]) if p["reversed_on"] else None)
                     for p in PAYMENTS.get(tenant, [])]
-        return statement(tenant, start_on, end_on, invoices=invoices, payments=payments, credit_notes=[], refunds=[],
-                         write_offs=[])
+        from reports.statement import StatementDocument
+
+        return StatementDocument(statement(tenant, start_on, end_on, invoices=invoices, payments=payments,
+                                           credit_notes=[], refunds=[], write_offs=[]))
+
+    def statement_download(self, key, tenant, start, end, fmt, lang) -> File:
+        self.calls.append(("statement-file", tenant, start, end, fmt, lang))
+        found = self.statement(key, tenant, start, end).statement
+        return File(f"statement {tenant} {found.start} {found.end} {fmt} {lang}".encode(), "application/pdf",
+                    f"statement_{tenant}_{found.start}_{found.end}.{fmt}")
 
     def credit_note_download(self, key, tenant, number, fmt, lang) -> File:
         self.calls.append(("credit-note", tenant, number, fmt, lang))
@@ -715,5 +723,10 @@ def test_the_statement_defaults_to_this_month_and_takes_a_range(portal):
     assert "付款 pay-acme-1" in text_of(later) and "−¥480.00" in later
     # the language switcher keeps the range
     assert 'href="/?from=2026-03-14&amp;to=2026-03-31&amp;lang=en"' in later
+    # its files, in the page's language, for the range shown
+    assert 'href="/files/statement?from=2026-03-14&amp;to=2026-03-31&amp;format=pdf"' in later
+    got = portal.client.get("/files/statement?from=2026-03-14&to=2026-03-31&format=pdf")
+    assert got.content == b"statement acme 2026-03-14 2026-03-31 pdf zh-CN"
+    assert got.headers["content-disposition"] == 'attachment; filename="statement_acme_2026-03-14_2026-03-31.pdf"'
     empty = portal.client.get("/?from=2026-03-21&to=2026-03-31&lang=en").text
     assert "Nothing between 2026-03-21 and 2026-03-31." in empty and "data-entry" not in empty
