@@ -1,6 +1,7 @@
 """Payments, their allocations, reversals, credit applied and write-offs (issue 38): facts on the books.
 
     record_payment(db, rules, tenant, amount, ref, received_on, ...) -> (Payment, bool)   idempotent by ref
+    record_payments(db, rules, [Receipt]) -> [(Payment, bool)]   several under one lease, one append (an import)
     reverse_payment(db, rules, ref, reason, ...) -> Payment
     apply_credit(db, rules, tenant, ...) -> [(invoice, amount)]
     write_off(db, rules, number, reason, ...) -> Decimal
@@ -36,16 +37,17 @@ from billing.accounts import FAR, CreditPool, Ledger, allocation_id, ledger, out
 from billing.errors import BillingError, NotFound
 from billing.invoice_lock import invoicing_lease
 from billing.journal import actor_here, entry
-from billing.tenants import check_note, check_tenant_id, find_tenant, shown_value
-from billing_rules.accounts import allocate
+from billing.tenants import check_tenant_id, checked_text, find_tenant, shown_value
+from billing_rules.accounts import Allocation, PaymentDoc, WriteOffDoc, allocate
 from schemas.books import (
     AllocationRow, CreditApplied, InvoiceWrittenOff, PaymentRecorded, PaymentReversalRow, PaymentReversed, PaymentRow,
     RefundRow, WriteOffRow,
 )
 from schemas.ids import is_id
 
-__all__ = ["METHODS", "Payment", "PaymentRefused", "apply_credit", "check_received", "credit_note_effects",
-           "find_payment", "parse_invoice_arg", "payments", "record_payment", "reverse_payment", "write_off"]
+__all__ = ["METHODS", "Payment", "PaymentRefused", "Receipt", "apply_credit", "check_received", "check_text",
+           "credit_note_effects", "find_payment", "parse_invoice_arg", "payments", "receipt", "record_payment",
+           "record_payments", "reverse_payment", "write_off"]
 
 METHODS = ("bank", "alipay", "wechat", "card", "other")
 SOURCES = ("manual", "bank_import", "top_up")
@@ -114,11 +116,14 @@ def _ref(value: object) -> str:
     return value  # type: ignore[return-value]
 
 
-def _text(value: str, what: str) -> str:
+def check_text(value: str, what: str) -> str:
+    """A note, payer, remittance or reason as stored: NFC, trimmed, at most MAX_TEXT characters, no
+    control or invisible formatting character; PaymentRefused (one line, naming `what`) if not."""
     try:
-        return check_note(value or "")
+        return checked_text(what, value or "", MAX_TEXT, empty_ok=True)
     except BillingError as exc:
-        raise PaymentRefused(f"{what}: {exc}") from None
+        raise PaymentRefused(str(exc)) from None
+
 
 
 def check_received(value: object, rules: Any, now: datetime | None = None) -> date:
@@ -212,6 +217,47 @@ def _rows(tenant: str, targets: list[tuple[str, Decimal, Decimal]], *, kind: str
     return allocations, recoveries
 
 
+@dataclass(frozen=True)
+class Receipt:
+    """A payment to record, its fields checked (`receipt` makes one): record_payments' input."""
+
+    tenant: str
+    amount: Decimal
+    ref: str
+    received_on: date
+    method: str = "bank"
+    invoices: tuple[tuple[str, Decimal | None], ...] = ()  # (number, amount or None: what it still asks)
+    note: str = ""
+    source: str = "manual"
+    bank_txn: str = ""
+    payer: str = ""
+    remittance: str = ""
+
+    def same_as(self, payment: "Payment") -> bool:
+        """The recorded `payment` is this one: same tenant, amount, date, method and bank fields (the
+        note and the named invoices are not compared: a re-run changes nothing, whatever they say)."""
+        return (payment.tenant, payment.amount, payment.received_on, payment.method, payment.bank_txn,
+                payment.payer, payment.remittance) == (self.tenant, self.amount, self.received_on, self.method,
+                                                       self.bank_txn, self.payer, self.remittance)
+
+
+def receipt(db: Any, rules: Any, tenant: str, amount: Decimal | str, ref: str, received_on: date | str, *,
+            method: str = "bank", invoices: Sequence[tuple[str, Decimal | None]] = (), note: str = "",
+            source: str = "manual", bank_txn: str = "", payer: str = "", remittance: str = "",
+            now: datetime | None = None) -> Receipt:
+    """record_payment's arguments checked (PaymentRefused, one line, for the first that is wrong);
+    reads only whether `tenant` is registered."""
+    amount, ref = _amount(amount), _ref(ref)
+    if method not in METHODS:
+        raise PaymentRefused(f"--method {shown_value(method)} is not one of {', '.join(METHODS)}")
+    if source not in SOURCES:
+        raise ValueError(f"payment source {source!r}")
+    received_on = check_received(received_on, rules, now)
+    note, payer, remittance = check_text(note, "--note"), check_text(payer, "payer"), check_text(remittance, "remittance")
+    return Receipt(_registered(db, tenant), amount, ref, received_on, method, tuple(invoices), note, source,
+                   bank_txn, payer, remittance)
+
+
 def record_payment(db: Any, rules: Any, tenant: str, amount: Decimal | str, ref: str, received_on: date | str, *,
                    method: str = "bank", invoices: Sequence[tuple[str, Decimal | None]] = (), note: str = "",
                    source: str = "manual", bank_txn: str = "", payer: str = "", remittance: str = "",
@@ -219,44 +265,82 @@ def record_payment(db: Any, rules: Any, tenant: str, amount: Decimal | str, ref:
                    on_wait: Callable[[str], None] | None = None, top_up: Any = None) -> tuple[Payment, bool]:
     """Record a payment of `amount` CNY received from `tenant` on `received_on`, allocated as the module
     docstring says; returns (the payment, whether this call recorded it). Idempotent by `ref`: the same
-    ref with the same tenant, amount, date and method changes nothing; with other content it is refused.
-    `top_up` (billing/balances.py): the top-up row recorded with it, as one fact."""
-    amount, ref = _amount(amount), _ref(ref)
-    if method not in METHODS:
-        raise PaymentRefused(f"--method {shown_value(method)} is not one of {', '.join(METHODS)}")
-    if source not in SOURCES:
-        raise ValueError(f"payment source {source!r}")
-    received_on = check_received(received_on, rules, now)
-    note, payer, remittance = _text(note, "--note"), _text(payer, "payer")[:200], _text(remittance, "remittance")
-    actor = actor or actor_here()
-    tenant = _registered(db, tenant)
-    with invoicing_lease(db, on_wait=on_wait) as fence:
-        existing = _found(db, ref)
-        if existing is not None:
-            if (existing.tenant, existing.amount, existing.received_on, existing.method) == (tenant, amount, received_on,
-                                                                                             method):
-                return existing, False
-            raise PaymentRefused(f"ref {ref} is already recorded as {existing.amount:.2f} CNY from {existing.tenant} "
-                                 f"received {existing.received_on} by {existing.method}; nothing was written "
-                                 "(give the payment's own reference)")
-        account = ledger(db, rules, tenant)
-        targets = _targets(account, tenant, invoices, amount)
-        at = (now or datetime.now(UTC)).astimezone(UTC)
-        allocations, recoveries = _rows(tenant, targets, kind="payment", source=ref, source_on=received_on,
-                                        issued_on={d.number: d.issued_on for d in account.invoices}, reason="payment",
-                                        at=at, written_on=received_on, actor=actor)
-        row = PaymentRow(ref=ref, tenant=tenant, amount=amount, method=method, received_on=received_on, source=source,
-                         bank_txn=bank_txn, payer=payer, remittance=remittance, note=note, actor=actor, recorded_at=at)
-        if top_up is not None:
-            from schemas.books import TopUpRecorded
+    ref with the same tenant, amount, date and method (and bank fields) changes nothing; with other
+    content it is refused. `top_up` (billing/balances.py): the top-up row recorded with it, as one fact."""
+    asked = receipt(db, rules, tenant, amount, ref, received_on, method=method, invoices=invoices, note=note,
+                    source=source, bank_txn=bank_txn, payer=payer, remittance=remittance, now=now)
+    return record_payments(db, rules, [asked], actor=actor, now=now, on_wait=on_wait, top_up=top_up)[0]
 
-            fact: Any = TopUpRecorded(kind="top_up", top_up=top_up, payment=row, allocations=allocations,
-                                      write_offs=recoveries)
-        else:
-            fact = PaymentRecorded(kind="payment_recorded", payment=row, allocations=allocations, write_offs=recoveries)
-        fence()
-        books.record(db, fact)
-        return find_payment(db, ref), True
+
+def record_payments(db: Any, rules: Any, receipts: Sequence[Receipt], *, actor: str | None = None,
+                    now: datetime | None = None, on_wait: Callable[[str], None] | None = None,
+                    top_up: Any = None) -> list[tuple[Payment, bool]]:
+    """Record `receipts` (`receipt` checked them) in their order under one invoicing lease, appended
+    together — all or none; returns (the payment, whether this call recorded it) for each. Each is
+    allocated as record_payment's would be after the ones before it. Idempotent by ref, each: one
+    already recorded with the same content is returned as it is; with other content — or a ref
+    given twice — nothing at all is written (PaymentRefused)."""
+    refs = [r.ref for r in receipts]
+    twice = sorted({ref for ref in refs if refs.count(ref) > 1})
+    if twice:
+        raise PaymentRefused(f"ref {twice[0]} is given twice; nothing was written")
+    if top_up is not None and len(receipts) != 1:
+        raise ValueError("a top-up is one payment")
+    actor = actor or actor_here()
+    with invoicing_lease(db, on_wait=on_wait) as fence:
+        existing = {p.ref: p for p in payments(db, refs=refs)} if refs else {}
+        for r in receipts:
+            recorded = existing.get(r.ref)
+            if recorded is not None and not r.same_as(recorded):
+                bank = f" (bank transaction {recorded.bank_txn})" if recorded.bank_txn else ""
+                raise PaymentRefused(f"ref {r.ref} is already recorded{bank} as {recorded.amount:.2f} CNY from "
+                                     f"{recorded.tenant} received {recorded.received_on} by {recorded.method}"
+                                     f"{_other_fields(recorded, r)}; nothing was written (give the payment's own "
+                                     "reference)")
+        at = (now or datetime.now(UTC)).astimezone(UTC)
+        accounts: dict[str, Ledger] = {}
+        facts = []
+        for r in receipts:
+            if r.ref not in existing:
+                if r.tenant not in accounts:
+                    accounts[r.tenant] = ledger(db, rules, r.tenant)
+                facts.append(_payment_fact(accounts[r.tenant], r, at=at, actor=actor, top_up=top_up))
+        if facts:
+            fence()
+            books.record(db, *facts)
+        found = {p.ref: p for p in payments(db, refs=[r.ref for r in receipts if r.ref not in existing])} \
+            if facts else {}
+        return [(existing[r.ref], False) if r.ref in existing else (found[r.ref], True) for r in receipts]
+
+
+def _other_fields(recorded: Payment, asked: Receipt) -> str:
+    """Which bank fields differ when the headline ones are the same (else nothing to add)."""
+    if (recorded.tenant, recorded.amount, recorded.received_on, recorded.method) != (
+            asked.tenant, asked.amount, asked.received_on, asked.method):
+        return ""
+    differ = [name for name in ("bank_txn", "payer", "remittance") if getattr(recorded, name) != getattr(asked, name)]
+    return f" with another {' and '.join(differ)}"
+
+
+def _payment_fact(account: Ledger, r: Receipt, *, at: datetime, actor: str, top_up: Any = None) -> Any:
+    """The fact of payment `r` on `account` — which it then holds too, so that the next payment of the
+    same call allocates after this one (the projection sees the facts only once they are recorded)."""
+    targets = _targets(account, r.tenant, r.invoices, r.amount)
+    allocations, recoveries = _rows(r.tenant, targets, kind="payment", source=r.ref, source_on=r.received_on,
+                                    issued_on={d.number: d.issued_on for d in account.invoices}, reason="payment",
+                                    at=at, written_on=r.received_on, actor=actor)
+    row = PaymentRow(ref=r.ref, tenant=r.tenant, amount=r.amount, method=r.method, received_on=r.received_on,
+                     source=r.source, bank_txn=r.bank_txn, payer=r.payer, remittance=r.remittance, note=r.note,
+                     actor=actor, recorded_at=at)
+    account.payments.append(PaymentDoc(r.ref, r.tenant, r.amount, r.received_on, r.method))
+    account.allocations += [Allocation(a.tenant, a.invoice, a.source_kind, a.source, a.amount, a.effective_on)
+                            for a in allocations]
+    account.write_offs += [WriteOffDoc(w.tenant, w.invoice, w.amount, w.written_on, w.source) for w in recoveries]
+    if top_up is not None:
+        from schemas.books import TopUpRecorded
+
+        return TopUpRecorded(kind="top_up", top_up=top_up, payment=row, allocations=allocations, write_offs=recoveries)
+    return PaymentRecorded(kind="payment_recorded", payment=row, allocations=allocations, write_offs=recoveries)
 
 
 def reverse_payment(db: Any, rules: Any, ref: str, reason: str, *, actor: str | None = None,
@@ -264,7 +348,7 @@ def reverse_payment(db: Any, rules: Any, ref: str, reason: str, *, actor: str | 
     """Reverse payment `ref` (bounced, mistaken): every allocation and write-off recovery it made is undone
     by a negative one, dated today; the invoices it paid are outstanding again. Refused for an unknown
     or already reversed payment, or without a reason."""
-    ref, reason = _ref(ref), _text(reason, "--reason")
+    ref, reason = _ref(ref), check_text(reason, "--reason")
     if not reason:
         raise PaymentRefused("--reason is required: say why the payment is reversed (bounced, recorded by mistake)")
     actor = actor or actor_here()
@@ -330,7 +414,7 @@ def write_off(db: Any, rules: Any, number: str, reason: str, *, actor: str | Non
     """Mark what remains of issued invoice `number` uncollectible (a fact, dated today); returns the amount.
     A later payment named to it still counts: it recovers the write-off. Refused for a draft, a voided
     invoice, one with nothing outstanding, or without a reason."""
-    reason = _text(reason, "--reason")
+    reason = check_text(reason, "--reason")
     if not reason:
         raise PaymentRefused("--reason is required: say why the invoice is written off")
     actor = actor or actor_here()
@@ -394,9 +478,14 @@ _COLUMNS = ("ref", "tenant", "amount", "method", "received_on", "source", "note"
             "recorded_at")
 
 
-def payments(db: Any, *, tenant: str | None = None, ref: str | None = None) -> list[Payment]:
-    """Payments (of `tenant`; the one `ref`), by date received then ref, with their allocations and reversal."""
+def payments(db: Any, *, tenant: str | None = None, ref: str | None = None,
+             refs: Sequence[str] | None = None) -> list[Payment]:
+    """Payments (of `tenant`; the one `ref`; those of `refs`), by date received then ref, with their
+    allocations and reversal."""
     where, params = ["1"], {}
+    if refs is not None:
+        where.append("ref IN {refs:Array(String)}")
+        params["refs"] = list(refs)
     if tenant is not None:
         where.append("tenant = {t:String}")
         params["t"] = tenant

@@ -10,10 +10,11 @@ An `invoice run` started by hand beside it is safe: runs take turns through the 
 lease (billing/invoice_lock.py). The job waits its turn; when another run holds the lease
 too long it logs that and tries again at its next hour.
 
-`add_jobs` puts both jobs — this one and the rollups — on a scheduler, the same way for
-`gpubill scheduler` and `gpubill up`:
+`add_jobs` puts the jobs — this one, the rollups and, given a producer of billing events,
+the dunning pass (billing/dunning.py: hourly, the notices unpaid invoices call for) — on a
+scheduler, the same way for `gpubill scheduler` and `gpubill up`:
 
-- in a thread of their own (the executor JOBS_EXECUTOR, one thread: the two take turns and
+- in a thread of their own (the executor JOBS_EXECUTOR, one thread: they take turns and
   never send two statements at once through one client), never in the pipeline's writer
   thread: an hour's rollup of a full fleet takes seconds, and batches are written meanwhile,
   between its statements (the embedded engine's client takes one statement at a time; the
@@ -23,13 +24,16 @@ too long it logs that and tries again at its next hour.
   edited rule file counts from the next run, an invalid edit keeps the last good set;
 - a billing run with a period due first calls `take_corrections()` (the shell's: the log of
   corrections taken to its end, as `invoice run` does, a worker running or not — issue 36);
-  when it raises, the run is postponed to the next hour, logged in one line, nothing invoiced.
+  when it raises, the run is postponed to the next hour, logged in one line, nothing invoiced;
+- a dunning pass with notices due opens the books (`open_books(rules)`) and the producer of
+  billing events (`open_events()`); when either refuses, the pass is postponed to the next
+  hour, logged in one line, nothing sent.
 """
 
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from datetime import datetime, timezone
 from typing import Any, Callable, ContextManager
 
@@ -37,6 +41,8 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from billing.dunning import due as dunning_due
+from billing.dunning import send_notices
 from billing.invoice_lock import LeaseError
 from billing.invoicing import RunReport, run_period
 from usage.rollup import RollupReport, roll_up
@@ -45,6 +51,7 @@ log = logging.getLogger("gpubill.scheduler")
 LOOKBACK_PERIODS = 12  # a scheduler down for up to a year still catches up
 ROLLUP_EVERY_MIN = 5
 JOBS_EXECUTOR = "billing-jobs"
+DUNNING_MINUTE = 35  # past each hour (UTC): after the billing run's minute 5, never at the same time
 
 
 def due_periods(rules: Any, now_s: int, completed: set[str], lookback: int = LOOKBACK_PERIODS) -> list[str]:
@@ -120,16 +127,54 @@ def _billing_job(db: Any, rules: Any, on_drafts: Callable[[int], None] | None,
     return reports
 
 
+def run_dunning_due(db: Any, rules: Any, now: datetime | None = None,
+                    open_books: Callable[[Any], ContextManager[Any]] | None = None,
+                    open_events: Callable[[], ContextManager[Any]] | None = None) -> list[Any]:
+    """The dunning job's body: when notices are due (billing/dunning.py), the books and the events'
+    producer opened, the notices read again (the books now at the log's end: a notice another
+    process sent meanwhile is not sent twice), sent and recorded. Returns the notices sent; when
+    opening refuses, [] and a line in the log (the next hour tries again)."""
+    now = now or datetime.now(timezone.utc)
+    _, notices = dunning_due(db, rules, now)
+    if not notices:
+        return []
+    with ExitStack() as opened:
+        try:
+            if open_books is not None:
+                opened.enter_context(open_books(rules))
+            producer = opened.enter_context(open_events()) if open_events is not None else None
+        except Exception as exc:  # noqa: BLE001 - the shell's refusal (Kafka or the database), said in one line
+            log.warning("dunning: %d notices postponed to the next hour: %s", len(notices), " ".join(str(exc).split()))
+            return []
+        if producer is None:
+            log.warning("dunning: %d notices due, but no producer of billing events: nothing sent", len(notices))
+            return []
+        _, notices = dunning_due(db, rules, now)
+        try:
+            send_notices(db, notices, producer.send, now)
+        except Exception as exc:  # noqa: BLE001 - at least once: whatever was not recorded is sent again next hour
+            log.warning("dunning: %d notices not all sent, the next hour sends the rest again: %s", len(notices),
+                        " ".join(str(exc).split()))
+            return []
+    for notice in notices:
+        log.info("dunning: %s %d for %s (%s, %d days past due, %s CNY outstanding)", notice.kind, notice.days,
+                 notice.invoice, notice.tenant, notice.days_past_due, notice.outstanding)
+    return notices
+
+
 def add_jobs(scheduler: Any, db: Any, rules: Callable[[], Any],
              on_drafts: Callable[[int], None] | None = None,
              take_corrections: Callable[[], Any] | None = None,
-             open_books: Callable[[Any], ContextManager[Any]] | None = None) -> ThreadPoolExecutor:
+             open_books: Callable[[Any], ContextManager[Any]] | None = None,
+             open_events: Callable[[], ContextManager[Any]] | None = None) -> ThreadPoolExecutor:
     """The billing and rollup jobs on `scheduler` (APScheduler), in their own thread, each run
     with the rules `rules()` returns then (see the module docstring); after each billing run
     `on_drafts` gets the number of drafts waiting for review; `take_corrections()` before a
     billing run with a period due, and `open_books(rules)` around it (the books on the log, in
-    the job's own thread: billing/books.py). Returns their executor: `shutdown(wait=True)` waits for a
-    job in flight (before the database is closed)."""
+    the job's own thread: billing/books.py). With `open_events` (a producer of billing events
+    with `.send(events)`, streams/kafka/billing_events.py), the hourly dunning job too, with the
+    same books. Returns their executor: `shutdown(wait=True)` waits for a job in flight (before
+    the database is closed)."""
     executor = ThreadPoolExecutor(1, pool_kwargs={"thread_name_prefix": "billing-jobs"})
     scheduler.add_executor(executor, alias=JOBS_EXECUTOR)
     add_billing_job(scheduler, lambda: _yielding(db, lambda: _billing_job(db, rules(), on_drafts,
@@ -137,6 +182,9 @@ def add_jobs(scheduler: Any, db: Any, rules: Callable[[], Any],
                                                                           open_books=open_books)),
                     rules(), executor=JOBS_EXECUTOR)
     add_rollup_job(scheduler, lambda: _yielding(db, lambda: run_rollup(db, rules())), executor=JOBS_EXECUTOR)
+    if open_events is not None:
+        add_dunning_job(scheduler, lambda: _yielding(db, lambda: run_dunning_due(
+            db, rules(), open_books=open_books, open_events=open_events)), executor=JOBS_EXECUTOR)
     return executor
 
 
@@ -166,6 +214,13 @@ def add_rollup_job(scheduler: Any, job: Callable[[], Any], executor: str = "defa
     """Every few minutes (and once at start-up): keep the hourly rollups current."""
     _add_catching_up(scheduler, job, IntervalTrigger(minutes=ROLLUP_EVERY_MIN), executor,
                      "hourly-rollups", "roll up written hours")
+
+
+def add_dunning_job(scheduler: Any, job: Callable[[], Any], executor: str = "default") -> None:
+    """Hourly (and once at start-up): send the dunning notices due. Days past due change at
+    midnight in the billing time zone: a notice goes out within the hour after."""
+    _add_catching_up(scheduler, job, CronTrigger(minute=DUNNING_MINUTE, timezone=timezone.utc), executor,
+                     "dunning", "send dunning notices")
 
 
 def _add_catching_up(scheduler: Any, job: Callable[[], Any], trigger: Any, executor: str, job_id: str,

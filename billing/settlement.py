@@ -13,8 +13,8 @@ and the invoice is settled when that is ≥ 0; otherwise the part of its total t
 did not cover is due. Every other tenant is *postpaid*: the whole total is due. Whatever
 is due, is due `rules.payment_terms_days` after the issue date in the billing time zone.
 
-Payments of postpaid invoices are not recorded here (no payments ledger yet): "due" is
-what the invoice asks for, not what is still unpaid.
+This is what the invoice asked at its issue, as its documents print it; what is still unpaid
+after payments, credit notes and write-offs is billing/accounts.py's (issue 38).
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ SELECT
     (SELECT count() FROM balance_ledger FINAL WHERE tenant = {t:String}) AS top_ups,
     (SELECT sum(amount) FROM balance_ledger FINAL WHERE tenant = {t:String} AND created_at <= at),
     (SELECT sum(total) FROM invoices FINAL WHERE tenant = {t:String} AND status != 'draft' AND issued_at <= at),
-    (SELECT sum(total) FROM credit_notes FINAL WHERE tenant = {t:String} AND issued_at <= at)
+    (SELECT sum(total) FROM credit_notes FINAL WHERE tenant = {t:String} AND issued_at <= at),
+    (SELECT any(due_on) FROM invoice_terms FINAL WHERE number = {n:String})
 """
 
 
@@ -71,15 +72,17 @@ def settlement_of(db: Any, rules: Any, invoice: IssuedInvoice) -> Settlement:
     """The settlement of `invoice` (see the module docstring); reads the ledger and the tenant's invoices.
     Only its tenant, number, total and issued_at are read."""
     issued = issue_date(rules, invoice.issued_at)
-    count, topped, invoiced, credited = db.query(_PREPAID_SQL, {"t": invoice.tenant, "n": invoice.number})[0]
+    count, topped, invoiced, credited, kept_due = db.query(_PREPAID_SQL, {"t": invoice.tenant, "n": invoice.number})[0]
+    # the due date the invoice was issued with (issue 38: invoice_terms), else today's terms
+    due_on = kept_due if kept_due is not None and kept_due.year > 1970 else issued + timedelta(
+        days=rules.payment_terms_days)
     total = Decimal(invoice.total)
     if int(count):
         after = Decimal(topped or 0) - Decimal(invoiced or 0) + Decimal(credited or 0)
         due = min(total, max(-after, Decimal(0))).quantize(Decimal("0.01"))
-        return Settlement(issued, True, after.quantize(Decimal("0.01")), due,
-                          issued + timedelta(days=rules.payment_terms_days) if due else None)
+        return Settlement(issued, True, after.quantize(Decimal("0.01")), due, due_on if due else None)
     due = total.quantize(Decimal("0.01"))
-    return Settlement(issued, False, None, due, issued + timedelta(days=rules.payment_terms_days) if due else None)
+    return Settlement(issued, False, None, due, due_on if due else None)
 
 
 def credits_left(db: Any, rules: Any, tenant: str, after_period: str | None = None,

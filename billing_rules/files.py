@@ -122,6 +122,17 @@ class SellerEntry(_Entry):
     bank_zh: Text | None = None
 
 
+DunningDay = Annotated[int, Field(strict=True, ge=1, le=365)]  # days past an invoice's due date
+
+
+class DunningEntry(_Entry):
+    """`[dunning]`: the billing events sent while an invoice stays unpaid past its due date
+    (billing_rules/dunning.py). Days in increasing order, each once (the loader checks)."""
+
+    overdue_days: Annotated[list[DunningDay], Field(min_length=1, max_length=10)]  # an invoice_overdue at each
+    suspend_new_rentals_days: DunningDay | None = None  # a suspend_new_rentals (never to a prepaid tenant)
+
+
 class BillingFile(_Entry):
     billing_timezone: StrictStr
     grace_period: StrictStr  # ISO 8601 duration: "P3D", "PT36H", "P1DT12H"
@@ -132,6 +143,7 @@ class BillingFile(_Entry):
     # drafts that `gpubill invoice issue` issues after review (billing/invoicing.py)
     review: Literal["auto", "manual"] = "auto"
     seller: SellerEntry | None = None  # without one, documents say the seller is not configured
+    dunning: DunningEntry | None = None  # without one, no dunning events are sent
 
 
 # sites.toml ---------------------------------------------------------------------------

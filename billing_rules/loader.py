@@ -9,7 +9,8 @@ Steps, each finishing before the next starts, so nothing is ever half-loaded:
    repeated `effective_from` (dates and local date-times compared as local instants; a
    date-time the clocks skip or repeat is refused), every band list (`bands`,
    `weekend_bands`, `holiday_bands`) covers the day once, holidays are listed once,
-   PUE ≥ 1, credits are whole fen;
+   PUE ≥ 1, credits are whole fen, dunning days increase and a suspension comes after
+   the first reminder;
 4. across files: contracts name catalog models and start after the model has a price;
 5. only then is a `RuleSet` built.
 """
@@ -215,7 +216,23 @@ def _check_billing(billing: BillingFile) -> timedelta:
         problem = uscc_problem(billing.seller.tax_id)
         if problem:
             raise RuleSetInvalid(BILLING, "seller.tax_id", problem)
+    if billing.dunning is not None:
+        _check_dunning(billing.dunning)
     return grace_period
+
+
+def _check_dunning(dunning: Any) -> None:
+    """Reminder days strictly increasing; a suspension only after a first reminder (a tenant is
+    always told at least a day before its new rentals are refused)."""
+    days = dunning.overdue_days
+    for i in range(1, len(days)):
+        if days[i] <= days[i - 1]:
+            raise RuleSetInvalid(BILLING, f"dunning.overdue_days[{i}]", f"{days[i]} is not after overdue_days[{i - 1}] "
+                                 f"({days[i - 1]}); list the days in increasing order, each once")
+    suspend = dunning.suspend_new_rentals_days
+    if suspend is not None and suspend <= days[0]:
+        raise RuleSetInvalid(BILLING, "dunning.suspend_new_rentals_days", f"{suspend} must be after the first reminder "
+                             f"(overdue_days[0] = {days[0]}): a tenant is told before its new rentals are refused")
 
 
 def _check_sites(sites: SitesFile) -> None:

@@ -33,6 +33,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from billing_rules import periods
+from billing_rules.dunning import DunningPolicy
 from billing_rules.errors import NoRuleInForce, UnknownModel, UnknownSite
 from billing_rules.files import BillingFile, CatalogFile, ContractsFile, SitesFile
 from billing_rules.parties import Seller
@@ -62,7 +63,7 @@ class RuleSet:
     __slots__ = (
         "source", "digest", "_billing_tz", "_grace", "_vat_periods", "_vat_rates", "_sites", "_prices",
         "_contracts", "_new_tenant_credits", "_tenant_credits", "_rent_cache", "_energy_cache", "_rates",
-        "_seller", "_payment_terms_days", "_names_zh", "_review",
+        "_seller", "_payment_terms_days", "_names_zh", "_review", "_dunning",
     )  # fmt: skip
 
     def __init__(
@@ -104,6 +105,7 @@ class RuleSet:
             "_payment_terms_days": billing.payment_terms_days,
             "_names_zh": _names_zh(billing, sites, contracts),
             "_review": billing.review,
+            "_dunning": DunningPolicy.of(billing.dunning) if billing.dunning is not None else None,
         }
         for name, value in fields.items():
             object.__setattr__(self, name, value)
@@ -136,6 +138,11 @@ class RuleSet:
     def review(self) -> str:
         """billing.toml's `review`: "auto" (an invoice run issues) or "manual" (it makes drafts)."""
         return self._review
+
+    @property
+    def dunning(self) -> DunningPolicy | None:
+        """billing.toml's `[dunning]` (billing_rules/dunning.py); None when the rules send no dunning events."""
+        return self._dunning
 
     def name_zh(self, kind: str, key: str) -> str | None:
         """The zh-CN name the rule files give a `kind` ("site", "band" or "credit") named `key`

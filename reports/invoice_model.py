@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
+from typing import Any
 
 from billing.settlement import Settlement
 from billing_rules import CreditBalance, IssuedInvoice, Seller
@@ -54,6 +55,7 @@ class InvoiceDocument:
     names: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
     replaced_by: str = ""  # a voided invoice: the number of its replacement, once issued
     credit_notes: tuple[str, ...] = ()  # the numbers of the credit notes on it
+    payment: Any = None  # issued or voided: billing_rules.accounts.InvoiceState today (issue 38), derived when read
 
     def name(self, lang: str, kind: str, key: str | None) -> str | None:
         """The rules' name of a site, band ("site/band") or credit grant in `lang`; None without one."""

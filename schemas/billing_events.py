@@ -8,11 +8,22 @@
                         hour's burn rate (threshold "runway:<hours>h")
     balance_exhausted   the balance reached zero (threshold "0"): the signal an orchestrator
                         uses to stop the tenant's instances
+    invoice_overdue     an issued invoice is still unpaid `threshold` days past its due date
+                        (a day of billing.toml's [dunning] overdue_days: "1", "7", "14"; issue 38)
+    suspend_new_rentals an invoice is unpaid [dunning] suspend_new_rentals_days past its due date
+                        (threshold: those days): the signal to refuse the tenant new rentals;
+                        never sent for a prepaid tenant
 
-An event is emitted once per (kind, tenant, period, threshold), and its `event_id` is a
-function of exactly those four, so an event produced again after a crash or a rebalance
-carries the same id and a consumer deduplicates on it. Money is a decimal string with two
-decimals (CNY), never a JSON number; times are UTC RFC 3339 with milliseconds and `Z`.
+The two dunning kinds (billing_rules/dunning.py) name their invoice and carry `invoice` (its
+number), `due_date` (YYYY-MM-DD, billing time zone), `days_overdue` (days past due when seen,
+≥ threshold) and `outstanding` (what the invoice still asks); `period` is the invoice's. The
+other kinds carry none of these, and the dunning kinds none of `spend`, `budget`, `balance`.
+
+An event is emitted once per (kind, tenant, period, threshold) — per (kind, tenant, period,
+threshold, invoice) for the dunning kinds — and its `event_id` is a function of exactly
+those, so an event produced again after a crash or a rebalance carries the same id and a
+consumer deduplicates on it. Money is a decimal string with two decimals (CNY), never a JSON
+number; times are UTC RFC 3339 with milliseconds and `Z`.
 
 `SCHEMA_V1` is the JSON Schema (2020-12) of the message, published for consumers;
 `parse_event` enforces the same rules (tests/unit/test_billing_events.py holds the two to
@@ -31,21 +42,36 @@ from typing import Any
 from schemas.errors import SchemaError
 from schemas.ids import ID_PATTERN, is_id
 
-__all__ = ["BillingEvent", "InvalidBillingEvent", "KINDS", "SCHEMA_V1", "encode_event", "event_id", "parse_event"]
+__all__ = ["BillingEvent", "DUNNING_KINDS", "INVOICE_OVERDUE", "InvalidBillingEvent", "KINDS", "SCHEMA_V1",
+           "SUSPEND_NEW_RENTALS", "encode_event", "event_id", "parse_event"]
 
-KINDS = ("budget_threshold", "balance_low", "balance_exhausted")
+INVOICE_OVERDUE, SUSPEND_NEW_RENTALS = "invoice_overdue", "suspend_new_rentals"
+DUNNING_KINDS = (INVOICE_OVERDUE, SUSPEND_NEW_RENTALS)
+KINDS = ("budget_threshold", "balance_low", "balance_exhausted", *DUNNING_KINDS)
 VERSION = 1
 PERIOD_PATTERN = r"^[0-9]{4}-(0[1-9]|1[0-2])$"
-THRESHOLD_PATTERN = r"^(100|[1-9][0-9]?|0|amount:[0-9]{1,12}\.[0-9]{2}|runway:[1-9][0-9]{0,4}h)$"
+DAYS_PATTERN = r"^(36[0-5]|3[0-5][0-9]|[12][0-9]{2}|[1-9][0-9]?)$"  # a dunning threshold: 1 to 365
+THRESHOLD_PATTERN = r"^(0|[1-9][0-9]{0,2}|amount:[0-9]{1,12}\.[0-9]{2}|runway:[1-9][0-9]{0,4}h)$"
 MONEY_PATTERN = r"^-?[0-9]{1,15}\.[0-9]{2}$"
 TIME_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$"
 EVENT_ID_PATTERN = r"^be_[0-9a-f]{32}$"
+INVOICE_PATTERN = r"^GB-[0-9]{4}-[0-9]{6,9}$"
+DATE_PATTERN = r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$"
+DAYS_OVERDUE_PATTERN = r"^(0|[1-9][0-9]{0,5})$"
+OUTSTANDING_PATTERN = r"^[0-9]{1,15}\.[0-9]{2}$"  # money, never negative
 MONEY_FIELDS = ("spend", "budget", "balance")
-_THRESHOLDS_OF = {  # which thresholds each kind may carry
-    "budget_threshold": re.compile(r"^(100|[1-9][0-9]?)$"),
-    "balance_low": re.compile(r"^(amount:[0-9]{1,12}\.[0-9]{2}|runway:[1-9][0-9]{0,4}h)$"),
-    "balance_exhausted": re.compile(r"^0$"),
+DUNNING_FIELDS = ("invoice", "due_date", "days_overdue", "outstanding")  # the dunning kinds', each required
+THRESHOLDS_OF = {  # which thresholds each kind may carry
+    "budget_threshold": r"^(100|[1-9][0-9]?)$",
+    "balance_low": r"^(amount:[0-9]{1,12}\.[0-9]{2}|runway:[1-9][0-9]{0,4}h)$",
+    "balance_exhausted": r"^0$",
+    INVOICE_OVERDUE: DAYS_PATTERN,
+    SUSPEND_NEW_RENTALS: DAYS_PATTERN,
 }
+_THRESHOLDS_OF = {kind: re.compile(pattern) for kind, pattern in THRESHOLDS_OF.items()}
+_PATTERNS = {"period": PERIOD_PATTERN, "observed_at": TIME_PATTERN, "event_id": EVENT_ID_PATTERN,
+             "invoice": INVOICE_PATTERN, "due_date": DATE_PATTERN, "days_overdue": DAYS_OVERDUE_PATTERN,
+             "outstanding": OUTSTANDING_PATTERN, **dict.fromkeys(MONEY_FIELDS, MONEY_PATTERN)}
 
 SCHEMA_V1: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -57,7 +83,8 @@ SCHEMA_V1: dict[str, Any] = {
     "properties": {
         "version": {"const": VERSION},
         "event_id": {"type": "string", "pattern": EVENT_ID_PATTERN,
-                     "description": "the same for the same kind, tenant, period and threshold: deduplicate on it"},
+                     "description": "the same for the same kind, tenant, period and threshold (and invoice, for "
+                                    "the dunning kinds): deduplicate on it"},
         "kind": {"enum": list(KINDS)},
         "tenant": {"type": "string", "pattern": ID_PATTERN},
         "period": {"type": "string", "pattern": PERIOD_PATTERN, "description": "billing period YYYY-MM"},
@@ -66,7 +93,23 @@ SCHEMA_V1: dict[str, Any] = {
                         "description": "when the crossing was seen (UTC)"},
         **{name: {"type": "string", "pattern": MONEY_PATTERN, "description": f"{name} in CNY at that moment"}
            for name in MONEY_FIELDS},
+        "invoice": {"type": "string", "pattern": INVOICE_PATTERN, "description": "the unpaid invoice's number"},
+        "due_date": {"type": "string", "pattern": DATE_PATTERN,
+                     "description": "the invoice's due date (YYYY-MM-DD, billing time zone)"},
+        "days_overdue": {"type": "string", "pattern": DAYS_OVERDUE_PATTERN,
+                         "description": "days past the due date when seen (at least the threshold)"},
+        "outstanding": {"type": "string", "pattern": OUTSTANDING_PATTERN,
+                        "description": "what the invoice still asks, in CNY with VAT, when seen"},
     },
+    "allOf": [
+        # each kind its own thresholds
+        *({"if": {"properties": {"kind": {"const": kind}}}, "then": {"properties": {"threshold": {"pattern": pattern}}}}
+          for kind, pattern in THRESHOLDS_OF.items()),
+        # the dunning kinds name their invoice (and carry no spend, budget or balance); the others never do
+        {"if": {"properties": {"kind": {"enum": list(DUNNING_KINDS)}}},
+         "then": {"required": list(DUNNING_FIELDS), "properties": dict.fromkeys(MONEY_FIELDS, False)},
+         "else": {"properties": dict.fromkeys(DUNNING_FIELDS, False)}},
+    ],
 }
 
 
@@ -84,16 +127,24 @@ class BillingEvent:
     spend: str | None = None
     budget: str | None = None
     balance: str | None = None
+    invoice: str | None = None  # the dunning kinds' four (DUNNING_FIELDS)
+    due_date: str | None = None
+    days_overdue: str | None = None
+    outstanding: str | None = None
 
     @property
     def event_id(self) -> str:
-        return event_id(self.kind, self.tenant, self.period, self.threshold)
+        return event_id(self.kind, self.tenant, self.period, self.threshold, self.invoice or "")
 
 
-def event_id(kind: str, tenant: str, period: str, threshold: str) -> str:
-    """The event's id: a hash of what makes it one event, nothing else (not the time seen)."""
-    digest = hashlib.sha256(f"billing-event/v{VERSION}\x1f{kind}\x1f{tenant}\x1f{period}\x1f{threshold}".encode())
-    return "be_" + digest.hexdigest()[:32]
+def event_id(kind: str, tenant: str, period: str, threshold: str, invoice: str = "") -> str:
+    """The event's id: a hash of what makes it one event, nothing else (not the time seen, nor
+    what a dunning event says of its invoice then). `invoice` only for the dunning kinds: the
+    ids of the other kinds are what they always were."""
+    text = f"billing-event/v{VERSION}\x1f{kind}\x1f{tenant}\x1f{period}\x1f{threshold}"
+    if kind in DUNNING_KINDS:
+        text += f"\x1f{invoice}"
+    return "be_" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def observed(moment: datetime) -> str:
@@ -106,7 +157,8 @@ def encode_event(event: BillingEvent) -> bytes:
     """The canonical JSON of `event` (checked first: an invalid event is never produced)."""
     document = {"version": VERSION, "event_id": event.event_id, "kind": event.kind, "tenant": event.tenant,
                 "period": event.period, "threshold": event.threshold, "observed_at": event.observed_at}
-    document |= {name: getattr(event, name) for name in MONEY_FIELDS if getattr(event, name) is not None}
+    document |= {name: getattr(event, name) for name in (*MONEY_FIELDS, *DUNNING_FIELDS)
+                 if getattr(event, name) is not None}
     _check(document)
     return json.dumps(document, separators=(",", ":"), sort_keys=True, ensure_ascii=True).encode()
 
@@ -121,7 +173,7 @@ def parse_event(raw: bytes) -> BillingEvent:
         raise InvalidBillingEvent(f"not JSON: {exc}") from None
     _check(document)
     return BillingEvent(**{name: document[name] for name in ("kind", "tenant", "period", "threshold", "observed_at")},
-                        **{name: document.get(name) for name in MONEY_FIELDS})
+                        **{name: document.get(name) for name in (*MONEY_FIELDS, *DUNNING_FIELDS)})
 
 
 def _check(document: Any) -> None:
@@ -143,15 +195,25 @@ def _check(document: Any) -> None:
         raise InvalidBillingEvent(f"kind must be one of {', '.join(KINDS)}")
     if not is_id(document["tenant"]):
         raise InvalidBillingEvent("tenant is not an id (letters, digits, '.', '_', '-'; at most 64)")
-    for name, pattern in (("period", PERIOD_PATTERN), ("observed_at", TIME_PATTERN), ("event_id", EVENT_ID_PATTERN),
-                          *((money, MONEY_PATTERN) for money in MONEY_FIELDS)):
+    for name, pattern in _PATTERNS.items():
         if name in document and not re.fullmatch(pattern.strip("^$"), document[name], flags=re.ASCII):
             raise InvalidBillingEvent(f"{name} {document[name][:40]!r} does not match {pattern}")
-    if not _THRESHOLDS_OF[document["kind"]].fullmatch(document["threshold"]):
-        raise InvalidBillingEvent(f"threshold {document['threshold'][:40]!r} is not one of {document['kind']}'s")
-    expected = event_id(document["kind"], document["tenant"], document["period"], document["threshold"])
+    kind = document["kind"]
+    if not _THRESHOLDS_OF[kind].fullmatch(document["threshold"]):
+        raise InvalidBillingEvent(f"threshold {document['threshold'][:40]!r} is not one of {kind}'s")
+    dunning = kind in DUNNING_KINDS
+    for name in DUNNING_FIELDS:
+        if dunning and name not in document:
+            raise InvalidBillingEvent(f"missing field {name!r} ({kind} names its invoice)")
+        if not dunning and name in document:
+            raise InvalidBillingEvent(f"field {name!r} is only for {' and '.join(DUNNING_KINDS)}")
+    for name in MONEY_FIELDS:
+        if dunning and name in document:
+            raise InvalidBillingEvent(f"field {name!r} is not one of {kind}'s")
+    expected = event_id(kind, document["tenant"], document["period"], document["threshold"], document.get("invoice", ""))
     if document["event_id"] != expected:
-        raise InvalidBillingEvent("event_id is not the hash of kind, tenant, period and threshold")
+        raise InvalidBillingEvent("event_id is not the hash of kind, tenant, period and threshold"
+                                  + (" and invoice" if dunning else ""))
 
 
 def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -58,7 +58,7 @@ class DeliveryAttempt:
 
     event_id: str  # the event's id, '' when the message was not a valid event
     tenant: str  # '' likewise
-    kind: str  # budget_threshold | balance_low | balance_exhausted, '' likewise
+    kind: str  # one of schemas.billing_events.KINDS (budget_threshold, …, invoice_overdue), '' likewise
     url: str  # the target as shown (`shown_url`: no password, no query)
     attempt: int  # 1, 2, … ; 0 for a message that was not sent at all
     status: str  # one of STATUSES

@@ -7,7 +7,9 @@ This module only assembles the commands; each group lives in its own module:
     gpubill status                            running.py (and up's banner, its one-instance check)
     gpubill serve                             serve.py
     gpubill kafka up | down                   kafka.py
-    gpubill invoice run | show                invoice.py
+    gpubill invoice run | show | write-off    invoice.py
+    gpubill payment record | import | list | show | reverse | apply   payment.py
+    gpubill credit-note create | list | show  credit_note.py
     gpubill report cost-share | usage, audit  report.py
     gpubill rollup                            rollup.py
     gpubill dlq list                          dlq.py
@@ -21,6 +23,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill key create | list | revoke | audit   key.py
     gpubill balance topup | show, budget set, spend   balance.py
     gpubill events deliver | deliveries       events.py
+    gpubill dunning run                       dunning.py
     gpubill receivables, statement            receivables.py
 
 common.py holds the consoles and helpers they share; gpubill/logs.py the JSON log lines of
@@ -38,8 +41,8 @@ import sys
 import typer
 
 from gpubill.cli import (
-    archive, balance, bench, correct, credit_note, db, demo, dlq, events, invoice, kafka, key, processes, producers,
-    rebuild, receivables, report, rerate, rollup, rules, running, serve, tenant, verify_log,
+    archive, balance, bench, correct, credit_note, db, demo, dlq, dunning, events, invoice, kafka, key, payment,
+    processes, producers, rebuild, receivables, report, rerate, rollup, rules, running, serve, tenant, verify_log,
 )
 from gpubill.cli.common import err, terminal_text
 from gpubill.errors import USER_ERRORS
@@ -74,6 +77,7 @@ app.command()(rebuild.rebuild)
 app.add_typer(kafka.app, name="kafka")
 app.add_typer(invoice.app, name="invoice")
 app.add_typer(credit_note.app, name="credit-note")
+app.add_typer(payment.app, name="payment")
 app.add_typer(correct.app, name="correct")
 app.add_typer(correct.list_app, name="corrections")
 app.add_typer(tenant.app, name="tenant")
@@ -84,6 +88,7 @@ app.command()(receivables.statement)
 app.add_typer(balance.app, name="balance")
 app.add_typer(balance.budget_app, name="budget")
 app.add_typer(events.app, name="events")
+app.add_typer(dunning.app, name="dunning")
 app.add_typer(report.app, name="report")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(rules.app, name="rules")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from decimal import Decimal
 from pathlib import Path
 from typing import Optional
 
@@ -19,7 +20,7 @@ app = typer.Typer(help="Credit notes: corrections of issued invoices, their own 
                   no_args_is_help=True)
 
 
-def parse_lines(specs: list[str]) -> dict[int, "Decimal"]:  # noqa: F821 - Decimal imported when called
+def parse_lines(specs: list[str]) -> dict[int, Decimal]:
     """`--line K=AMOUNT` options as {K: amount}; a one-line error for a malformed or repeated one."""
     from billing.credit_notes import parse_amount
 
@@ -44,26 +45,49 @@ def credit_note_create(
     credit_all: bool = typer.Option(False, "--all", help="Credit everything still creditable on the invoice."),
     line: list[str] = typer.Option([], "--line", help="K=AMOUNT: credit AMOUNT (CNY before tax) of invoice line K; "
                                    "repeat for several lines."),
+    refund: Optional[str] = typer.Option(None, "--refund", help="REF: pay back, out of band, the part beyond what "
+                                         "the invoice still asks (recorded as refund REF) instead of holding it as "
+                                         "the tenant's credit."),
     as_json: bool = typer.Option(False, "--json", help="Print the credit note as JSON."),
 ) -> None:
-    """Issue a credit note: amounts before tax, VAT reversed at the invoice's rate, never more than is creditable."""
+    """Issue a credit note: amounts before tax, VAT reversed at the invoice's rate, never more than is creditable.
+    It first reduces what the invoice still asks; the rest is the tenant's credit or, with --refund, refunded."""
+    from billing.balances import check_ref
     from billing.credit_notes import REASONS, create_credit_note
 
     check_choice("--reason", reason, REASONS)
     if credit_all == bool(line):
         raise GpubillError("say what to credit: --all, or one --line K=AMOUNT per invoice line (not both)")
     amounts = None if credit_all else parse_lines(line)  # checked before anything is opened
+    refund = check_ref(refund) if refund is not None else None
     settings = load_settings()
     rules = read_rules(settings)
     with connect(settings) as database, open_books(database, settings, numbered=True, rules=rules):
-        made = create_credit_note(database, rules, invoice, reason, amounts, note=note,
+        made = create_credit_note(database, rules, invoice, reason, amounts, note=note, refund=refund,
                                   on_wait=lambda message: err.print(terminal_text(message), highlight=False))
+        effect = _effect(database, rules, made)
     if as_json:
-        _print_json([_summary(made)])
+        _print_json([{**_summary(made), **{k: f"{v:.2f}" for k, v in effect.items()}, "refund_ref": refund or ""}])
         return
+    went = [f"{effect['to_invoice']:.2f} to {terminal_text(made.invoice)}"] if effect["to_invoice"] else \
+        [f"nothing to {terminal_text(made.invoice)} (it asked nothing more)"]
+    if effect["refunded"]:
+        went.append(f"{effect['refunded']:.2f} refunded as {terminal_text(refund)}")
+    if effect["credit"]:
+        went.append(f"{effect['credit']:.2f} held as {terminal_text(made.tenant)}'s credit")
     out.print(f"{terminal_text(made.number)} credits {terminal_text(made.invoice)}: {made.subtotal:.2f} + VAT "
-              f"{made.tax:.2f} = {made.total:.2f} {made.currency}, back to {terminal_text(made.tenant)}'s balance",
-              highlight=False)
+              f"{made.tax:.2f} = {made.total:.2f} {made.currency}: {'; '.join(went)}", highlight=False)
+
+
+def _effect(db, rules, made) -> dict:
+    """What credit note `made` did to the account: to its invoice, refunded, held as credit (they add up to its total)."""
+    from billing.accounts import ledger
+
+    books = ledger(db, rules, made.tenant)
+    to_invoice = sum((a.amount for a in books.allocations if a.source_kind == "credit_note" and a.source == made.number),
+                     Decimal("0.00"))
+    refunded = sum((r.amount for r in books.refunds if r.credit_note == made.number), Decimal("0.00"))
+    return {"to_invoice": to_invoice, "refunded": refunded, "credit": made.total - to_invoice - refunded}
 
 
 @app.command("list")

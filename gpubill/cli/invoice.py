@@ -1,5 +1,5 @@
-"""`gpubill invoice run|drafts|issue|list|show|void|history`: the monthly invoices and their
-lifecycle (billing/invoicing.py, billing/credit_notes.py and billing/journal.py do the work)."""
+"""`gpubill invoice run|drafts|issue|list|show|void|write-off|history`: the monthly invoices and their
+lifecycle (billing/invoicing.py, billing/credit_notes.py, billing/payments.py and billing/journal.py do the work)."""
 
 from __future__ import annotations
 
@@ -151,9 +151,10 @@ def invoice_list(
     if status is not None:
         check_choice("--status", status, invoice_store.STATUSES)
     settings = load_settings()
+    rules = read_rules(settings)
     with connect(settings) as database:
         rows = _listed(database, invoice_store.headers(database, period=check_period(period) if period else None,
-                                                       tenant=tenant, status=status))
+                                                       tenant=tenant, status=status), rules)
     _print_invoices(rows, as_json)
 
 
@@ -223,6 +224,34 @@ def invoice_void(
         out.print(f"  {terminal_text(fate.text(planned=True))}", highlight=False)
 
 
+@app.command("write-off")
+def invoice_write_off(
+    number: str = typer.Argument(..., help="The issued invoice's number (GB-YYYY-NNNNNN)."),
+    reason: str = typer.Option(..., "--reason", help="Why it is uncollectible (kept with the write-off and in the "
+                               "journal)."),
+) -> None:
+    """Mark what an issued invoice still asks as uncollectible: a fact, dated today. A later payment to it still
+    counts (it recovers the write-off)."""
+    import re
+
+    from billing.payments import PaymentRefused, check_text, write_off
+    from billing.tenants import shown_value
+
+    if not re.fullmatch(r"GB-[0-9]{4}-[0-9]{6}", number, flags=re.ASCII):  # checked before anything is opened
+        raise PaymentRefused(f"{shown_value(number)} is not an invoice number GB-YYYY-NNNNNN; `gpubill invoice list` "
+                             "shows them")
+    reason = check_text(reason, "--reason")
+    if not reason:
+        raise PaymentRefused("--reason is required: say why the invoice is written off")
+    settings = load_settings()
+    rules = read_rules(settings)
+    with connect(settings) as database, open_books(database, settings, numbered=True, rules=rules):
+        amount = write_off(database, rules, number, reason,
+                           on_wait=lambda message: err.print(terminal_text(message), highlight=False))
+    out.print(f"{terminal_text(number)}: {amount:.2f} CNY written off as uncollectible; a later payment to it still "
+              "counts", highlight=False)
+
+
 @app.command("history")
 def invoice_history(
     number: str = typer.Argument(..., help="An invoice number or draft id."),
@@ -254,9 +283,16 @@ def invoice_history(
                   highlight=False)
 
 
-def _listed(db, headers) -> list[dict]:
-    """Rows of `invoice list`/`drafts`: each header with its credit notes and replacement."""
+def _listed(db, headers, rules=None) -> list[dict]:
+    """Rows of `invoice list`/`drafts`: each header with its credit notes and replacement; given `rules`,
+    also what each issued (or voided) invoice has been paid and still asks today (issue 38)."""
+    from billing.accounts import invoice_payments
     from billing.credit_notes import credit_notes
+    from reports.render.invoice import payment_fields
+
+    tenants = {h.tenant for h in headers}
+    states = {} if rules is None or not headers else invoice_payments(
+        db, rules, next(iter(tenants)) if len(tenants) == 1 else None)
 
     notes: dict[str, list[str]] = {}
     for note in credit_notes(db):
@@ -265,7 +301,9 @@ def _listed(db, headers) -> list[dict]:
     return [{"id": h.id, "number": h.number, "tenant": h.tenant, "period": h.period, "status": h.status,
              "revision": h.revision, "issued_at": h.issued_at, "total": f"{h.total:.2f}", "currency": h.currency,
              "replaces": h.replaces, "replaced_by": replaced_by.get(h.number, "") if h.number else "",
-             "credit_notes": notes.get(h.number, []) if h.number else [], "rules_revision": h.rules_revision}
+             "credit_notes": notes.get(h.number, []) if h.number else [], "rules_revision": h.rules_revision,
+             **({"due_date": str(states[h.number].due_on) if h.number in states else None,
+                 **payment_fields(states.get(h.number) if h.number else None)} if rules is not None else {})}
             for h in headers]
 
 
@@ -276,7 +314,9 @@ def _print_invoices(rows: list[dict], as_json: bool) -> None:
         sys.stdout.write(orjson.dumps(rows).decode() + "\n")
         return
     for row in rows:
-        extra = "".join([f"  replaces {row['replaces']}" if row["replaces"] else "",
+        extra = "".join([f"  {row['payment_state']}, outstanding {row['outstanding']}" if row.get("payment_state") else "",
+                         "  OVERDUE" if row.get("overdue") else "",
+                         f"  replaces {row['replaces']}" if row["replaces"] else "",
                          f"  replaced by {row['replaced_by']}" if row["replaced_by"] else "",
                          f"  credit notes {', '.join(row['credit_notes'])}" if row["credit_notes"] else ""])
         out.print(f"  {terminal_text(row['number'] or row['id']):<20} {row['period']}  {terminal_text(row['tenant']):<24}"

@@ -1,7 +1,7 @@
 """The long-running processes: `gpubill worker`, `gpubill up` and `gpubill scheduler`.
 
 The worker is streams/worker.py (Faust) around a streams/pipeline.py `Pipeline`; the
-scheduler is billing/scheduler.py's billing and rollup jobs on APScheduler. `up` runs both in one
+scheduler is billing/scheduler.py's billing, rollup and dunning jobs on APScheduler. `up` runs both in one
 process, for the embedded database, which one process at a time may open, and serves the
 tenant API and web page (tenant_api/) from a thread of that process on the same database —
 and the database itself, through the gateway (gpubill/devenv/ch_gateway.py `start`), to every
@@ -366,7 +366,7 @@ def _stop_serving(settings: Settings, gateway, database) -> None:
 
 
 class _Jobs:
-    """`up`'s billing and rollup jobs: an AsyncIOScheduler whose jobs run in their own thread
+    """`up`'s billing, rollup and dunning jobs: an AsyncIOScheduler whose jobs run in their own thread
     (billing/scheduler.py `add_jobs`), with the rules the worker prices with."""
 
     def __init__(self, settings: Settings, database, pipeline) -> None:
@@ -379,7 +379,8 @@ class _Jobs:
         gauge = pipeline.metrics.invoice_drafts.set if pipeline.metrics is not None else None
         self.executor = add_jobs(self.scheduler, self.database, lambda: pipeline.rules, on_drafts=gauge,
                                  take_corrections=_before_billing(settings, self.database),
-                                 open_books=_books_for_billing(settings, self.database))
+                                 open_books=_books_for_billing(settings, self.database),
+                                 open_events=_billing_events(settings))
         self._shared = self.database is database
 
     def stop(self) -> None:
@@ -424,6 +425,13 @@ def _books_for_billing(settings: Settings, database):
     from gpubill.cli.books import open_books
 
     return lambda rules: open_books(database, settings, numbered=True, rules=rules)
+
+
+def _billing_events(settings: Settings):
+    """The dunning job's producer of billing events (issue 38), opened for each pass with notices due."""
+    from streams.kafka.billing_events import EventsProducer
+
+    return lambda: EventsProducer(settings)
 
 
 def _side_client(settings: Settings, database):
@@ -507,7 +515,8 @@ def scheduler() -> None:
     database = connect(settings)
     blocking = BlockingScheduler(timezone=timezone.utc)  # its log lines in UTC, like all others
     add_jobs(blocking, database, RuleFiles(Path(settings.rules), rules),
-             take_corrections=_before_billing(settings, database), open_books=_books_for_billing(settings, database))
+             take_corrections=_before_billing(settings, database), open_books=_books_for_billing(settings, database),
+             open_events=_billing_events(settings))
     try:
         blocking.start()
     except (KeyboardInterrupt, SystemExit):

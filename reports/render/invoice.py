@@ -118,7 +118,9 @@ def invoice_to_dict(value: InvoiceDocument | IssuedInvoice) -> dict[str, Any]:
         "issued_at": inv.issued_at,
         "issue_date": _opt(doc.issue_date, str),
         "service_period": {"start": str(doc.service_start), "end": str(doc.service_end)} if doc.service_start else None,
-        "due_date": _opt(settlement.due_date if settlement else None, str),
+        # the due date it was issued with (a voided invoice asks nothing: none)
+        "due_date": _opt(doc.payment.due_on if doc.payment is not None and inv.status == "issued"
+                         else (settlement.due_date if settlement else None), str),
         "seller": None if seller is None else {
             name: getattr(seller, name) for name in ("brand", "legal_name", "address", "tax_id", "bank", "bank_account",
                                                      "contact")},
@@ -146,7 +148,19 @@ def invoice_to_dict(value: InvoiceDocument | IssuedInvoice) -> dict[str, Any]:
         "replaced_by": doc.replaced_by,
         "credit_notes": list(doc.credit_notes),
         "rules_revision": getattr(inv, "rules_revision", ""),  # the rule set that priced it (issue 25)
+        **payment_fields(doc.payment),
     }
+
+
+def payment_fields(state: Any) -> dict[str, Any]:
+    """What an issued invoice has been paid and still asks today (issue 38; billing_rules.accounts.InvoiceState),
+    derived from the allocations, never stored; all null for a draft."""
+    if state is None:
+        return {"paid": None, "credited": None, "written_off": None, "outstanding": None, "payment_state": None,
+                "overdue": None}
+    return {"paid": money_str(state.paid), "credited": money_str(state.credited),
+            "written_off": money_str(state.written_off), "outstanding": money_str(state.outstanding),
+            "payment_state": state.payment_state, "overdue": state.overdue}
 
 
 def invoice_json(value: InvoiceDocument | IssuedInvoice) -> bytes:

@@ -126,6 +126,8 @@ def test_gpubill_scheduler_reads_edited_rules_at_its_next_run_and_keeps_the_last
     runs: list[tuple[str, object]] = []
     monkeypatch.setattr(scheduler_module, "run_due", lambda db, rules, now=None, take_corrections=None, open_books=None: runs.append(("billing", rules)))
     monkeypatch.setattr(scheduler_module, "run_rollup", lambda db, rules: runs.append(("rollup", rules)))
+    monkeypatch.setattr(scheduler_module, "run_dunning_due", lambda db, rules, now=None, open_books=None,
+                        open_events=None: runs.append(("dunning", rules)))
     edits = [
         lambda: None,  # the first hour: the rules as started
         lambda: _edit(sites, "price_per_kwh = 0.33 }", "price_per_kwh = 0.34 }", 10),  # a valid edit
@@ -154,10 +156,10 @@ def test_gpubill_scheduler_reads_edited_rules_at_its_next_run_and_keeps_the_last
     with caplog.at_level(logging.INFO):
         processes.scheduler()
 
-    assert [kind for kind, _ in runs] == ["billing", "rollup"] * 3
+    assert [kind for kind, _ in runs] == ["billing", "rollup", "dunning"] * 3  # dunning too (issue 38)
     tariffs = [rules.energy_rate("gz-guian", MARCH_1).tariff_per_kwh for _, rules in runs]
-    assert tariffs == [Decimal("0.33")] * 2 + [Decimal("0.34")] * 4  # the edit from the next run; the invalid one kept it
-    assert runs[4][1] is runs[2][1]  # the last good set itself
+    assert tariffs == [Decimal("0.33")] * 3 + [Decimal("0.34")] * 6  # the edit from the next run; the invalid one kept it
+    assert runs[6][1] is runs[3][1]  # the last good set itself
     refused = [r for r in caplog.records if r.levelno == logging.ERROR and "invalid" in r.getMessage()]
     assert len(refused) == 1 and "sites.toml" in refused[0].getMessage()
     assert database.closed
@@ -207,3 +209,18 @@ def test_a_yielding_job_is_delayed_never_starved(monkeypatch):
     began = time.monotonic()
     with turns.yielding(), turns:  # nobody waiting: at once
         assert time.monotonic() - began < 0.1
+
+
+def test_up_runs_the_dunning_job_beside_billing_and_rollups(monkeypatch):
+    # `up`'s jobs (processes._Jobs) are add_jobs' with a producer of billing events: the dunning job is among them
+    class Database:
+        embedded = True
+
+    class Pipeline:
+        metrics, rules = None, RULES
+
+    jobs = processes._Jobs(Settings(kafka="127.0.0.1:9", metrics_port=0), Database(), Pipeline())
+    try:
+        assert sorted(job.id for job in jobs.scheduler.get_jobs()) == ["dunning", "hourly-rollups", "monthly-billing"]
+    finally:
+        jobs.executor.shutdown(wait=True)

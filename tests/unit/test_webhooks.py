@@ -152,6 +152,25 @@ def test_a_receiver_failing_twice_then_answering_200_gets_one_delivery_recorded_
     assert all(r.duration_ms >= 0 and abs(r.attempted_at - datetime.now(UTC)) < timedelta(minutes=1) for r in rows)
 
 
+@pytest.mark.parametrize("kind, threshold", [("invoice_overdue", "7"), ("suspend_new_rentals", "30")])
+def test_a_dunning_event_is_delivered_as_it_was_produced(db, kind, threshold):
+    # issue 38: the dunning kinds pass through the deliverer like the others — the body the
+    # producer wrote (canonical), its id in the header, its kind and tenant in the record
+    event = BillingEvent(kind=kind, tenant="beta", period="2026-03", threshold=threshold,
+                         observed_at="2026-05-25T02:00:00.000Z", invoice="GB-2026-000002", due_date="2026-04-25",
+                         days_overdue="30", outstanding="212.00")
+    body = encode_event(event)
+    with Receiver(answer(204)) as receiver:
+        last, _ = run_deliver(body, WebhookTarget(receiver.url, SECRET), lambda a: record_attempts(db, [a]))
+    assert last.status == "delivered"
+    (request,) = receiver.received
+    assert request.body == body and orjson.loads(request.body)["invoice"] == "GB-2026-000002"
+    assert request.headers["Gpubill-Event-Id"] == event.event_id
+    assert independent_signature_ok(request.headers, request.body, SECRET)
+    (row,) = deliveries(db, event_id=event.event_id)
+    assert (row.tenant, row.kind, row.status) == ("beta", kind, "delivered")
+
+
 def test_each_attempt_signs_with_its_own_time(db):
     clock = iter([1_767_000_000.25, 1_767_000_001.5])  # the t= of attempt 1 and 2
     with Receiver(answer(503), answer(204)) as receiver:
