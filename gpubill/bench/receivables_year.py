@@ -173,6 +173,7 @@ class _Accounts:
         for no, (invoice, back) in enumerate(sorted(undone.items()), start=1):
             if back:
                 self.invoices[invoice].outstanding += back
+                self.counts.allocations += 1
                 rows.append(AllocationRow(id=f"{fact_id}-{no}", tenant=tenant, invoice=invoice, source_kind="payment",
                                           source=ref, amount=-back, effective_on=on, reason="reversal", recorded_at=at))
         self.credit[tenant] = [s for s in self.credit.get(tenant, []) if s.ref != ref]

@@ -182,6 +182,7 @@ def bench_receivables_command(
     tenants: int = typer.Option(1000, min=1, max=100_000, help="Tenants, each invoiced every month."),
     months: int = typer.Option(12, min=1, max=12, help="Months of the year (2025) of documents and payments."),
     runs: int = typer.Option(5, min=1, max=100, help="Times the aging is read; the median is the figure."),
+    command_runs: int = typer.Option(3, min=1, max=20, help="Times the command is run; the median is its figure."),
     as_of: str | None = typer.Option(None, "--as-of", help="YYYY-MM-DD of the aging (default: 2026-01-10, ten days "
                                      "after December's invoices were issued)."),
     keep: str | None = typer.Option(None, "--keep", help="Build the year in this directory and keep it (a later run "
@@ -195,7 +196,7 @@ def bench_receivables_command(
     from gpubill.bench.receivables import bench_receivables
     from gpubill.cli.receivables import check_date
 
-    result = bench_receivables(tenants, months, runs=runs, as_of=check_date(as_of, "--as-of") if as_of else None,
+    result = bench_receivables(tenants, months, runs=runs, command_runs=command_runs, as_of=check_date(as_of, "--as-of") if as_of else None,
                                keep=Path(keep) if keep else None,
                                say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)

@@ -124,14 +124,16 @@ SELECT ref, tenant, amount, 'other', toDate(created_at), 'top_up', note, created
 FROM balance_ledger FINAL
 WHERE ref NOT IN (SELECT ref FROM payments);
 
--- Finance's views (docs/finance.md documents each column).
+-- Finance's views (docs/finance.md documents each column). A row a LEFT JOIN did not match is
+-- told by a marker column (`found`), never by join_use_nulls: a SETTINGS clause in a view is not
+-- applied for a readonly=1 reader (`finance`), who would read 1970-01-01 where NULL was meant.
 CREATE VIEW IF NOT EXISTS v_payments AS
 SELECT p.ref AS ref, p.tenant AS tenant, p.amount AS amount, p.method AS method, p.received_on AS received_on,
        p.source AS source, p.bank_txn AS bank_txn, p.payer AS payer, p.remittance AS remittance, p.note AS note,
-       p.recorded_at AS recorded_at, r.reversed_on AS reversed_on, r.reason AS reversal_reason
+       p.recorded_at AS recorded_at, if(r.found = 1, r.reversed_on, NULL) AS reversed_on,
+       if(r.found = 1, r.reason, NULL) AS reversal_reason
 FROM payments AS p FINAL
-LEFT JOIN (SELECT ref, reversed_on, reason FROM payment_reversals FINAL) AS r ON r.ref = p.ref
-SETTINGS join_use_nulls = 1;
+LEFT JOIN (SELECT ref, reversed_on, reason, toUInt8(1) AS found FROM payment_reversals FINAL) AS r ON r.ref = p.ref;
 
 CREATE VIEW IF NOT EXISTS v_allocations AS
 SELECT id, tenant, invoice, source_kind, source, amount, effective_on, reason, recorded_at
@@ -147,13 +149,12 @@ FROM refunds FINAL;
 
 -- Per issued (or voided) invoice, as the books stand now: paid, credited, written off, outstanding.
 CREATE VIEW IF NOT EXISTS v_invoice_payments AS
-SELECT i.number AS number, i.tenant AS tenant, i.period AS period, i.status AS status, t.issued_on AS issued_on,
-       t.due_on AS due_on, i.total AS total,
+SELECT i.number AS number, i.tenant AS tenant, i.period AS period, i.status AS status,
+       if(t.found = 1, t.issued_on, NULL) AS issued_on, if(t.found = 1, t.due_on, NULL) AS due_on, i.total AS total,
        ifNull(a.paid, 0) AS paid, ifNull(a.credited, 0) AS credited, ifNull(w.written_off, 0) AS written_off,
        greatest(i.total - ifNull(a.paid, 0) - ifNull(a.credited, 0) - ifNull(w.written_off, 0), 0) AS outstanding
 FROM (SELECT number, tenant, period, status, total FROM invoices FINAL WHERE status IN ('issued', 'voided')) AS i
-LEFT JOIN (SELECT number, issued_on, due_on FROM invoice_terms FINAL) AS t ON t.number = i.number
+LEFT JOIN (SELECT number, issued_on, due_on, toUInt8(1) AS found FROM invoice_terms FINAL) AS t ON t.number = i.number
 LEFT JOIN (SELECT invoice, sumIf(amount, source_kind = 'payment') AS paid, sumIf(amount, source_kind = 'credit_note') AS credited
            FROM allocations FINAL GROUP BY invoice) AS a ON a.invoice = i.number
-LEFT JOIN (SELECT invoice, sum(amount) AS written_off FROM write_offs FINAL GROUP BY invoice) AS w ON w.invoice = i.number
-SETTINGS join_use_nulls = 1;
+LEFT JOIN (SELECT invoice, sum(amount) AS written_off FROM write_offs FINAL GROUP BY invoice) AS w ON w.invoice = i.number;

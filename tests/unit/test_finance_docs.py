@@ -1,4 +1,4 @@
-"""docs/finance.md is true: every view is documented with every column, and its thirteen
+"""docs/finance.md is true: every view is documented with every column, and its fifteen
 queries run as the `finance` user through the gateway over a real (embedded) ClickHouse and
 answer what finance would work out by hand.
 
@@ -30,19 +30,34 @@ Then the lifecycle (issue 24):
     a draft for beta's May (review = "manual"): 60 s, the same figures as April, 59.86
 
 so March's revenue is 191.65 + 299.28 + 299.28 − 5.30 − 299.28 = 485.63, the draft counts for nothing.
+
+Then receivables (issue 38; payment terms 15 days, billing time zone Asia/Shanghai). The March
+invoices were issued on 2026-04-10 (due 04-25), the April ones on 05-10 (due 05-25), the
+replacement on 05-13 (due 05-28); GB-2026-000001's terms row is removed, as for an invoice
+issued before migration 0027 (its dates then come from its issue time: the same 04-10 and 04-25).
+acme and beta are registered after the invoices (so nothing above changes), then:
+
+    acme-1  ¥100.00 from acme received 05-20 → GB-…01 (the oldest due): 191.65 − 5.30 − 100.00 = 86.35 left
+    beta-1  ¥400.00 from beta received 06-01 → GB-…04 59.86 (due 05-25), GB-…05 299.28 (due 05-28);
+            40.86 held as credit (GB-…02 was settled by its void note)
+    beta-2  ¥10.00 from beta received 06-02, held (nothing outstanding), reversed (bounced) on 07-05
+    GB-…03 (acme April, 140.26) written off on 07-05
 """
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
+from billing.accounts import receivables
 from billing.credit_notes import create_credit_note, void_invoice
 from billing.invoicing import run_period
+from billing.payments import record_payment, reverse_payment, write_off
+from billing.tenants import add_tenant
 from billing_rules import load_rules
 from tests.chdb_template import migrated_dsn
 from tests.rules_copies import manual_review_rules
@@ -80,7 +95,7 @@ def section_of(view: str) -> str:
 
 
 def queries() -> list[str]:
-    part = TEXT[TEXT.index("## Thirteen queries"):]
+    part = TEXT[TEXT.index("## Fifteen queries"):]
     return re.findall(r"```sql\n(.*?)```", part, re.DOTALL)
 
 
@@ -96,9 +111,9 @@ def test_every_view_is_documented_with_every_column(tmp_path):
     assert documented <= set(found), f"documented views that do not exist: {documented - set(found)}"
 
 
-def test_the_thirteen_queries_read_views_only():
+def test_the_fifteen_queries_read_views_only():
     found = queries()
-    assert len(found) == 13
+    assert len(found) == 15
     for sql in found:
         sources = re.findall(r"\b(?:FROM|JOIN)\s+([A-Za-z_][\w.]*)", sql)
         assert sources and all(s.startswith("v_") for s in sources if s != "(SELECT"), sql
@@ -140,6 +155,16 @@ def billed_gateway(tmp_path_factory):
         seed(db, seconds=MAY_SECONDS)
         report = run_period(db, manual_rules(directory / "rules"), "2026-05", now=datetime(2026, 6, 10, tzinfo=UTC))
         assert len(report.drafted) == 1 and report.created == []
+        # receivables (issue 38): one invoice as if issued before its terms were kept, payments, a write-off
+        db.command("DELETE FROM invoice_terms WHERE number = 'GB-2026-000001'")
+        for tenant in ("acme", "beta"):
+            add_tenant(db, tenant, tenant.title(), now=datetime(2026, 7, 1, tzinfo=UTC))
+        recorded = datetime(2026, 7, 5, 2, tzinfo=UTC)
+        record_payment(db, RULES, "acme", "100.00", "acme-1", "2026-05-20", now=recorded)
+        record_payment(db, RULES, "beta", "400.00", "beta-1", "2026-06-01", now=recorded)
+        record_payment(db, RULES, "beta", "10.00", "beta-2", "2026-06-02", now=recorded)
+        reverse_payment(db, RULES, "beta-2", "bounced", now=recorded)
+        assert write_off(db, RULES, "GB-2026-000003", "customer gone", now=recorded) == Decimal("140.26")
     patch.undo()
     gateway = start_gateway(directory, free_port())
     try:
@@ -276,3 +301,50 @@ def test_finance_cannot_write_what_it_reads(billed):
     assert billed.query("SELECT count() FROM v_api_access")[0][0] == 0  # no API served in this data
     with pytest.raises(DatabaseError):
         billed.command("INSERT INTO api_access_log (key_id, status) VALUES ('k_aaaaaaaaaaaaaaaa', 200)")
+
+
+def _aging(row: dict) -> tuple[Decimal, ...]:
+    return tuple(row[k] for k in ("current", "d1_30", "d31_60", "d61_90", "d90_plus", "outstanding", "unapplied"))
+
+
+def test_receivables_queries_answer_what_finance_works_out_by_hand(billed, billed_gateway):
+    db = billed
+    (owing,) = run(db, 14)  # GB-…03 is written off: nothing outstanding; beta has paid everything
+    assert (owing["tenant"], owing["number"], owing["period"], owing["issued_on"], owing["due_on"]) == (
+        "acme", "GB-2026-000001", PERIOD, date(2026, 4, 10), date(2026, 4, 25))  # from issued_at: no terms row
+    assert (owing["total"], owing["paid"], owing["credited"], owing["written_off"], owing["outstanding"]) == (
+        Decimal("191.65"), Decimal("100.00"), Decimal("5.30"), Decimal("0.00"), Decimal("86.35"))
+    assert owing["payment_state"] == "partially_paid"
+    today = datetime.now(UTC).astimezone(RULES.billing_tz).date()
+    assert owing["days_past_due"] == (today - date(2026, 4, 25)).days
+
+    # as of 2026-06-30: GB-…01 86.35 at day 66 (5 + 31 + 30) → d61_90; GB-…03 140.26 at day 36 (6 + 30) → d31_60;
+    # beta: 400.00 + 10.00 (beta-2, not reversed yet) + 299.28 (its void note) − 59.86 − 299.28 − 299.28 = 50.86 held
+    z = Decimal("0.00")
+    assert {r["tenant"]: _aging(r) for r in run(db, 15)} == {
+        "acme": (z, z, Decimal("140.26"), Decimal("86.35"), z, Decimal("226.61"), z),
+        "beta": (z, z, z, z, z, z, Decimal("50.86"))}
+    # the same query as of 05-20 (acme-1's day: GB-…01 at day 25; GB-…03 and beta's April and
+    # March replacement not yet due; beta-1 not received) and of 07-05 (GB-…03 written off that day)
+    sql = queries()[14]
+    as_of_may = {r["tenant"]: _aging(r) for r in db.query_dicts(sql.replace("2026-06-30", "2026-05-20"))}
+    assert as_of_may == {"acme": (Decimal("140.26"), Decimal("86.35"), z, z, z, Decimal("226.61"), z),
+                         "beta": (Decimal("359.14"), z, z, z, z, Decimal("359.14"), z)}  # 59.86 + 299.28
+    as_of_july = {r["tenant"]: _aging(r) for r in db.query_dicts(sql.replace("2026-06-30", "2026-07-05"))}
+    assert as_of_july == {"acme": (z, z, z, Decimal("86.35"), z, Decimal("86.35"), z),  # day 71
+                          "beta": (z, z, z, z, z, z, Decimal("40.86"))}  # beta-2 reversed that day
+    # finance (readonly) reads NULL where a payment stands and a legacy invoice has no terms, not 1970-01-01
+    reversed_on = dict(db.query("SELECT ref, reversed_on FROM v_payments"))
+    assert reversed_on == {"acme-1": None, "beta-1": None, "beta-2": date(2026, 7, 5)}
+    terms = {n: (i, d) for n, i, d in db.query("SELECT number, issued_on, due_on FROM v_invoice_payments")}
+    assert terms["GB-2026-000001"] == (None, None) and terms["GB-2026-000003"] == (date(2026, 5, 10), date(2026, 5, 25))
+
+    # and `gpubill receivables` (billing.accounts.receivables) says the same, read by the writer
+    with open_database(billed_gateway.dsn, migrate=False) as writer:
+        for as_of, rows in ((date(2026, 6, 30), run(db, 15)), (date(2026, 5, 20), None), (date(2026, 7, 5), None)):
+            expected = rows if rows is not None else db.query_dicts(sql.replace("2026-06-30", str(as_of)))
+            found, total = receivables(writer, RULES, as_of)
+            assert [(a.tenant, *(getattr(a, k) for k in ("current", "d1_30", "d31_60", "d61_90", "d90_plus",
+                                                          "outstanding", "unapplied"))) for a in found] == [
+                (r["tenant"], *_aging(r)) for r in expected], as_of
+            assert total.outstanding == sum((r["outstanding"] for r in expected), Decimal(0))

@@ -32,7 +32,8 @@ def invoice(number: str, total: str, issued_on: date = MAR_1, due_on: date = MAR
     return InvoiceDoc(number, tenant, "2026-02", status, issued_on, due_on, D(total))
 
 
-def paid(number: str, amount: str, on: date, source: str = "pay-1", kind: str = "payment", tenant: str = T) -> Allocation:
+def paid(number: str, amount: str, on: date, source: str = "pay-1", kind: str = "payment",
+         tenant: str = T) -> Allocation:
     return Allocation(tenant, number, kind, source, D(amount), on)
 
 

@@ -170,6 +170,17 @@ def test_the_command_prints_what_billing_accounts_receivables_answers(seeded):
     assert total.d1_30 == D("222.60") and total.unapplied == D("1.60")
 
 
+def test_as_of_defaults_to_today_and_a_later_day_is_said_to_be_later(seeded):
+    today = datetime.now(UTC).astimezone(RULES.billing_tz).date()  # the billing time zone's, not UTC's
+    if today >= date(2026, 8, 1):  # everything recorded is on or before 08-01: t01 holds 1.60 from then on
+        assert figures(aging_json(seeded, str(today))["total"])[-1] == "1.60"
+    answer = json.loads(ok(seeded, "receivables", "--format", "json"))
+    assert answer["as_of"] in (str(today), str(datetime.now(UTC).astimezone(RULES.billing_tz).date()))  # midnight
+    done = gpubill(seeded, "receivables", "--as-of", "2099-01-01", "--format", "json")
+    assert done.returncode == 0 and json.loads(done.stdout)["as_of"] == "2099-01-01"
+    assert "--as-of 2099-01-01 is after today" in done.stderr and "not counted yet" in done.stderr
+
+
 @pytest.mark.parametrize("args, fragment", [
     (("--as-of", "2026-02-30"), "--as-of: 2026-02-30 is not a date of the calendar"),
     (("--as-of", "30/05/2026"), "is not a date YYYY-MM-DD"),
@@ -254,7 +265,8 @@ def test_the_statement_as_a_pdf_in_both_languages(seeded, tmp_path, lang, words)
 @pytest.mark.parametrize("args, fragment", [
     (("--tenant", "t01", "--from", "2026-06-01", "--to", "2026-05-31"), "--from 2026-06-01 is after --to 2026-05-31"),
     (("--tenant", "nobody", "--from", "2026-04-01", "--to", "2026-04-30"), "no tenant 'nobody'"),
-    (("--tenant", "t\x1b[31m01", "--from", "2026-04-01", "--to", "2026-04-30"), "no tenant 't\\x1b[31m01'"),
+    # ascii() of the id, its backslash doubled by terminal_text: never an escape the terminal runs
+    (("--tenant", "t\x1b[31m01", "--from", "2026-04-01", "--to", "2026-04-30"), "no tenant 't\\\\x1b[31m01'"),
     (("--tenant", "t01", "--from", "2026-04-31", "--to", "2026-05-31"), "--from: 2026-04-31 is not a date"),
     (("--tenant", "t01", "--from", "2026-04-01"), "Missing option '--to'"),
     (("--tenant", "t01", "--from", "2026-04-01", "--to", "2026-04-30", "--format", "pdf"), "give --out FILE"),
@@ -265,3 +277,32 @@ def test_bad_statement_options_are_one_line(seeded, args, fragment):
     assert done.returncode == 1 and done.stdout == ""
     assert fragment in done.stderr
     assert_one_printable_line(done.stderr.strip())
+
+
+# ------------------------------------------------------------------------ the renderings, pure
+
+
+def test_a_bare_statement_renders_and_hostile_text_stays_text():
+    """What the tenant API calls: `render_statement` of billing_rules' Statement, nothing around it.
+    A tenant id as readings may carry it is a cell, never a formula (receivables' CSV too)."""
+    from billing_rules.accounts import Aging, Statement, StatementEntry
+    from gpubill.cli.receivables import receivables_csv
+    from reports.render import render_statement
+
+    entry = StatementEntry(date(2026, 4, 10), "invoice", "GB-2026-000001", "=cmd|' /C calc'!A0", D("95.40"),
+                           D("95.40"))
+    bare = Statement("@evil", date(2026, 4, 1), date(2026, 4, 30), D("0.00"), (entry,), D("95.40"))
+    d = json.loads(render_statement(bare, "json"))
+    assert (d["tenant"], d["aging"], d["seller"], d["buyer"], d["closing_balance"]) == (
+        "@evil", None, None, None, "95.40")
+    rows = list(csv.reader(io.StringIO(render_statement(bare, "csv", lang="zh-CN").decode())))
+    assert rows[2] == ["2026-04-10", "invoice", "GB-2026-000001", "'=cmd|' /C calc'!A0", "95.40", "95.40"]
+    assert render_statement(bare, "pdf").startswith(b"%PDF")
+    with pytest.raises(ValueError, match="unknown format 'xml' for a statement"):
+        render_statement(bare, "xml")
+    with pytest.raises(ValueError, match="unknown language"):
+        render_statement(bare, "json", lang="fr")
+    row = Aging("=HYPERLINK(\"http://x\")", d1_30=D("5.00"))
+    lines = receivables_csv([row], Aging("", d1_30=D("5.00"))).splitlines()
+    assert lines[1].startswith("\"'=HYPERLINK(\"\"http://x\"\")\",0.00,5.00,")
+    assert lines[2] == ",0.00,5.00,0.00,0.00,0.00,5.00,0.00"
