@@ -17,13 +17,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ANSWERS", "BalanceAnswer", "CreditNotesAnswer", "CurrentAnswer", "InvoicesAnswer", "MeAnswer", "figures_dict",
-           "money_text"]
+__all__ = ["ANSWERS", "BalanceAnswer", "CreditNotesAnswer", "CurrentAnswer", "InvoicesAnswer", "MeAnswer", "PaymentsAnswer",
+           "StatementAnswer", "figures_dict", "money_text"]
 
 MONEY_FIELDS = frozenset({
     "rent", "electricity", "credits", "vat", "estimated_total", "top_ups", "invoiced", "estimated", "balance",
     "month_to_date", "budget", "burn_per_hour", "before_credits", "subtotal", "credit_used", "net", "tax", "total",
-    "amount_due", "owed"})
+    "amount_due", "owed",
+    # issue 38: payments, what is outstanding, the statement of account
+    "payments", "refunded", "written_off", "paid", "credited", "outstanding", "past_due", "unapplied", "amount"})
 QUANTITY_FIELDS = frozenset({"gpu_hours", "kwh"})
 _PLACES = {"budget_used": 4, "runway_hours": 2}
 
@@ -131,7 +133,15 @@ class BalanceAnswer(_Answer):
     estimated: Money
     balance: Money
     prepaid: bool  # the tenant has top-ups; a postpaid tenant's balance is what it is charged, negative
-    owed: Money  # postpaid: what it is charged (invoices less credit notes, and estimates) less its payments; prepaid: "0.00"
+    owed: Money  # postpaid: what it is charged (invoices less credit notes and payments, and estimates); prepaid: "0.00"
+    payments: Money  # payments received other than top-ups, not reversed (issue 38)
+    refunded: Money  # credit paid back out of band
+    written_off: Money  # invoices' amounts marked uncollectible, less what was recovered
+    outstanding: Money = Field(description="what the issued invoices still ask, today: totals less payments, credit "
+                                           "notes and write-offs allocated to them")
+    past_due: Money = Field(description="the part of `outstanding` whose due date has passed")
+    unapplied: Money = Field(description="credit held: payments and credit notes not yet allocated to an invoice, "
+                                         "less refunds; spent on the next invoices")
     month_to_date: Money
     budget: Money | None
     budget_used: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]{4}$")] | None
@@ -140,14 +150,13 @@ class BalanceAnswer(_Answer):
     currency: Literal["CNY"]
     estimates: list[PeriodEstimate]
     stream: StreamFigures | None
-    payments: Money  # payments other than top-ups, not reversed (issue 38)
-    refunded: Money  # credit paid back out of band
-    written_off: Money  # invoices' amounts marked uncollectible (less recoveries)
 
 
 class InvoiceSummary(_Answer):
     """An issued or voided invoice (drafts are never shown). A voided one asks for nothing
-    (amount_due "0.00", due_date null, settled true) and names its replacement once issued."""
+    (amount_due and outstanding "0.00", due_date null, settled true, overdue false) and names its
+    replacement once issued. How it is paid is derived from the payments, credit notes and
+    write-offs allocated to it, as of today in the billing time zone (issue 38): never stored."""
 
     number: InvoiceNumber
     period: Period
@@ -160,10 +169,17 @@ class InvoiceSummary(_Answer):
     tax: Money
     total: Money
     issue_date: Day
-    prepaid: bool
-    amount_due: Money
-    due_date: Day | None
-    settled: bool
+    prepaid: bool = Field(description="the tenant has top-ups: its invoices are paid from its prepaid credit")
+    amount_due: Money = Field(description="what is left to pay: the same as `outstanding`")
+    due_date: Day | None = Field(description="issue date + the payment terms; null for a voided invoice")
+    settled: bool = Field(description="nothing is outstanding (paid, credited or written off)")
+    paid: Money = Field(description="payments allocated to it (a top-up spent on it too)")
+    credited: Money = Field(description="credit notes allocated to it")
+    written_off: Money = Field(description="marked uncollectible, less what later payments recovered")
+    outstanding: Money = Field(description="total − paid − credited − written_off")
+    payment_state: Literal["unpaid", "partially_paid", "paid"] = Field(
+        description="`paid` once payments and credit notes cover the total; a write-off does not pay")
+    overdue: bool = Field(description="the due date has passed and something is outstanding")
     replaces: InvoiceNumberOrNone = Field(description="the voided invoice this one replaces; \"\" for none")
     replaced_by: InvoiceNumberOrNone = Field(description="a voided invoice's replacement; \"\" while there is none")
     credit_notes: list[CreditNoteNumber] = Field(description="the credit notes on this invoice, oldest first")
@@ -193,7 +209,79 @@ class CreditNotesAnswer(_Answer):
     credit_notes: list[CreditNoteSummary]
 
 
+class PaymentAllocation(_Answer):
+    invoice: InvoiceNumber
+    amount: Money
+
+
+class PaymentSummary(_Answer):
+    """A payment received from the tenant (a top-up is one too): what of it went to which invoice,
+    what is held as credit (`unapplied`), and when it was reversed (bounced, mistaken; null: it stands)."""
+
+    ref: str
+    amount: Money
+    currency: Literal["CNY"]
+    method: Literal["bank", "alipay", "wechat", "card", "other"]
+    received_on: Day
+    allocations: list[PaymentAllocation] = Field(description="by invoice, net of any reversal")
+    unapplied: Money
+    reversed_on: Day | None
+
+
+class PaymentsAnswer(_Answer):
+    payments: list[PaymentSummary]
+
+
+class StatementLine(_Answer):
+    """One movement of the account: `amount` adds to what the tenant owes (an invoice, a refund paid
+    out, a payment reversed) or, negative, takes from it (a payment, a credit note, a write-off)."""
+
+    date: Day
+    kind: Literal["invoice", "credit_note", "payment", "payment_reversed", "refund", "write_off",
+                  "write_off_recovered"]
+    document: str = Field(description="the invoice or credit note number, the payment or refund ref")
+    description: str
+    amount: Money
+    balance: Money = Field(description="the running balance after this line")
+
+
+class StatementAging(_Answer):
+    """The closing balance as of `to` by days past due: outstanding − unapplied = closing_balance."""
+
+    current: Money
+    d1_30: Money
+    d31_60: Money
+    d61_90: Money
+    d90_plus: Money
+    outstanding: Money
+    unapplied: Money
+
+
+class StatementAnswer(_Answer):
+    """对账单, the statement of account from `from` to `to` (both included, billing time zone), as `gpubill
+    statement --format json` writes it (reports/render/statement.py): what the tenant owed before
+    (`opening_balance`; negative: credit it held), each movement with the running balance, the charges
+    (the positive amounts) and credits (the negative ones), what it owes after (`closing_balance`), the
+    aging as of `to`, and the seller and buyer the PDF prints."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    tenant: str
+    from_: Day = Field(alias="from")
+    to: Day
+    currency: Literal["CNY"]
+    opening_balance: Money
+    entries: list[StatementLine]
+    charges: Money
+    credits: Money
+    closing_balance: Money
+    aging: StatementAging | None
+    seller: dict[str, str | None] | None
+    buyer: dict[str, str | None] | None
+
+
 # path → the model of its 200 JSON answer (tests/unit/test_api_answers.py holds every answer to it)
 ANSWERS: dict[str, type[_Answer]] = {"/v1/me": MeAnswer, "/v1/usage/current": CurrentAnswer,
                                     "/v1/balance": BalanceAnswer, "/v1/invoices": InvoicesAnswer,
-                                    "/v1/credit-notes": CreditNotesAnswer}
+                                    "/v1/credit-notes": CreditNotesAnswer, "/v1/payments": PaymentsAnswer,
+                                    "/v1/statement": StatementAnswer}

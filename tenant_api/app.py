@@ -2,7 +2,7 @@
 
     create_app(settings, database, rules_provider) ─► FastAPI
         /v1/me  /v1/usage  /v1/usage/current  /v1/balance  /v1/invoices  /v1/invoices/{number}
-        /v1/credit-notes  /v1/credit-notes/{number}
+        /v1/credit-notes  /v1/credit-notes/{number}  /v1/payments  /v1/statement
         /healthz  /readyz  /metrics  /openapi.json (tenant keys)  /openapi-operator.json  /docs
         and the web page's routes (tenant_api/web.py's `install`, when present)
 
@@ -39,6 +39,9 @@ from tenant_api.parameters import (
     InvoiceNumber,
     Lang,
     Period,
+    StatementFormat,
+    StatementFrom,
+    StatementTo,
     Tenant,
     UsageFormat,
     operator_document,
@@ -195,9 +198,12 @@ def _api_routes(app: FastAPI, service: Service) -> None:
         """The balance: top-ups less issued invoices (net of credit notes) less the estimates of every period
         not invoiced yet (with credits and VAT), the monthly budget's used share, the last hour's
         burn and the runway at it (docs/balances.md). `prepaid` says whether the tenant has top-ups; a
-        postpaid tenant's negative balance is what it is charged (`owed`). Money as strings, two decimals, CNY."""
+        postpaid tenant's negative balance is what it is charged (`owed`). What its issued invoices still
+        ask today (`outstanding`), the part past its due dates (`past_due`) and the credit it holds
+        (`unapplied`). Money as strings, two decimals, CNY."""
         one = service.tenant_for(key, tenant)
-        return _json({**_balance_dict(service.balance(key, one)), "stream": _live_dict(service.live(key, one))})
+        figures = _balance_dict(service.balance(key, one))
+        return _json({**figures, **_account_dict(service.account(key, one)), "stream": _live_dict(service.live(key, one))})
 
     @app.get("/v1/invoices", dependencies=[Depends(_params("tenant")), auth], responses=answer("/v1/invoices"),
              tags=["tenant"])
@@ -230,6 +236,28 @@ def _api_routes(app: FastAPI, service: Service) -> None:
         """One credit note by number as json, csv or pdf."""
         return _file(service.credit_note_download(key, service.tenant_for(key, tenant), number, format, lang))
 
+    @app.get("/v1/payments", dependencies=[Depends(_params("tenant")), auth], responses=answer("/v1/payments"),
+             tags=["tenant"])
+    def payments(tenant: Tenant = None, key=Depends(key_of)) -> JSONResponse:
+        """The tenant's payments (its top-ups too), newest first: the reference, the amount, how and when it
+        was received, what of it went to which invoice, what is held as credit, and when it was reversed
+        (money as strings, two decimals, CNY)."""
+        return _json({"payments": service.payments(key, service.tenant_for(key, tenant))})
+
+    @app.get("/v1/statement", dependencies=[Depends(_params("from", "to", "format", "lang", "tenant")), auth],
+             responses=problem_responses | {200: {"model": ANSWERS["/v1/statement"], "description": "the statement",
+                                                  "content": {"text/csv": {}, "application/pdf": {}}}},
+             tags=["tenant"])
+    def statement(start: StatementFrom = None, to: StatementTo = None,  # type: ignore[assignment]
+                  format: StatementFormat = "json", lang: Lang = "en", tenant: Tenant = None,  # noqa: A002
+                  key=Depends(key_of)) -> Response:
+        """The statement of account (对账单) from `from` to `to` (default: this month to date) as json, csv or
+        pdf, as `gpubill statement` writes it: what the tenant owed before (`opening_balance`; negative:
+        credit held), each invoice, credit note, payment, refund and write-off with the running balance,
+        what it owes after (`closing_balance`) and the aging of that as of `to`."""
+        one = service.tenant_for(key, tenant)
+        return _file(service.statement_download(key, one, start, to, format, lang))
+
 
 def _live_dict(live: Any) -> dict | None:
     """The stream's figures (billing.live_spend.LivePosition) as JSON, or None (null) when no
@@ -257,6 +285,10 @@ def _balance_dict(figures: Any) -> dict:
     out["prepaid"], out["owed"] = figures.prepaid, money_text(figures.owed)
     out["estimates"] = [{"period": e.period, "total": money_text(e.total), "closed": e.closed} for e in figures.estimates]
     return out
+
+
+def _account_dict(account: Any) -> dict:
+    return {name: money_text(getattr(account, name)) for name in ("outstanding", "past_due", "unapplied")}
 
 
 def _json(body: Any, status: int = 200) -> JSONResponse:

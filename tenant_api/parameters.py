@@ -2,7 +2,8 @@
 OpenAPI documents say are the same thing (issue 36: a fuzzer must find nothing the schema
 does not say).
 
-    Period, UsageFormat, DocumentFormat, Granularity, Lang, Tenant, InvoiceNumber, CreditNoteNumber
+    Period, UsageFormat, DocumentFormat, Granularity, Lang, Tenant, InvoiceNumber, CreditNoteNumber,
+    StatementFrom, StatementTo, StatementFormat
     refusal(error)              FastAPI's validation error → the 400 the API has always given
     tenant_document(spec)       /openapi.json: for tenant keys, no `tenant` parameter
     operator_document(spec)     /openapi-operator.json: for operator keys, `tenant` required
@@ -12,7 +13,8 @@ own tenant and may not name one (400), an operator key must name one (400 withou
 document with `tenant` optional would be wrong for both.
 
 What no schema can say, the descriptions do: a well-formed month that has not begun (or lies
-outside 0001-01 … 9999-11) has no report (404); hourly rows do not come as a PDF (400).
+outside 0001-01 … 9999-11) has no report (404); hourly rows do not come as a PDF (400); a
+statement's `from` after its `to` is 400.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from fastapi import Path, Query
 from reports.render.i18n import LANGS
 from schemas.ids import ID_PATTERN
 from tenant_api.problems import Problem, bad_param
-from tenant_api.service import GRANULARITIES, INVOICE_FORMATS, USAGE_FORMATS
+from tenant_api.service import GRANULARITIES, INVOICE_FORMATS, STATEMENT_FORMATS, USAGE_FORMATS
 
-__all__ = ["CreditNoteNumber", "DocumentFormat", "Granularity", "InvoiceNumber", "Lang", "Period", "Tenant",
-           "UsageFormat", "operator_document", "refusal", "tenant_document"]
+__all__ = ["CreditNoteNumber", "DocumentFormat", "Granularity", "InvoiceNumber", "Lang", "Period", "StatementFormat",
+           "StatementFrom", "StatementTo", "Tenant", "UsageFormat", "operator_document", "refusal", "tenant_document"]
 
 # ASCII digits only (a [0-9] class: \d would take "２０２６" too); the service checks the same (service.PERIOD)
 PERIOD_PATTERN = r"^[0-9]{4}-(0[1-9]|1[0-2])$"
@@ -57,7 +59,21 @@ CreditNoteNumber = Annotated[str, Path(
     description="CN-YYYY-NNNNNN. Anything else, or another tenant's, is 404 like one that does not exist.",
     json_schema_extra={"pattern": r"^CN-[0-9]{4}-[0-9]{6}$", "examples": ["CN-2026-000001"]})]
 
-_PATTERN_WORDS = {"period": "not a month like 2026-03",
+# a day; `format: date` makes a fuzzer send days of the calendar (the service refuses 2026-02-30 too).
+# Optional with a None default in the route: the document says a plain string (no anyOf with null, so
+# `format` stays beside the pattern)
+DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+StatementFrom = Annotated[str, Query(
+    alias="from", pattern=DATE_PATTERN, json_schema_extra={"format": "date"}, examples=["2026-03-01"],
+    description="The statement's first day, YYYY-MM-DD (billing time zone); default: the first day of `to`'s "
+                "month. After `to` (or after today when `to` is left out): 400.")]
+StatementTo = Annotated[str, Query(
+    pattern=DATE_PATTERN, json_schema_extra={"format": "date"}, examples=["2026-03-31"],
+    description="The statement's last day, YYYY-MM-DD, included; default: today in the billing time zone.")]
+StatementFormat = Annotated[Literal[STATEMENT_FORMATS], Query(description="The statement's format.")]
+
+_PATTERN_WORDS = {"period": "not a month like 2026-03", "from": "not a date like 2026-03-01",
+                  "to": "not a date like 2026-03-31",
                   "tenant": "not a tenant id (letters, digits, '.', '_', '-'; at most 64)"}
 
 

@@ -4,7 +4,8 @@ tenant, and what they get — with the limits and the access records around ever
     authenticate(token, client)      Bearer key → ApiKey; 401 (recorded) or 429 (slowed down)
     tenant_for(key, requested)       the tenant of a request comes from its key and nothing else
     me / current / balance / daily / invoices / credit_notes  small JSON-able answers, cached a few seconds
-    usage_download / invoice_download / credit_note_download
+    payments / account / statement   the tenant's payments, what it owes, its statement of account (issue 38)
+    usage_download / invoice_download / credit_note_download / statement_download
                                      a `Download` (bytes, media type, safe file name),
                                      under the key's cap of downloads in flight, recorded
 
@@ -21,7 +22,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
 from billing.errors import NotFound
@@ -37,9 +38,11 @@ if TYPE_CHECKING:
     from billing.balances import Balance
     from billing.current_usage import CurrentUsage, DailyUsage
     from billing.live_spend import LivePosition
+    from billing.tenant_invoices import Account
+    from reports.statement import StatementDocument
 
-__all__ = ["CREDIT_NOTE_FORMATS", "Download", "GRANULARITIES", "INVOICE_FORMATS", "Limits", "Problem", "Service",
-           "USAGE_FORMATS"]
+__all__ = ["CREDIT_NOTE_FORMATS", "Download", "GRANULARITIES", "INVOICE_FORMATS", "Limits", "Problem", "STATEMENT_FORMATS",
+           "Service", "USAGE_FORMATS"]
 
 log = logging.getLogger("gpubill.api")
 
@@ -47,12 +50,14 @@ USAGE_FORMATS = ("csv", "json", "parquet", "pdf")
 INVOICE_FORMATS = ("json", "csv", "pdf")
 CREDIT_NOTE_FORMATS = INVOICE_FORMATS  # the documents come in the same formats
 GRANULARITIES = ("day", "hour")
+STATEMENT_FORMATS = ("json", "csv", "pdf")
 MEDIA_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json", "pdf": "application/pdf",
                "parquet": "application/vnd.apache.parquet"}
 # ASCII digits only: \d would take "２０２６" too
 PERIOD = re.compile(r"[0-9]{4}-(0[1-9]|1[0-2])")
 INVOICE_NUMBER = re.compile(r"GB-[0-9]{4}-[0-9]{6}")
 CREDIT_NOTE_NUMBER = re.compile(r"CN-[0-9]{4}-[0-9]{6}")
+DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")  # ASCII digits only, like PERIOD
 CACHE_BYTES = 256 << 20  # what built reports and files may hold in memory together
 ROW_BYTES = 600  # about what one report row weighs as Python objects
 KEY_CACHE_S = 5.0  # a revoked key stops working within this long (the cache holds verified keys only)
@@ -240,7 +245,67 @@ class Service:
         from billing.tenant_invoices import tenant_invoices
 
         return self.cache.get_or_build(("invoices", tenant), lambda: self._read_rules(
-            lambda db, rules: tenant_invoices(db, tenant, rules)))
+            lambda db, rules: tenant_invoices(db, tenant, rules, now=self.now())))
+
+    def payments(self, key: "ApiKey", tenant: str) -> list[dict]:
+        """The tenant's payments (its top-ups too), newest first: ref, amount, method, received_on, the
+        allocations by invoice, what is held unapplied, reversed_on (billing.tenant_invoices)."""
+        from billing.tenant_invoices import tenant_payments
+
+        return self.cache.get_or_build(("payments", tenant), lambda: self.reads.run(
+            lambda db: tenant_payments(db, tenant)))
+
+    def account(self, key: "ApiKey", tenant: str) -> "Account":
+        """What the tenant's issued invoices still ask today, the part past due, and the credit it holds."""
+        from billing.tenant_invoices import tenant_account
+
+        return self.cache.get_or_build(("account", tenant), lambda: self._read_rules(
+            lambda db, rules: tenant_account(db, rules, tenant, now=self.now())))
+
+    def statement(self, key: "ApiKey", tenant: str, start: str | None, end: str | None) -> "StatementDocument":
+        """The tenant's statement of account from `start` to `end` (YYYY-MM-DD, both included, billing
+        time zone) with the aging as of `end` (reports.statement.statement_document, as `gpubill statement`
+        builds it). `end` defaults to today, `start` to the first day of `end`'s month; 400 (naming it)
+        for a malformed or impossible date, or `start` after `end`; 404 for a tenant neither registered
+        nor with any document (an operator's typo)."""
+        from billing.accounts import today
+        from reports.statement import statement_document
+
+        rules = self.rules_provider()
+        end_on = self._date("to", end) if end is not None else today(rules, self.now())
+        start_on = self._date("from", start) if start is not None else end_on.replace(day=1)
+        if start_on > end_on:
+            raise bad_param("from", f"{start_on} is after to {end_on}" + (" (today: to left out)" if end is None else "")
+                            + "; give from on or before to")
+        try:
+            return self.cache.get_or_build(("statement", tenant, start_on, end_on), lambda: self._read_rules(
+                lambda db, rules: statement_document(db, rules, tenant, start_on, end_on)))
+        except NotFound:
+            raise Problem(404, f"no registered tenant {_shown(tenant)}", reason="no-tenant") from None
+
+    def statement_download(self, key: "ApiKey", tenant: str, start: str | None, end: str | None, fmt: str | None,
+                           lang: str | None = "en") -> Download:
+        """The statement (`statement`'s range and refusals) as json, csv or pdf, byte for byte what
+        `gpubill statement` writes (reports.render.render_statement), under the key's download slot."""
+        from reports.render import render_statement
+
+        fmt = self._choice("format", fmt, STATEMENT_FORMATS, default="json")
+        lang = self._choice("lang", lang, _langs(), default="en")
+        current_request().fmt = fmt
+        document = self.statement(key, tenant, start, end)
+        first, last = document.statement.start, document.statement.end
+        with self._download_slot(key):
+            body = self.cache.get_or_build(("statement-file", tenant, first, last, fmt, lang),
+                                           lambda: render_statement(document, fmt, lang=lang))
+        download = Download(body, MEDIA_TYPES[fmt], output_name("statement", tenant, f"{first}_{last}", fmt, lang=lang))
+        self.recorder.downloaded(len(body))
+        return download
+
+    def today(self) -> "date":
+        """Today in the billing time zone, by the service's clock."""
+        from billing.accounts import today
+
+        return today(self.rules_provider(), self.now())
 
     def credit_notes(self, key: "ApiKey", tenant: str) -> list[dict]:
         """The tenant's credit notes, newest first: number, the invoice it corrects, period,
@@ -405,6 +470,15 @@ class Service:
         if lo > self.now().timestamp():
             raise _no_period(f"{period} has not begun")
         return period
+
+    def _date(self, param: str, value: str) -> "date":
+        """`value` as a date: 400 naming `param` unless it is YYYY-MM-DD and a day of the calendar."""
+        if not isinstance(value, str) or not DATE.fullmatch(value):
+            raise bad_param(param, "not a date like 2026-03-01")
+        try:
+            return date.fromisoformat(value)
+        except ValueError:
+            raise bad_param(param, f"{value} is not a day of the calendar") from None
 
     def _choice(self, param: str, value: str | None, allowed: tuple[str, ...], *, default: str) -> str:
         if value is None:

@@ -1,19 +1,22 @@
 """The customer web page at ``/``: sign in with an API key, this month's figures, a chart of
-daily GPU-hours and spend, the invoices (a voided one marked, with what replaced it), the
-credit notes and usage reports to download — in English and Simplified Chinese.
+daily GPU-hours and spend, the invoices (a voided one marked, with what replaced it; what each
+has been paid, what it still asks, overdue), the statement of account, the payments, the credit
+notes and usage reports to download — in English and Simplified Chinese.
 Server-rendered (Jinja2), one small script, nothing from the network.
 
 The page's routes and what they render are one request flow (session, CSRF, tenant, render,
 security headers) read top to bottom; sessions, words, the chart and the rows of its tables
 are modules of their own, and the small helpers at the bottom serve this page only.
 
-    GET  /                          sign-in form, or the tenant's page (?period=YYYY-MM, ?lang=)
+    GET  /                          sign-in form, or the tenant's page (?period=YYYY-MM, ?lang=,
+                                    the statement's ?from=YYYY-MM-DD&to=YYYY-MM-DD: default this month)
     POST /session                   sign in (form: key, csrf)           → 303 /
     POST /session/end               sign out (form: csrf)               → 303 /?m=signed_out
     POST /tenant                    an operator key picks the tenant it views (form: tenant, csrf)
     GET  /files/usage               a usage report (period, format, granularity) in the page's language
     GET  /files/invoices/{number}   an invoice (format) in the page's language
     GET  /files/credit-notes/{number}  a credit note (format) in the page's language
+    GET  /files/statement           the statement of account (from, to, format) in the page's language
     GET  /assets/{name}             the stylesheet, script and logo (content-hashed, cached a year)
 
 Everything is read through the API's ``Service`` (``tenant_api/service.py``) exactly as the
@@ -50,7 +53,7 @@ from billing.errors import NotFound
 from tenant_api.i18n import LANG_NAMES, LANGS, Words, money, number, pick_lang
 from tenant_api.problems import Problem
 from tenant_api.web_chart import build_chart
-from tenant_api.web_rows import credit_note_row, expiry, invoice_row, summary
+from tenant_api.web_rows import credit_note_row, expiry, invoice_row, payment_row, statement_view, summary
 from tenant_api.web_session import Session, Sessions, SessionsFull, new_token, same_origin, tokens_match
 
 __all__ = ["SECURITY_HEADERS", "install"]
@@ -61,6 +64,7 @@ LOGIN_COOKIE = "gpubill_login"
 LANG_COOKIE = "gpubill_lang"
 LOGIN_MAX_AGE_S = 3600
 PERIOD = re.compile(r"\d{4}-(0[1-9]|1[0-2])")
+DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 USAGE_FORMATS = ("csv", "json", "parquet", "pdf")
 PERIODS_SHOWN = 12
 MAX_KEY_CHARS = 256
@@ -128,6 +132,7 @@ class Page:
         app.add_api_route("/files/invoices/{number}", self.invoice_file, methods=["GET"], include_in_schema=False)
         app.add_api_route("/files/credit-notes/{number}", self.credit_note_file, methods=["GET"],
                           include_in_schema=False)
+        app.add_api_route("/files/statement", self.statement_file, methods=["GET"], include_in_schema=False)
         app.add_api_route("/assets/{name}", self.asset, methods=["GET"], include_in_schema=False)
 
     def home(self, request: Request) -> Response:
@@ -210,6 +215,11 @@ class Page:
         return self._file(request, lambda key, tenant, lang: self.service.credit_note_download(
             key, tenant, number, fmt, lang))
 
+    def statement_file(self, request: Request) -> Response:
+        params = request.query_params
+        return self._file(request, lambda key, tenant, lang: self.service.statement_download(
+            key, tenant, params.get("from") or None, params.get("to") or None, params.get("format"), lang))
+
     def asset(self, request: Request, name: str) -> Response:
         found = self.assets.get(name)
         if found is None:
@@ -269,8 +279,27 @@ class Page:
                            chart=build_chart(chart_period, daily, hours_word=t("chart_hours")),
                            invoices=[invoice_row(t, i) for i in invoices], usage_formats=USAGE_FORMATS,
                            credit_notes=[credit_note_row(t, n) for n in self.service.credit_notes(key, tenant)],
-                           money_left=self._money_left(t, lang, key, tenant))
+                           payments=[payment_row(t, p) for p in self.service.payments(key, tenant)],
+                           money_left=self._money_left(t, lang, key, tenant),
+                           **self._statement(t, request, key, tenant, chart_period))
         return self._render(request, "dashboard.html", lang, context)
+
+    def _statement(self, t: Words, request: Request, key: Any, tenant: str, chart_period: str) -> dict[str, Any]:
+        """The statement section: the range asked (?from=&to=, each optional; default this month) or,
+        for a range the Service refuses (malformed, from after to) or a tenant it does not know, the words
+        to say so and the form."""
+        params = request.query_params
+        start, end = params.get("from") or None, params.get("to") or None
+        try:
+            statement = statement_view(t, self.service.statement(key, tenant, start, end).statement)
+        except Problem as problem:
+            if problem.status not in (400, 404):  # 404: an operator viewing a tenant nobody registered
+                raise
+            return {"statement": None, "statement_error": t("statement_bad_range" if problem.status == 400 else "not_found"),
+                    "statement_form": {"start": start if start and DAY.fullmatch(start) else "",
+                                       "end": end if end and DAY.fullmatch(end) else "", "period": chart_period}}
+        return {"statement": statement, "statement_error": None,
+                "statement_form": {"start": statement["start"], "end": statement["end"], "period": chart_period}}
 
     def _sign_in_page(self, request: Request, lang: str, *, notice: str | None = None, kind: str = "error",
                       status: int = 200, forget: bool = False, extra: Mapping[str, Any] | None = None) -> Response:
@@ -332,14 +361,19 @@ class Page:
             return {"balance": None, "runway": "", "credits": []}
         credits = [(reason_zh if lang != "en" and reason_zh else (c.reason if lang == "en" else t("credit_word")),
                     money(c.remaining)) for c, reason_zh in self.service.credits(key, tenant)]
-        if not figures.prepaid:  # issue 36: not "Prepaid balance −¥12.49" but what it is charged
+        owes = self.service.account(key, tenant)  # issue 38: what the invoices still ask, the credit held
+        account = {"outstanding": money(owes.outstanding), "credit": money(owes.unapplied) if owes.unapplied else "",
+                   "past_due": t("past_due_part", amount=money(owes.past_due)) if owes.past_due > 0 else ""}
+        if not figures.prepaid:  # issue 36: not "Prepaid balance −¥12.49" but what it is charged, less payments
+            note = (t("owed_note_credit", outstanding=money(owes.outstanding), unapplied=money(owes.unapplied),
+                      estimated=money(figures.estimated)) if owes.unapplied
+                    else t("owed_note", outstanding=money(owes.outstanding), estimated=money(figures.estimated)))
             return {"balance": money(figures.owed), "balance_label": t("owed"), "prepaid": False,
-                    "balance_note": t("owed_note", invoiced=money(figures.invoiced), estimated=money(figures.estimated)),
-                    "runway": t("runway_postpaid"), "credits": credits}
+                    "balance_note": note, "runway": t("runway_postpaid"), "credits": credits, **account}
         runway = (t("runway_hours", hours=number(figures.runway_hours, 2)) if figures.runway_hours is not None
                   else t("no_runway"))
         return {"balance": money(figures.balance), "balance_label": t("balance"), "prepaid": True, "balance_note": "",
-                "runway": runway, "credits": credits}
+                "runway": runway, "credits": credits, **account}
 
     def _render(self, request: Request, template: str, lang: str, context: dict[str, Any], *,
                 status: int = 200) -> Response:
@@ -389,9 +423,11 @@ def _set_cookie(response: Response, request: Request, name: str, value: str, *, 
 
 
 def _switch(request: Request, lang: str) -> list[tuple[str, str, str, bool]]:
-    """The language switcher's links: this page (its period kept) in each language."""
-    period = request.query_params.get("period", "")
+    """The language switcher's links: this page (its period and statement range kept) in each language."""
+    params = request.query_params
+    period = params.get("period", "")
     keep = {"period": period} if PERIOD.fullmatch(period) else {}
+    keep |= {name: params[name] for name in ("from", "to") if DAY.fullmatch(params.get(name, ""))}
     return [(code, LANG_NAMES[code], "/?" + urlencode({**keep, "lang": code}), code == lang) for code in LANGS]
 
 

@@ -175,14 +175,14 @@ def assert_the_story(seen: dict) -> None:
     #   04-02 GB-2 +49.26 → 49.26; 04-10 beta-p1 −20.00 → 29.26; 04-16 bank-9001 −29.26 → 0.00;
     #   04-20 bank-9002 −60.00 → −60.00; 05-04 GB-4 +102.94 → 42.94; 05-25 CN −5.30 → 37.64; refund +5.30 → 42.94
     statement = seen["statement beta"]
-    assert (statement["opening"], statement["closing"]) == ("0.00", "42.94")
+    assert (statement["opening_balance"], statement["closing_balance"]) == ("0.00", "42.94")
     assert [(e["date"], e["kind"], e["amount"], e["balance"]) for e in statement["entries"]] == [
         ("2026-04-02", "invoice", "49.26", "49.26"), ("2026-04-10", "payment", "-20.00", "29.26"),
         ("2026-04-16", "payment", "-29.26", "0.00"), ("2026-04-20", "payment", "-60.00", "-60.00"),
         ("2026-05-04", "invoice", "102.94", "42.94"), ("2026-05-25", "credit_note", "-5.30", "37.64"),
         ("2026-05-25", "refund", "5.30", "42.94")]
     may = seen["statement beta May"]
-    assert (may["opening"], may["closing"], len(may["entries"])) == ("-60.00", "42.94", 3)
+    assert (may["opening_balance"], may["closing_balance"], len(may["entries"])) == ("-60.00", "42.94", 3)
 
     by_ref = {p["ref"]: p for p in seen["payments"]}
     assert sorted(by_ref) == ["acme-p1", "bank-9001", "bank-9002", "beta-p1"]  # 9003 unmatched: never recorded

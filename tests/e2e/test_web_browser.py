@@ -21,6 +21,13 @@ replacement's first line: VAT 5.00 × 6 % = 0.30, so the note returns ¥5.30.
     acme, March 1–19: Σ (d mod 5 + 1) × 120 s = 120 × (2+3+4+5+1 ×3 + 2+3+4+5) = 120 × 59 = 7,080 s
         rent: ¥3600/h = ¥1/s → ¥7,080.00;   GPU-hours 7,080 / 3,600 = 1.966… → "1.97"
         electricity: 7,080 s × 1,000,000 mJ × 1.12 × ¥330 / 3.6e9 mJ per kWh = ¥726.88 exactly
+
+Payments (issue 38): beta pays ¥100.00 of its February invoice (issued 2026-03-05, due 15 days on:
+2026-03-20) by bank transfer on 2026-03-10 (`pay-beta-1`). A second server reads the same
+database with its clock at 2026-04-10T04:00Z (12:00 in Asia/Shanghai): beta's invoice is then 21
+days past due with total − 100.00 outstanding, partially paid; its statement of March opens at
+0.00, adds the invoice, takes the payment off and closes at total − 100.00; this month's (April
+1–10) has no entries and opens and closes at that same figure.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,6 +52,7 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).parents[2]
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 NOW = datetime(2026, 3, 20, 4, 0, tzinfo=UTC)
+LATER = datetime(2026, 4, 10, 4, 0, tzinfo=UTC)  # the second server's clock: 2026-04-10 in the billing time zone
 DAY0 = 1_769_911_200  # 2026-02-01T02:00:00Z
 FEB_DAYS, MARCH_DAYS = range(1, 29), range(1, 20)
 NAMES = {"acme": "北京算力科技有限公司", "beta": "Beta Compute GmbH"}
@@ -128,6 +137,14 @@ def portal(tmp_path_factory, session_broker):
                                   now=datetime(2026, 3, 8, tzinfo=UTC))
     assert (goodwill.subtotal, goodwill.tax, goodwill.total) == (Decimal("5.00"), Decimal("0.30"), Decimal("5.30"))
     _, acme_key = create_key(database, tenant="acme", label="财务", now=registered)
+    # issue 38: beta pays part of its February invoice
+    from billing.payments import record_payment
+
+    beta_number, beta_total = database.query(
+        "SELECT number, total FROM invoices FINAL WHERE tenant = 'beta' AND period = '2026-02' AND status = 'issued'")[0]
+    record_payment(database, rules, "beta", "100.00", "pay-beta-1", "2026-03-10", method="bank", actor="test",
+                   now=datetime(2026, 3, 10, 4, 0, tzinfo=UTC))
+    _, beta_key = create_key(database, tenant="beta", label="finance", now=registered)
     seeding.__exit__(None, None, None)
     # what the page's downloads must be, byte for byte: the CLI's renderings (built before serving)
     report = usage_report(database, rules, "acme", "2026-02")
@@ -143,28 +160,44 @@ def portal(tmp_path_factory, session_broker):
                        "replacement": render_invoice(replacing, "pdf", lang=lang),
                        "credit-note": render_credit_note(note, "pdf", lang=lang)}
                 for lang in ("en", "zh-CN")}
+    # issue 38: beta's statement of March, as `gpubill statement --format pdf` writes it
+    from datetime import date
 
-    reads = Reads([database])
-    recorder = AccessRecorder(lambda records: reads.run(lambda db: record_access(db, records)))
-    service = Service(reads, lambda: rules, recorder, now=lambda: NOW)
-    app = create_app(Settings(), reads, lambda: rules, service=service)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
+    from reports.render import render_statement
+    from reports.statement import statement_document
+
+    march = statement_document(database, rules, "beta", date(2026, 3, 1), date(2026, 3, 31))
+    statement_pdfs = {lang: render_statement(march, "pdf", lang=lang) for lang in ("en", "zh-CN")}
+
+    def serve(now: datetime) -> tuple[Any, threading.Thread, str]:
+        """The real app with its clock at `now`, on a socket of its own: (server, its thread, its URL)."""
+        reads = Reads([database])
+        recorder = AccessRecorder(lambda records: reads.run(lambda db: record_access(db, records)))
+        service = Service(reads, lambda: rules, recorder, now=lambda: now)
+        app = create_app(Settings(), reads, lambda: rules, service=service)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+            time.sleep(0.05)
+        return server, thread, f"http://127.0.0.1:{port}"
+
+    servers = [serve(NOW), serve(LATER)]
     try:
-        yield {"url": f"http://127.0.0.1:{port}", "expected": expected, "key": acme_key, "number": number,
+        yield {"url": servers[0][2], "expected": expected, "key": acme_key, "number": number,
                "replacement": replacement, "credit_note": goodwill.number, "database": database,
-               "replacement_total": replacing.invoice.total}
+               "replacement_total": replacing.invoice.total, "later_url": servers[1][2], "beta_key": beta_key,
+               "beta_number": beta_number, "beta_total": Decimal(beta_total), "statement_pdfs": statement_pdfs}
     finally:
-        server.should_exit = True
-        thread.join(timeout=15)
+        for server, thread, _ in servers:
+            server.should_exit = True
+        for server, thread, _ in servers:
+            thread.join(timeout=15)
         database.close()
         patch.undo()
 
@@ -347,3 +380,111 @@ def test_sign_in_read_download_and_sign_out_in_a_real_browser(portal, browser, l
     browser.get(portal["url"] + "/files/usage?period=2026-02&format=csv")
     wait.until(until.presence_of_element_located((By.ID, "sign-in")))
     shot(browser, f"06-signed-out-{tag}")
+
+
+PAYMENT_WORDS = {  # what the page must say about payments (issue 38), written here, not read from i18n.py
+    "en": {"partly": "Partially paid", "overdue": "Overdue", "opening": "Opening balance",
+           "closing": "Closing balance", "invoice": "Invoice {number}", "payment": "Payment pay-beta-1",
+           "bank": "Bank transfer", "nothing": "Nothing between 2026-04-01 and 2026-04-10.",
+           "owed": "Owed (postpaid)", "statement": "Statement of account", "payments": "Payments",
+           "note": "outstanding on invoices {amount} + not invoiced yet"},
+    "zh-CN": {"partly": "部分付款", "overdue": "已逾期", "opening": "期初余额",
+              "closing": "期末余额", "invoice": "账单 {number}", "payment": "付款 pay-beta-1",
+              "bank": "银行转账", "nothing": "2026-04-01 至 2026-04-10 期间无记录。",
+              "owed": "应付（后付费）", "statement": "对账单", "payments": "付款记录",
+              "note": "账单未付 {amount} + 尚未开账单"},
+}
+
+
+@pytest.mark.parametrize("lang", ["en", "zh-CN"])
+def test_paid_outstanding_overdue_and_the_statement_in_a_real_browser(portal, browser, lang):
+    """Issue 38: beta's page on 2026-04-10 (the second server's clock) — its February invoice with
+    ¥100.00 paid, the rest outstanding and overdue; the statement of this month, then of March chosen
+    in the form; the payment listed — in both languages."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as until
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    words, tag = PAYMENT_WORDS[lang], lang.lower()
+    wait = WebDriverWait(browser, 20)
+    number, total = portal["beta_number"], portal["beta_total"]
+    left = total - Decimal("100.00")  # what the invoice still asks once ¥100.00 is paid
+    assert left > 0
+
+    def yuan(amount: Decimal) -> str:
+        return f"\u2212¥{-amount:,.2f}" if amount < 0 else f"¥{amount:,.2f}"
+
+    browser.get(portal["later_url"] + "/")
+    browser.find_element(By.CSS_SELECTOR, f'a[data-lang="{lang}"]').click()
+    wait.until(lambda d: d.find_element(By.TAG_NAME, "html").get_attribute("lang") == lang)
+    browser.find_element(By.ID, "key").send_keys(portal["beta_key"])
+    browser.find_element(By.ID, "sign-in").click()
+    wait.until(until.presence_of_element_located((By.ID, "statement")))
+
+    # -- the invoice: total, paid, outstanding, partially paid, overdue (due 2026-03-20, now 04-10) ----
+    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{number}"]')
+    assert row.find_element(By.CSS_SELECTOR, ".amount").text == yuan(total)
+    assert row.find_element(By.CSS_SELECTOR, "td[data-paid]").text == "¥100.00"
+    assert row.find_element(By.CSS_SELECTOR, "td[data-outstanding]").text == yuan(left)
+    state = row.find_element(By.CSS_SELECTOR, "[data-payment-state]")
+    assert (state.get_attribute("data-payment-state"), state.text) == ("partially_paid", words["partly"])
+    overdue = row.find_element(By.CSS_SELECTOR, "[data-overdue]")
+    assert overdue.text == words["overdue"] and overdue.is_displayed()
+    assert overdue.value_of_css_property("color") != row.find_element(By.CSS_SELECTOR, "[data-status]") \
+        .value_of_css_property("color")  # the stylesheet marks it apart from the issued badge
+    assert row.find_element(By.CSS_SELECTOR, "td.due").text.startswith(yuan(left))
+    # what is owed: what the invoice still asks, and March's usage, not invoiced yet, on top
+    assert words["owed"] in text(browser, "money") and text(browser, "outstanding").startswith(yuan(left))
+    assert words["note"].format(amount=yuan(left)) in text(browser, "balance-note")
+
+    # -- the statement of this month (April 1–10): nothing moved, it opens and closes at what is owed ---
+    assert words["statement"] in text(browser, "statement-title")
+    assert words["opening"] in text(browser, "statement") and words["closing"] in text(browser, "statement")
+    assert text(browser, "statement-opening") == yuan(left) == text(browser, "statement-closing")
+    assert text(browser, "no-entries") == words["nothing"]
+    shot(browser, f"07-payments-this-month-{tag}")
+
+    # -- March, chosen in the form: 0.00, + the invoice, − the payment = what is owed -----------------
+    for field, day in (("statement-from", "2026-03-01"), ("statement-to", "2026-03-31")):
+        browser.execute_script("arguments[0].value = arguments[1]", browser.find_element(By.ID, field), day)
+    browser.find_element(By.ID, "statement-show").click()
+    wait.until(lambda d: "from=2026-03-01" in d.current_url and "to=2026-03-31" in d.current_url)
+    assert text(browser, "statement-opening") == "¥0.00"
+    entries = [[cell.text for cell in tr.find_elements(By.TAG_NAME, "td")]
+               for tr in browser.find_elements(By.CSS_SELECTOR, "#statement-entries tbody tr")]
+    assert entries == [["2026-03-05", words["invoice"].format(number=number), yuan(total), yuan(total)],
+                       ["2026-03-10", words["payment"], yuan(Decimal("-100.00")), yuan(left)]], entries
+    assert text(browser, "statement-closing") == yuan(left)
+    # its PDF, in the page's language, for the range shown
+    browser.find_element(By.CSS_SELECTOR, '#statement a[data-format="pdf"]').click()
+    pdf = downloaded(browser, f"statement_beta_2026-03-01_2026-03-31{'' if lang == 'en' else '.' + lang}.pdf")
+    assert pdf.startswith(b"%PDF-") and pdf == portal["statement_pdfs"][lang]
+
+    # -- the payment: when, how, how much, where it went ---------------------------------------------
+    assert words["payments"] in text(browser, "payments-title")
+    payment = browser.find_element(By.CSS_SELECTOR, 'tr[data-payment="pay-beta-1"]')
+    cells = [cell.text for cell in payment.find_elements(By.TAG_NAME, "td")]
+    assert cells[:4] == ["pay-beta-1", "2026-03-10", words["bank"], "¥100.00"], cells
+    assert cells[4] == f"{number} ¥100.00" and cells[5] == "¥0.00", cells
+    assert "发票" not in browser.page_source
+    shot(browser, f"08-payments-march-{tag}")
+    browser.set_window_size(390, 844)
+    shot(browser, f"09-payments-phone-{tag}")
+
+    # -- acme on the first server (2026-03-20): its replacement, due 03-22, nothing paid and not late yet —
+    # partially paid all the same: its goodwill credit note covers 5.30 of it (billing_rules.accounts
+    # InvoiceState.payment_state counts credit notes); the voided invoice carries no payment state ---
+    browser.get(portal["url"] + f"/?lang={lang}")
+    browser.find_element(By.ID, "key").send_keys(portal["key"])
+    browser.find_element(By.ID, "sign-in").click()
+    wait.until(until.presence_of_element_located((By.ID, "statement")))
+    replacing = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["replacement"]}"]')
+    owed = portal["replacement_total"] - Decimal("5.30")  # its goodwill credit note
+    assert replacing.find_element(By.CSS_SELECTOR, "td[data-paid]").text == "¥0.00"
+    assert replacing.find_element(By.CSS_SELECTOR, "td[data-outstanding]").text == f"¥{owed:,.2f}"
+    assert replacing.find_element(By.CSS_SELECTOR, "[data-payment-state]").text == words["partly"]
+    assert not replacing.find_elements(By.CSS_SELECTOR, "[data-overdue]")
+    voided = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["number"]}"]')
+    assert not voided.find_elements(By.CSS_SELECTOR, "[data-payment-state]")
+    assert not voided.find_elements(By.CSS_SELECTOR, "[data-overdue]")
+    assert not browser.find_elements(By.CSS_SELECTOR, "tr[data-payment]")  # beta's payment is beta's

@@ -406,6 +406,7 @@ def test_an_operator_s_unknown_tenant_has_no_balance_and_hourly_pdfs_are_refused
     page.post("/tenant", data={"tenant": "nosuch", "csrf": csrf}, headers={"Origin": "http://portal.test"})
     shown = page.get("/")
     assert shown.status_code == 200 and 'id="money"' not in shown.text and 'id="summary"' in shown.text
+    assert 'id="statement-error"' in shown.text  # issue 38: no statement of a tenant nobody registered
 
 
 def test_a_month_not_begun_is_404_naming_the_period(client, world):

@@ -12,13 +12,15 @@ declared, schema-valid requests accepted (no 400: ST202), schema-violating ones 
 request without the key refused. Bounded and deterministic: a fixed number of examples per
 operation, derandomized, no deadline per example (a first Chinese PDF parses its font).
 
-One refusal is not the schema's to say: `granularity=hour` with `format=pdf` (OpenAPI cannot
-tie two parameters together); the `granularity` parameter's description says it, and the pair
-is left out of generation here (`_without_hourly_pdf`).
+Two refusals are not the schema's to say (OpenAPI cannot tie two parameters together):
+`granularity=hour` with `format=pdf`, and a statement whose `from` is after its `to` (or after
+today, `to` left out); the parameters' descriptions say them, and those cases are left out of
+generation here (`_without_cross_refusals`).
 """
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
@@ -27,14 +29,15 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from tests.unit.test_api_http import make_client, seeded_database
 
-EXAMPLES = 6  # per operation and document: 8 operations × 2 documents × (explicit + generated) in ~30 s here
+EXAMPLES = 6  # per operation and document: 10 operations × 2 documents × (explicit + generated) in ~40 s here
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                 phases=[Phase.explicit, Phase.generate],
                 suppress_health_check=list(HealthCheck))
 
 
 OPERATIONS = ("GET /v1/me", "GET /v1/usage", "GET /v1/usage/current", "GET /v1/balance", "GET /v1/invoices",
-              "GET /v1/invoices/{number}", "GET /v1/credit-notes", "GET /v1/credit-notes/{number}")
+              "GET /v1/invoices/{number}", "GET /v1/credit-notes", "GET /v1/credit-notes/{number}", "GET /v1/payments",
+              "GET /v1/statement")
 DOCUMENTS = {"tenant": "/openapi.json", "operator": "/openapi-operator.json"}  # key kind → its document
 
 
@@ -58,10 +61,21 @@ def schemas(fuzz_world) -> Any:
     return of
 
 
-def _without_hourly_pdf(case: Any) -> bool:
-    """False for the one documented cross-parameter refusal: hourly rows as a PDF."""
+def _without_cross_refusals(case: Any) -> bool:
+    """False for the documented cross-parameter refusals: hourly rows as a PDF; a statement's range that
+    runs backwards (`from` after `to`, or after today — UTC's or the billing zone's — when `to` is left out)."""
     query = case.query if isinstance(case.query, dict) else {}
-    return not (query.get("granularity") == "hour" and query.get("format") == "pdf")
+    if query.get("granularity") == "hour" and query.get("format") == "pdf":
+        return False
+    start, end = query.get("from"), query.get("to")
+    if isinstance(start, str) and start[:1].isdigit():
+        try:
+            start_on = date.fromisoformat(start)
+            end_on = date.fromisoformat(end) if isinstance(end, str) else datetime.now(UTC).date()
+        except ValueError:
+            return True  # not a day: the schema says no (negative mode), the API says 400
+        return start_on <= end_on
+    return True
 
 
 def test_the_documents_cover_every_route(schemas):
@@ -82,7 +96,7 @@ def test_the_fuzzer_finds_no_violation(schemas, fuzz_world, kind, operation, mod
     method, path = operation.split(" ")
     api = schemas(kind)[path][method]
     auth = {"Authorization": f"Bearer {seeded['tokens']['operator' if kind == 'operator' else 't02']}"}
-    strategy = api.as_strategy(generation_mode=GenerationMode(mode)).filter(_without_hourly_pdf)
+    strategy = api.as_strategy(generation_mode=GenerationMode(mode)).filter(_without_cross_refusals)
 
     @FUZZ
     @given(case=strategy)
@@ -103,7 +117,8 @@ def test_real_documents_conform(schemas, fuzz_world, kind):
     invoice = seeded["numbers"]["t02"]
     (note,) = seeded["credit_notes"]["t02"]  # the goodwill note on its invoice
     cases = [("/v1/me", {}, {}), ("/v1/usage/current", {}, named), ("/v1/balance", {}, named),
-             ("/v1/invoices", {}, named), ("/v1/credit-notes", {}, named),
+             ("/v1/invoices", {}, named), ("/v1/credit-notes", {}, named), ("/v1/payments", {}, named),
+             ("/v1/statement", {}, named), ("/v1/statement", {}, {"from": "2026-04-01", "to": "2026-04-30", **named}),
              ("/v1/usage", {}, {"period": "2026-03", "granularity": "hour", "format": "json", **named})]
     for lang in ("en", "zh-CN"):
         cases += [("/v1/usage", {}, {"period": "2026-03", "format": fmt, "lang": lang, **named})

@@ -75,17 +75,28 @@ NAMES = {"acme": "Acme 算力 <Ltd>", "beta": "<script>alert(1)</script>\u202eev
 _ISSUED = {"status": "issued", "issued_at": "2026-03-04T08:00:00Z", "currency": "CNY", "issue_date": "2026-03-04",
            "replaces": "", "replaced_by": "", "credit_notes": []}
 # acme's February: GB-…01 (a goodwill credit note on it), GB-…03 voided and replaced by GB-…04
+# issue 38: GB-…04 paid by pay-acme-1; GB-…01 unpaid and past its due date (the stand-in's today: 2026-03-20)
+_UNPAID = {"paid": "0.00", "credited": "0.00", "written_off": "0.00", "payment_state": "unpaid", "overdue": False}
 INVOICES = {"acme": [{**_ISSUED, "number": "GB-2026-000004", "period": "2026-02", "issued_at": "2026-03-06T08:00:00Z",
-                      "issue_date": "2026-03-06", "total": "480.00", "prepaid": False, "amount_due": "480.00",
-                      "due_date": "2026-03-21", "settled": False, "replaces": "GB-2026-000003"},
+                      "issue_date": "2026-03-06", "total": "480.00", "prepaid": False, "amount_due": "0.00",
+                      "due_date": "2026-03-21", "settled": True, "replaces": "GB-2026-000003",
+                      **_UNPAID, "paid": "480.00", "outstanding": "0.00", "payment_state": "paid"},
                      {**_ISSUED, "number": "GB-2026-000003", "period": "2026-02", "status": "voided", "total": "530.00",
                       "prepaid": False, "amount_due": "0.00", "due_date": None, "settled": True,
-                      "replaced_by": "GB-2026-000004", "credit_notes": ["CN-2026-000002"]},
+                      "replaced_by": "GB-2026-000004", "credit_notes": ["CN-2026-000002"],
+                      **_UNPAID, "credited": "530.00", "outstanding": "0.00", "payment_state": "paid"},
                      {**_ISSUED, "number": "GB-2026-000001", "period": "2026-02", "total": "1000.10", "prepaid": False,
                       "amount_due": "1000.10", "due_date": "2026-03-19", "settled": False,
-                      "credit_notes": ["CN-2026-000001"]}],
+                      "credit_notes": ["CN-2026-000001"], **_UNPAID, "outstanding": "1000.10", "overdue": True}],
             "beta": [{**_ISSUED, "number": "GB-2026-000002", "period": "2026-02", "total": "7.00", "prepaid": True,
-                      "amount_due": "0.00", "due_date": None, "settled": True, "credit_notes": ["CN-2026-000003"]}]}
+                      "amount_due": "0.00", "due_date": "2026-03-19", "settled": True, "credit_notes": ["CN-2026-000003"],
+                      **_UNPAID, "paid": "5.94", "credited": "1.06", "outstanding": "0.00", "payment_state": "paid"}]}
+PAYMENTS = {"acme": [{"ref": "pay-acme-1", "amount": "480.00", "currency": "CNY", "method": "bank",
+                      "received_on": "2026-03-15", "allocations": [{"invoice": "GB-2026-000004", "amount": "480.00"}],
+                      "unapplied": "0.00", "reversed_on": None},
+                     {"ref": "pay-acme-0", "amount": "100.00", "currency": "CNY", "method": "alipay",
+                      "received_on": "2026-03-12", "allocations": [], "unapplied": "0.00", "reversed_on": "2026-03-13"}]}
+TODAY = "2026-03-20"  # the stand-in's today, in the billing time zone
 _NOTE = {"period": "2026-02", "currency": "CNY", "issued_at": "2026-03-05T17:00:00Z", "issue_date": "2026-03-06"}
 CREDIT_NOTES = {"acme": [{**_NOTE, "number": "CN-2026-000002", "invoice": "GB-2026-000003", "reason": "void",
                           "subtotal": "500.00", "tax": "30.00", "total": "530.00"},
@@ -176,6 +187,49 @@ class FakeService:
 
     def credit_notes(self, key: Key, tenant: str) -> list[dict]:
         return CREDIT_NOTES.get(tenant, [])
+
+    def payments(self, key: Key, tenant: str) -> list[dict]:
+        return PAYMENTS.get(tenant, [])
+
+    def account(self, key: Key, tenant: str):
+        from types import SimpleNamespace
+
+        # acme: GB-…01's 1,000.10 outstanding and past due; nothing held
+        outstanding = sum((Decimal(i["outstanding"]) for i in INVOICES.get(tenant, [])), Decimal("0.00"))
+        past_due = sum((Decimal(i["outstanding"]) for i in INVOICES.get(tenant, []) if i["overdue"]), Decimal("0.00"))
+        return SimpleNamespace(outstanding=outstanding, past_due=past_due, unapplied=Decimal("0.00"))
+
+    def statement(self, key: Key, tenant: str, start: str | None, end: str | None):
+        """acme's account from its invoices and payments above, by billing_rules.accounts.statement; the
+        Service's defaults (today, the first of its month) and its refusal of a range that runs backwards."""
+        from datetime import date
+
+        from billing_rules.accounts import InvoiceDoc, PaymentDoc, statement
+
+        self.calls.append(("statement", tenant, start, end))
+        try:
+            end_on = date.fromisoformat(end or TODAY)
+            start_on = date.fromisoformat(start) if start else end_on.replace(day=1)
+        except ValueError:
+            raise Problem(400, "from: not a date", param="from") from None
+        if start_on > end_on:
+            raise Problem(400, "from: after to", param="from")
+        invoices = [InvoiceDoc(i["number"], tenant, i["period"], "issued", date.fromisoformat(i["issue_date"]),
+                               date.fromisoformat(i["due_date"]), Decimal(i["total"]))
+                    for i in INVOICES.get(tenant, []) if i["status"] == "issued"]
+        payments = [PaymentDoc(p["ref"], tenant, Decimal(p["amount"]), date.fromisoformat(p["received_on"]), p["method"],
+                               date.fromisoformat(p["reversed_on"]) if p["reversed_on"] else None)
+                    for p in PAYMENTS.get(tenant, [])]
+        from reports.statement import StatementDocument
+
+        return StatementDocument(statement(tenant, start_on, end_on, invoices=invoices, payments=payments,
+                                           credit_notes=[], refunds=[], write_offs=[]))
+
+    def statement_download(self, key, tenant, start, end, fmt, lang) -> File:
+        self.calls.append(("statement-file", tenant, start, end, fmt, lang))
+        found = self.statement(key, tenant, start, end).statement
+        return File(f"statement {tenant} {found.start} {found.end} {fmt} {lang}".encode(), "application/pdf",
+                    f"statement_{tenant}_{found.start}_{found.end}.{fmt}")
 
     def credit_note_download(self, key, tenant, number, fmt, lang) -> File:
         self.calls.append(("credit-note", tenant, number, fmt, lang))
@@ -472,7 +526,7 @@ def test_the_page_shows_what_is_owed_and_what_is_left(portal):
     # issue 36: acme is postpaid; its page said "Prepaid balance −¥1,000.10": now what it is charged
     assert "Prepaid balance" not in page and "Owed (postpaid)" in page
     assert 'data-prepaid="no">¥1,000.10<' in page and "postpaid: invoiced each month" in page
-    assert "invoiced ¥1,000.10 + not invoiced yet ¥0.00" in page
+    assert "outstanding on invoices ¥1,000.10 + not invoiced yet ¥0.00" in page  # issue 38: less payments
     assert "New-user trial credit ¥2.30" in page
     assert "¥1,000.10 by 2026-03-19" in page  # amount due and due date of the postpaid invoice
     zh = portal.client.get("/?lang=zh-CN").text
@@ -626,3 +680,53 @@ def test_a_prepaid_tenant_keeps_its_balance_and_runway(portal):
     page = portal.client.get("/?lang=en").text
     assert "Prepaid balance" in page and 'data-prepaid="yes">¥193.00<' in page and "Owed" not in page
     assert "12.50 h at the last hour" in page
+
+
+@pytest.mark.parametrize("lang, words", [
+    ("en", {"paid": "Paid", "unpaid": "Unpaid", "overdue": "Overdue", "reversed": "Reversed 2026-03-13",
+            "alipay": "Alipay", "none": "No payments recorded yet.", "past_due": "of which overdue ¥1,000.10"}),
+    ("zh-CN", {"paid": "已付清", "unpaid": "未付款", "overdue": "已逾期", "reversed": "已于 2026-03-13 冲正",
+               "alipay": "支付宝", "none": "暂无付款记录。", "past_due": "其中逾期 ¥1,000.10"}),
+])
+def test_each_invoice_shows_its_payment_state_and_the_payments_are_listed(portal, lang, words):
+    # issue 38: paid and outstanding per invoice, a badge of its state, overdue marked; a voided one gets none
+    portal.sign_in()
+    page = portal.client.get(f"/?lang={lang}").text
+    late = row_of(page, "invoice", "GB-2026-000001")
+    assert "¥0.00" in late and "¥1,000.10" in late and words["unpaid"] in late and words["overdue"] in late
+    paid = row_of(page, "invoice", "GB-2026-000004")
+    assert "¥480.00" in paid and words["paid"] in paid and words["overdue"] not in paid
+    voided = re.search(r'<tr data-invoice="GB-2026-000003".*?</tr>', page, re.S).group(0)
+    assert "data-payment-state" not in voided and "data-overdue" not in voided
+    assert words["past_due"] in text_of(page)
+    assert re.findall(r'<tr data-payment="([^"]+)"', page) == ["pay-acme-1", "pay-acme-0"]
+    assert words["reversed"] in row_of(page, "payment", "pay-acme-0") and words["alipay"] in row_of(
+        page, "payment", "pay-acme-0")
+    beta = Portal(TestClient(portal.client.app, base_url=BASE), portal.service, portal.sessions, portal.clock)
+    beta.sign_in("gpb_k_beta_secret")
+    assert words["none"] in beta.client.get(f"/?lang={lang}").text
+
+
+def test_the_statement_defaults_to_this_month_and_takes_a_range(portal):
+    portal.sign_in()
+    page = portal.client.get("/").text
+    # the stand-in's today is 2026-03-20: March 1 … 20; before it nothing, then the invoices and payments
+    assert ("statement", "acme", None, None) in portal.service.calls
+    assert 'name="from" value="2026-03-01"' in page and 'name="to" value="2026-03-20"' in page
+    assert re.findall(r'<tr data-entry="([a-z_]+)"', page) == ["invoice", "invoice", "payment", "payment_reversed",
+                                                               "payment"]
+    # 1,000.10 + 480.00 − 100.00 + 100.00 − 480.00 = 1,000.10
+    assert 'id="statement-opening">¥0.00<' in page and 'id="statement-closing">¥1,000.10<' in page
+    later = portal.client.get("/?from=2026-03-14&to=2026-03-31&lang=zh-CN").text
+    # opening: 1,000.10 + 480.00 − 100.00 + 100.00 = 1,480.10 before the 14th; then pay-acme-1's −480.00
+    assert 'id="statement-opening">¥1,480.10<' in later and 'id="statement-closing">¥1,000.10<' in later
+    assert "付款 pay-acme-1" in text_of(later) and "−¥480.00" in later
+    # the language switcher keeps the range
+    assert 'href="/?from=2026-03-14&amp;to=2026-03-31&amp;lang=en"' in later
+    # its files, in the page's language, for the range shown
+    assert 'href="/files/statement?from=2026-03-14&amp;to=2026-03-31&amp;format=pdf"' in later
+    got = portal.client.get("/files/statement?from=2026-03-14&to=2026-03-31&format=pdf")
+    assert got.content == b"statement acme 2026-03-14 2026-03-31 pdf zh-CN"
+    assert got.headers["content-disposition"] == 'attachment; filename="statement_acme_2026-03-14_2026-03-31.pdf"'
+    empty = portal.client.get("/?from=2026-03-21&to=2026-03-31&lang=en").text
+    assert "Nothing between 2026-03-21 and 2026-03-31." in empty and "data-entry" not in empty
