@@ -135,13 +135,13 @@ class InvoiceState:
 
     @property
     def payment_state(self) -> str:
-        """`paid` once payments and credit notes cover the total (a zero total, a fully credited invoice
-        too), `partially_paid` when they cover part of it, else `unpaid`. A write-off does not pay:
-        a written-off invoice stays unpaid or partially paid, with nothing outstanding."""
-        covered = self.paid + self.credited
-        if covered >= self.total:
+        """`paid` once payments cover what the invoice asks after its credit notes (a zero total, a fully
+        credited invoice too: nothing is asked), `partially_paid` when payments cover part of it, else
+        `unpaid` — a credit note is not a payment. A write-off does not pay either: a written-off invoice
+        stays unpaid or partially paid, with nothing outstanding."""
+        if self.paid >= self.total - self.credited:
             return "paid"
-        return "partially_paid" if covered > 0 else "unpaid"
+        return "partially_paid" if self.paid > 0 else "unpaid"
 
     @property
     def overdue(self) -> bool:

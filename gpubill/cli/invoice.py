@@ -302,7 +302,7 @@ def _listed(db, headers, rules=None) -> list[dict]:
              "revision": h.revision, "issued_at": h.issued_at, "total": f"{h.total:.2f}", "currency": h.currency,
              "replaces": h.replaces, "replaced_by": replaced_by.get(h.number, "") if h.number else "",
              "credit_notes": notes.get(h.number, []) if h.number else [], "rules_revision": h.rules_revision,
-             **({"due_date": str(states[h.number].due_on) if h.number in states else None,
+             **({"due_date": str(states[h.number].due_on) if h.number in states and h.status == "issued" else None,
                  **payment_fields(states.get(h.number) if h.number else None)} if rules is not None else {})}
             for h in headers]
 

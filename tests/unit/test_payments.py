@@ -224,7 +224,8 @@ def test_apply_spends_credit_from_a_credit_note_on_what_is_outstanding(db):
     # 10.00 + VAT 0.60 = 10.60; GB1 was paid: all of it is held as credit
     assert note.total == D("10.60") and held(db, "t01") == D("10.60")
     assert apply_credit(db, RULES, "t01", now=NOW) == [(GB2, D("10.60"))]
-    assert states(db)[GB2] == (0, D("10.60"), 0, D("201.40"), "partially_paid")  # 212.00 − 10.60
+    # 212.00 − 10.60 = 201.40 asked; credit from a note is not a payment: unpaid
+    assert states(db)[GB2] == (0, D("10.60"), 0, D("201.40"), "unpaid")
     assert held(db, "t01") == 0 and apply_credit(db, RULES, "t01", now=NOW) == []  # none left: nothing happens
     with pytest.raises(PaymentRefused, match="GB-2026-000003 is not an issued invoice of t01"):
         apply_credit(db, RULES, "t01", invoices=[GB3], now=NOW)
