@@ -383,12 +383,12 @@ def test_sign_in_read_download_and_sign_out_in_a_real_browser(portal, browser, l
 
 
 PAYMENT_WORDS = {  # what the page must say about payments (issue 38), written here, not read from i18n.py
-    "en": {"partly": "Partially paid", "overdue": "Overdue", "opening": "Opening balance",
+    "en": {"partly": "Partially paid", "unpaid": "Unpaid", "overdue": "Overdue", "opening": "Opening balance",
            "closing": "Closing balance", "invoice": "Invoice {number}", "payment": "Payment pay-beta-1",
            "bank": "Bank transfer", "nothing": "Nothing between 2026-04-01 and 2026-04-10.",
            "owed": "Owed (postpaid)", "statement": "Statement of account", "payments": "Payments",
            "note": "outstanding on invoices {amount} + not invoiced yet"},
-    "zh-CN": {"partly": "部分付款", "overdue": "已逾期", "opening": "期初余额",
+    "zh-CN": {"partly": "部分付款", "unpaid": "未付款", "overdue": "已逾期", "opening": "期初余额",
               "closing": "期末余额", "invoice": "账单 {number}", "payment": "付款 pay-beta-1",
               "bank": "银行转账", "nothing": "2026-04-01 至 2026-04-10 期间无记录。",
               "owed": "应付（后付费）", "statement": "对账单", "payments": "付款记录",
@@ -472,8 +472,8 @@ def test_paid_outstanding_overdue_and_the_statement_in_a_real_browser(portal, br
     shot(browser, f"09-payments-phone-{tag}")
 
     # -- acme on the first server (2026-03-20): its replacement, due 03-22, nothing paid and not late yet —
-    # partially paid all the same: its goodwill credit note covers 5.30 of it (billing_rules.accounts
-    # InvoiceState.payment_state counts credit notes); the voided invoice carries no payment state ---
+    # unpaid: its goodwill credit note lowers what it asks by 5.30 but is not a payment (billing_rules.accounts
+    # InvoiceState.payment_state); the voided invoice carries no payment state ---
     browser.get(portal["url"] + f"/?lang={lang}")
     browser.find_element(By.ID, "key").send_keys(portal["key"])
     browser.find_element(By.ID, "sign-in").click()
@@ -482,7 +482,7 @@ def test_paid_outstanding_overdue_and_the_statement_in_a_real_browser(portal, br
     owed = portal["replacement_total"] - Decimal("5.30")  # its goodwill credit note
     assert replacing.find_element(By.CSS_SELECTOR, "td[data-paid]").text == "¥0.00"
     assert replacing.find_element(By.CSS_SELECTOR, "td[data-outstanding]").text == f"¥{owed:,.2f}"
-    assert replacing.find_element(By.CSS_SELECTOR, "[data-payment-state]").text == words["partly"]
+    assert replacing.find_element(By.CSS_SELECTOR, "[data-payment-state]").text == words["unpaid"]
     assert not replacing.find_elements(By.CSS_SELECTOR, "[data-overdue]")
     voided = browser.find_element(By.CSS_SELECTOR, f'tr[data-invoice="{portal["number"]}"]')
     assert not voided.find_elements(By.CSS_SELECTOR, "[data-payment-state]")
