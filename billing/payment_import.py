@@ -3,7 +3,7 @@
     plan_import(db, rules, data, now=None) -> ImportPlan       read, matched, checked: what each line would do
     record_import(db, rules, plan, ...) -> [(Payment, bool)]    the plan's new payments, under one lease, all or none
 
-The statement is read and each line matched by schemas/bank_statement.py (pure: an invoice
+The statement is read by schemas/bank_statement.py and each line matched by schemas/bank_matching.py (pure: an invoice
 number in the remittance, else a registered tenant id in it; never guessed). Here each line
 gets its fate against the books:
 
@@ -29,7 +29,8 @@ from typing import Any, Callable, Literal
 from billing import invoice_store
 from billing.payments import Payment, PaymentRefused, check_received, check_text, payments, receipt, record_payments
 from billing.tenants import registered_tenants
-from schemas.bank_statement import BadLine, BankLine, Match, match_lines, parse_statement
+from schemas.bank_matching import Match, match_lines
+from schemas.bank_statement import BadLine, BankLine, parse_statement
 
 __all__ = ["ImportPlan", "PlannedLine", "plan_import", "record_import", "ref_of"]
 

@@ -9,9 +9,8 @@ from decimal import Decimal as D
 
 import pytest
 
-from schemas.bank_statement import (
-    MAX_BYTES, BadLine, BankLine, InvalidStatement, Match, match_lines, parse_statement, read_statement,
-)
+from schemas.bank_matching import Match, match_lines
+from schemas.bank_statement import MAX_BYTES, BadLine, BankLine, InvalidStatement, parse_statement, read_statement
 from schemas.errors import SchemaError
 
 HEADER = "流水号,交易日期,金额,对方户名,附言"
