@@ -4,7 +4,7 @@ of the event log, set beside what the live database bills for the period now.
     log_charges(db, rules, period)     -> {tenant: Decimal}    on the scratch database the log was replayed into
     billed_charges(db, period)         -> {tenant: Billed}     on the live database
     compare(log, billed)               -> [TenantCheck]        every tenant of either side, by name
-    documents(db, period)              -> [[str]]              the period's invoices and credit notes, as stated
+    documents(db, period)              -> [[str]]              the period's invoices, credit notes, allocations, write-offs
     documents_differ(books, live)      -> [str]                what the books (a projection of the log) and the
                                                                live database say otherwise about one document
 
@@ -145,12 +145,22 @@ _DOCUMENTS_SQL = """
 SELECT 'invoice', id, number, status, toString(revision), toString(total) FROM invoices FINAL WHERE period = {p:String}
 UNION ALL
 SELECT 'credit note', number, invoice, reason, '', toString(total) FROM credit_notes FINAL WHERE period = {p:String}
+UNION ALL
+SELECT 'allocation', concat(invoice, ' from ', source), source_kind, '', '', toString(sum(amount)) FROM allocations FINAL
+WHERE invoice IN (SELECT number FROM invoices FINAL WHERE period = {p:String} AND number != '')
+GROUP BY invoice, source_kind, source
+UNION ALL
+SELECT 'write-off', invoice, '', '', '', toString(sum(amount)) FROM write_offs FINAL
+WHERE invoice IN (SELECT number FROM invoices FINAL WHERE period = {p:String} AND number != '')
+GROUP BY invoice
 """
 
 
 def documents(db: Any, period: str) -> list[list[str]]:
-    """The period's invoices (kind, id, number, status, revision, total) and credit notes (kind,
-    number, invoice, reason, '', total), as text, sorted."""
+    """The period's invoices (kind, id, number, status, revision, total), credit notes (kind,
+    number, invoice, reason, '', total), what each source allocated to its invoices (kind, "invoice
+    from source", source kind, '', '', amount) and their write-offs (kind, invoice, '', '', '', amount;
+    issue 38), as text, sorted."""
     return sorted([list(map(str, row)) for row in db.query(_DOCUMENTS_SQL, {"p": period})])
 
 

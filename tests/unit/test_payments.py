@@ -400,3 +400,17 @@ def test_a_payment_to_a_voided_invoice_or_a_draft_is_refused(db, tmp_path):
     # unnamed, a payment passes the voided invoice by: t02 has nothing outstanding, all of it is held
     payment, _ = pay(db, "t02", "10", "pay-1")
     assert payment.allocations == () and payment.unapplied == D("10.00")
+
+
+def test_verify_log_states_what_was_allocated_to_and_written_off_the_periods_invoices(db):
+    """verify-log compares these rows of the books' projection with the live database's (billing/verify_log.py)."""
+    from billing.verify_log import documents
+
+    pay(db, "t01", "150", "pay-1")  # GB1 106.00 (due first), then 44.00 of GB2 (212.00)
+    write_off(db, RULES, GB2, "unreachable", now=NOW)  # 212.00 − 44.00 = 168.00
+    march = [row for row in documents(db, "2026-03") if row[0] in ("allocation", "write-off")]
+    # amounts as ClickHouse writes a Decimal as text (no trailing zeros), the same on both sides
+    assert march == [["allocation", f"{GB2} from pay-1", "payment", "", "", "44"],
+                     ["write-off", GB2, "", "", "", "168"]]
+    assert [row for row in documents(db, "2026-02") if row[0] == "allocation"] == [
+        ["allocation", f"{GB1} from pay-1", "payment", "", "", "106"]]
