@@ -65,7 +65,7 @@ def credit_note_create(
     with connect(settings) as database, open_books(database, settings, numbered=True, rules=rules):
         made = create_credit_note(database, rules, invoice, reason, amounts, note=note, refund=refund,
                                   on_wait=lambda message: err.print(terminal_text(message), highlight=False))
-        effect = _effect(database, rules, made)
+        effect = _effect(database, made)
     if as_json:
         _print_json([{**_summary(made), **{k: f"{v:.2f}" for k, v in effect.items()}, "refund_ref": refund or ""}])
         return
@@ -79,14 +79,12 @@ def credit_note_create(
               f"{made.tax:.2f} = {made.total:.2f} {made.currency}: {'; '.join(went)}", highlight=False)
 
 
-def _effect(db, rules, made) -> dict:
+def _effect(db, made) -> dict:
     """What credit note `made` did to the account: to its invoice, refunded, held as credit (they add up to its total)."""
-    from billing.accounts import ledger
-
-    books = ledger(db, rules, made.tenant)
-    to_invoice = sum((a.amount for a in books.allocations if a.source_kind == "credit_note" and a.source == made.number),
-                     Decimal("0.00"))
-    refunded = sum((r.amount for r in books.refunds if r.credit_note == made.number), Decimal("0.00"))
+    allocated, refunded = db.query(
+        "SELECT (SELECT sum(amount) FROM allocations FINAL WHERE source_kind = 'credit_note' AND source = {n:String}), "
+        "(SELECT sum(amount) FROM refunds FINAL WHERE credit_note = {n:String})", {"n": made.number})[0]
+    to_invoice, refunded = (Decimal(value or 0).quantize(Decimal("0.01")) for value in (allocated, refunded))
     return {"to_invoice": to_invoice, "refunded": refunded, "credit": made.total - to_invoice - refunded}
 
 
