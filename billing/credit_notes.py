@@ -30,7 +30,7 @@ Credit notes are numbered CN-YYYY-NNNNNN, gap-free per year of issue (billing ti
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -90,6 +90,9 @@ class CreditNote:
     total: Decimal  # subtotal + tax: what returns to the tenant
     vat_rate: Decimal
     lines: tuple[CreditNoteLine, ...] = ()
+    # what it did to the account when it was made (issue 38; None when read back): to its invoice, refunded
+    to_invoice: Decimal | None = field(default=None, compare=False)
+    refunded: Decimal | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,9 @@ def create_credit_note(db: Any, rules: Any, invoice_number: str, reason: str, li
         pause_at("credit-note-header")
         fence()
         books.record(db, fact)
-        return find_credit_note(db, fact.note.number)
+        return replace(find_credit_note(db, fact.note.number),
+                       to_invoice=sum((a.amount for a in fact.allocations), Decimal("0.00")),
+                       refunded=fact.refund.amount if fact.refund is not None else Decimal("0.00"))
 
 
 def void_invoice(db: Any, rules: Any, invoice_number: str, reason: str, *, actor: str | None = None,

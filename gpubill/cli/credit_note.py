@@ -65,7 +65,7 @@ def credit_note_create(
     with connect(settings) as database, open_books(database, settings, numbered=True, rules=rules):
         made = create_credit_note(database, rules, invoice, reason, amounts, note=note, refund=refund,
                                   on_wait=lambda message: err.print(terminal_text(message), highlight=False))
-        effect = _effect(database, made)
+    effect = _effect(made)
     if as_json:
         _print_json([{**_summary(made), **{k: f"{v:.2f}" for k, v in effect.items()}, "refund_ref": refund or ""}])
         return
@@ -79,12 +79,9 @@ def credit_note_create(
               f"{made.tax:.2f} = {made.total:.2f} {made.currency}: {'; '.join(went)}", highlight=False)
 
 
-def _effect(db, made) -> dict:
+def _effect(made) -> dict:
     """What credit note `made` did to the account: to its invoice, refunded, held as credit (they add up to its total)."""
-    allocated, refunded = db.query(
-        "SELECT (SELECT sum(amount) FROM allocations FINAL WHERE source_kind = 'credit_note' AND source = {n:String}), "
-        "(SELECT sum(amount) FROM refunds FINAL WHERE credit_note = {n:String})", {"n": made.number})[0]
-    to_invoice, refunded = (Decimal(value or 0).quantize(Decimal("0.01")) for value in (allocated, refunded))
+    to_invoice, refunded = made.to_invoice or Decimal("0.00"), made.refunded or Decimal("0.00")
     return {"to_invoice": to_invoice, "refunded": refunded, "credit": made.total - to_invoice - refunded}
 
 
