@@ -3,6 +3,7 @@
     ledger(db, rules, tenant=None) -> Ledger          every invoice, payment, allocation, credit note, refund, write-off
     today(rules, now=None) -> date                    the date in the billing time zone
     invoice_payments(db, rules, tenant=None, as_of=None) -> {number: InvoiceState}
+    invoice_position(db, rules, invoice, as_of=FAR) -> (InvoiceState, issue date)   one invoice, one read
     receivables(db, rules, as_of) -> (rows, total)    aging by due date, per tenant and in total
     statement_of(db, rules, tenant, start, end) -> Statement
     CreditPool(db, rules, tenants=None)               the unapplied credit of tenants, oldest first, to spend
@@ -27,10 +28,11 @@ from billing_rules.accounts import (
     invoice_states, statement, total_of, unapplied, unapplied_with,
 )
 
-__all__ = ["CreditPool", "Ledger", "Source", "allocation_id", "date_in", "invoice_payments", "ledger", "receivables",
-           "statement_of", "today"]
+__all__ = ["CreditPool", "Ledger", "Source", "allocation_id", "date_in", "invoice_payments", "invoice_position", "ledger",
+           "receivables", "statement_of", "today"]
 
 FAR = date(9999, 12, 31)
+LAST_DATE = date(2149, 6, 6)  # ClickHouse's last Date: FAR as a query parameter
 
 
 def today(rules: Any, now: datetime | None = None) -> date:
@@ -114,6 +116,35 @@ def invoice_payments(db: Any, rules: Any, tenant: str | None = None, as_of: date
     """What each issued (or voided) invoice of `tenant` (of all) has been paid and still asks, as of
     `as_of` (default: today in the billing time zone)."""
     return ledger(db, rules, tenant).states(as_of or today(rules, now))
+
+
+_POSITION_SQL = """
+SELECT
+    (SELECT sumIf(amount, source_kind = 'payment') FROM allocations FINAL
+        WHERE invoice = {n:String} AND effective_on <= {d:Date}),
+    (SELECT sumIf(amount, source_kind = 'credit_note') FROM allocations FINAL
+        WHERE invoice = {n:String} AND effective_on <= {d:Date}),
+    (SELECT sum(amount) FROM write_offs FINAL WHERE invoice = {n:String} AND written_on <= {d:Date}),
+    (SELECT groupArray((issued_on, due_on)) FROM invoice_terms FINAL WHERE number = {n:String})
+"""
+
+
+def invoice_position(db: Any, rules: Any, invoice: Any, as_of: date = FAR) -> tuple[InvoiceState, date]:
+    """One issued (or voided) invoice's state as of `as_of` (default: everything so far) and its issue
+    date, in one read — what a document or a command about that invoice alone needs, instead of its
+    tenant's whole `ledger`. `invoice`: anything with number, tenant, period, status, total, issued_at."""
+    paid, credited, written, terms = db.query(_POSITION_SQL, {"n": invoice.number, "d": min(as_of, LAST_DATE)})[0]
+    if terms:
+        issued_on, due_on = terms[0]
+    else:  # issued before invoices kept their terms
+        issued_on = date_in(rules, datetime.fromisoformat(str(invoice.issued_at).replace("Z", "+00:00")))
+        due_on = issued_on + timedelta(days=rules.payment_terms_days)
+    doc = InvoiceDoc(invoice.number, invoice.tenant, invoice.period, invoice.status, issued_on, due_on,
+                     Decimal(invoice.total))
+    sums = [Allocation(invoice.tenant, invoice.number, kind, "", Decimal(amount or 0), issued_on)
+            for kind, amount in (("payment", paid), ("credit_note", credited))]
+    written_off = [WriteOffDoc(invoice.tenant, invoice.number, Decimal(written or 0), issued_on)]
+    return invoice_states([doc], sums, written_off, max(as_of, issued_on))[invoice.number], issued_on
 
 
 def receivables(db: Any, rules: Any, as_of: date) -> tuple[list[Aging], Aging]:

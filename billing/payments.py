@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 
 from billing import books
 from billing import invoice_store as store
-from billing.accounts import FAR, CreditPool, Ledger, allocation_id, date_in, ledger, outstanding_of, today
+from billing.accounts import FAR, CreditPool, Ledger, allocation_id, invoice_position, ledger, outstanding_of, today
 from billing.errors import BillingError, NotFound
 from billing.invoice_lock import invoicing_lease
 from billing.journal import actor_here, entry
@@ -425,7 +425,7 @@ def write_off(db: Any, rules: Any, number: str, reason: str, *, actor: str | Non
             raise PaymentRefused(f"no invoice {shown_value(number)}; `gpubill invoice list` shows the numbers") from None
         if invoice.status != "issued":
             raise PaymentRefused(f"{invoice.number or invoice.id} is {invoice.status}: only an issued invoice is written off")
-        state = ledger(db, rules, invoice.tenant).states(FAR)[invoice.number]
+        state = invoice_position(db, rules, invoice)[0]
         if state.outstanding <= 0:
             raise PaymentRefused(f"{invoice.number} has nothing outstanding to write off")
         on = today(rules, now)
@@ -449,19 +449,11 @@ def credit_note_effects(db: Any, rules: Any, invoice: Any, number: str, total: D
     rest held as credit or, with `refund_ref`, a refund paid out of band of exactly that rest —
     never both. Refused (nothing written) for a refund when nothing is left beyond the invoice, or a
     refund ref already used. Call it holding the invoicing lease."""
-    # this invoice's position alone, in one read (a credit note is a command a person waits for)
-    allocated, written, kept_on = db.query(
-        "SELECT (SELECT sum(amount) FROM allocations FINAL WHERE invoice = {n:String}), "
-        "(SELECT sum(amount) FROM write_offs FINAL WHERE invoice = {n:String}), "
-        "(SELECT groupArray(issued_on) FROM invoice_terms FINAL WHERE number = {n:String})",
-        {"n": invoice.number})[0]
-    written = Decimal(written or 0)
-    outstanding = max(Decimal(invoice.total) - Decimal(allocated or 0) - written, Decimal(0))
+    state, invoice_on = invoice_position(db, rules, invoice)
+    outstanding, written = state.outstanding, state.written_off
     reaches = outstanding + max(written, Decimal(0))  # what it asks before its write-off
     take = min(total, reaches)
     targets = [(invoice.number, take, max(take - outstanding, Decimal(0)))] if take > 0 else []
-    invoice_on = kept_on[0] if kept_on else date_in(rules, datetime.fromisoformat(
-        invoice.issued_at.replace("Z", "+00:00")))  # issued before invoices kept their terms
     allocations, recoveries = _rows(invoice.tenant, targets, kind="credit_note", source=number, source_on=issued_on,
                                     issued_on={invoice.number: invoice_on}, reason="credit_note",
                                     at=at, written_on=issued_on, actor=actor)

@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from billing import invoice_store
-from billing.accounts import invoice_payments
+from billing.accounts import invoice_position, today
 from billing.credit_notes import credit_notes
 from billing.invoicing import load_invoice
 from billing.settlement import credits_left, issue_date, settlement_of
@@ -60,7 +60,7 @@ def document_of(db: Any, rules: Any, invoice: IssuedInvoice) -> InvoiceDocument:
         credits_left=tuple(credits_left(db, rules, invoice.tenant, invoice.period)),
         period_hours=Decimal(hi - lo) / 3600,
         names=names_of(rules, invoice),
-        payment=(invoice_payments(db, rules, invoice.tenant).get(invoice.number)
+        payment=(invoice_position(db, rules, invoice, today(rules))[0]
                  if invoice.status != "draft" and invoice.number else None),
     )
 
