@@ -54,6 +54,7 @@ READINGS_POWER_TABLE = TableSpec("readings_power", _columns(
     ("event_id", "String"), ("ts", "String", _REPEATED), ("second", _UTC_SECOND),
     ("site", "LowCardinality(String)", _REPEATED), ("node", "String", _REPEATED), ("gpu_uuid", "String", _REPEATED),
     ("power_mw", "UInt64"), ("src_partition", "UInt32"), ("src_offset", "UInt64"), ("ingested_at", _UTC_MS),
+    ("energy_mj", "UInt64"), ("energy_epoch", "String", _REPEATED),  # 0028: the card's counter ('' = none)
 ), order_by=("gpu_uuid", "second", "src_partition", "src_offset"))
 
 RATED_SECONDS_TABLE = TableSpec("rated_seconds", _columns(
@@ -65,6 +66,7 @@ RATED_SECONDS_TABLE = TableSpec("rated_seconds", _columns(
     ("discount_pct", "Decimal(9, 4)"), ("util_pct", "Decimal(9, 4)"), ("energy_mj", "UInt64"),
     ("band", "LowCardinality(String)", _REPEATED), ("tariff_per_kwh", "Decimal(18, 6)"), ("pue", "Decimal(9, 4)"),
     ("version", "UInt64"), ("src_partition", "UInt32"), ("src_offset", "UInt64"), ("rated_at", _UTC_MS),
+    ("measured", "UInt8"),  # 0028: an energy second's energy came from the card's counter
 ), order_by=("stream", "gpu_uuid", "second"))
 
 DEADLETTERS_TABLE = TableSpec("deadletters", _columns(

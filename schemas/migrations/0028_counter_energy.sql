@@ -1,0 +1,17 @@
+-- Energy from the cards' counters (issue 39; SPEC §3–4, billing_rules/counters.py).
+--
+-- A power reading may carry the card's cumulative energy counter and its counting run. The
+-- raw table keeps both: energy_epoch '' is a reading without a counter (an epoch is never
+-- empty when sent), so a reading with a counter of 0 mJ is told from one without.
+ALTER TABLE readings_power
+    ADD COLUMN IF NOT EXISTS energy_mj    UInt64 DEFAULT 0 CODEC(T64, ZSTD(1)),
+    ADD COLUMN IF NOT EXISTS energy_epoch String DEFAULT '';
+
+-- Each rated energy second is graded: measured (its energy is the counter's rise) or
+-- estimated (power_w × 1 s). Rent rows and every row rated before counters: 0.
+ALTER TABLE rated_seconds
+    ADD COLUMN IF NOT EXISTS measured UInt8 DEFAULT 0;
+
+-- An hour's energy graded: measured_mj of energy_mj came from counters, the rest was estimated.
+ALTER TABLE rated_hours
+    ADD COLUMN IF NOT EXISTS measured_mj UInt64 DEFAULT 0 CODEC(T64, ZSTD(1));
