@@ -81,4 +81,4 @@ macro_rules! little_endian {
     )*};
 }
 
-little_endian!(i8, u32, i32, u64, i64);
+little_endian!(i8, u8, u32, i32, u64, i64);

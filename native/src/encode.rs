@@ -18,7 +18,7 @@ impl Core {
         }
         let r = || rows.iter().map(|i| &pending[*i]);
         let t = &self.texts;
-        let mut b = Block::new(if kind == Kind::Usage { 14 } else { 10 }, rows.len());
+        let mut b = Block::new(if kind == Kind::Usage { 14 } else { 12 }, rows.len());
         b.strings("event_id", r().map(|p| &*p.event_id));
         b.strings("ts", r().map(|p| stored_ts(&p.ts, p.second)));
         b.numbers("second", "DateTime('UTC')", r().map(|p| p.second as u32));
@@ -36,6 +36,10 @@ impl Core {
         }
         b.numbers("src_partition", "UInt32", r().map(|p| p.partition));
         b.numbers("src_offset", "UInt64", r().map(|p| p.offset));
+        if kind == Kind::Power {
+            b.numbers("energy_mj", "UInt64", r().map(|p| p.energy_mj));
+            b.strings("energy_epoch", r().map(|p| t.text(p.epoch)));
+        }
         b.numbers("ingested_at", "DateTime64(3, 'UTC')", r().map(|_| now_ms));
         b.into_bytes()
     }
@@ -48,7 +52,7 @@ impl Core {
         let t = &self.texts;
         let rent = |row: &Rated| (!row.energy).then(|| &self.rent_rates[row.rate]);
         let energy = |row: &Rated| row.energy.then(|| &self.energy_rates[row.rate]);
-        let mut b = Block::new(22, rows.len());
+        let mut b = Block::new(23, rows.len());
         b.numbers("stream", "Enum8('rent' = 1, 'energy' = 2)", r().map(|row| if row.energy { 2_i8 } else { 1 }));
         b.strings("gpu_uuid", r().map(|row| t.text(row.gpu)));
         b.numbers("second", "DateTime('UTC')", r().map(|row| row.second as u32));
@@ -70,6 +74,7 @@ impl Core {
         b.numbers("version", "UInt64", r().map(|row| row.version));
         b.numbers("src_partition", "UInt32", r().map(|row| row.partition));
         b.numbers("src_offset", "UInt64", r().map(|row| row.offset));
+        b.numbers("measured", "UInt8", r().map(|row| u8::from(row.measured)));
         b.numbers("rated_at", "DateTime64(3, 'UTC')", r().map(|_| now_ms));
         b.into_bytes()
     }

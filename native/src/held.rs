@@ -12,14 +12,17 @@
 //! A reading's "content", compared when its event id is held already (SPEC §4: the same id
 //! with the same content is one reading, with other content a conflict), is what a record
 //! holds of it: its (gpu, second), and for usage tenant, instance and model, for power site,
-//! node and milliwatts. The Python reference compares the same (`_same_content`).
+//! node, milliwatts and the counter (energy_mj and epoch). The Python reference compares the
+//! same (`_same_content`).
 
 use std::collections::VecDeque;
 use std::hash::Hasher;
 
 use hashbrown::HashTable;
 
+use crate::counters::Sample;
 use crate::hashing::FxHasher;
+use crate::interner::NONE;
 
 /// An event id as two independent 64-bit hashes: the first finds it in the id index, the
 /// second confirms it. Two ids agreeing on both by chance: ≈ 2^-127. The text itself is not
@@ -50,16 +53,27 @@ pub struct PowerSeen {
     pub node: u32,
     pub power_mw: u32, // ≤ 5,000,000
     pub partition: u32,
+    /// The card's counter (billing_rules/counters.py): 0 and `NONE` when the reading carries none.
+    pub energy_mj: u64,
+    pub epoch: u32,
 }
 
-/// One (gpu, second): 88 bytes (80 before the usage half kept its offset for the spend marks).
+impl PowerSeen {
+    /// What the counter arithmetic (counters.rs) needs of the reading held for `second`.
+    pub fn sample(&self, second: i64) -> Sample {
+        Sample { second, power_mw: self.power_mw, energy_mj: self.energy_mj, epoch: self.epoch }
+    }
+}
+
+/// One (gpu, second): 104 bytes (80 before the usage half kept its offset for the spend marks,
+/// 88 before the power half kept the card's counter).
 pub struct Pair {
     key: u64,
     usage: UsageSeen,
     power: PowerSeen,
 }
 
-const _: () = assert!(std::mem::size_of::<Pair>() == 88);
+const _: () = assert!(std::mem::size_of::<Pair>() == 104);
 
 /// A stream's half of a `Pair`.
 pub trait Half: Copy {
@@ -93,7 +107,7 @@ impl Half for UsageSeen {
 
 impl Half for PowerSeen {
     const SIDE: usize = 1;
-    const EMPTY: Self = PowerSeen { id: ABSENT, offset: 0, site: 0, node: 0, power_mw: 0, partition: 0 };
+    const EMPTY: Self = PowerSeen { id: ABSENT, offset: 0, site: 0, node: 0, power_mw: 0, partition: 0, energy_mj: 0, epoch: NONE };
     fn id(&self) -> EventHash {
         self.id
     }
@@ -104,7 +118,8 @@ impl Half for PowerSeen {
         &mut pair.power
     }
     fn same_content(&self, other: &Self) -> bool {
-        (self.site, self.node, self.power_mw) == (other.site, other.node, other.power_mw)
+        (self.site, self.node, self.power_mw, self.energy_mj, self.epoch)
+            == (other.site, other.node, other.power_mw, other.energy_mj, other.epoch)
     }
 }
 
@@ -234,6 +249,11 @@ impl Held {
         &mut self.records.at_mut(slot.0).usage
     }
 
+    /// The record held for `key`, if any (either half).
+    pub fn slot(&self, key: u64) -> Option<Slot> {
+        self.find(key).map(Slot)
+    }
+
     pub fn contains<T: Half>(&self, key: u64) -> bool {
         self.get::<T>(key).is_some()
     }
@@ -257,16 +277,18 @@ impl Held {
         Admitted::First(self.hold(key, found, seen, true))
     }
 
-    /// Remember a reading ClickHouse holds (preloaded) unless one is held for its (gpu, second).
-    /// Its id is indexed unless a reading held already has it: an id names the first record
-    /// held with it, as in the Python reference (`Rater._hold`).
-    pub fn remember<T: Half>(&mut self, key: u64, seen: T) {
+    /// Remember a reading ClickHouse holds (preloaded) unless one is held for its (gpu, second);
+    /// whether it was. Its id is indexed unless a reading held already has it: an id names the
+    /// first record held with it, as in the Python reference (`Rater._hold`).
+    pub fn remember<T: Half>(&mut self, key: u64, seen: T) -> bool {
         let found = self.find(key);
         if found.is_none_or(|seq| T::of(self.records.at(seq)).id() == ABSENT) {
             let id = seen.id();
             let known = self.ids[T::SIDE].find(id.0, |seq| T::of(self.records.at(*seq)).id() == id).is_some();
             self.hold(key, found, seen, !known);
+            return true;
         }
+        false
     }
 
     /// Put `seen` in the record of `key` (`found`, or a new one), whose half for T is empty;
@@ -326,7 +348,7 @@ mod tests {
     }
 
     fn power(id: u64, mw: u32) -> PowerSeen {
-        PowerSeen { id: (id, id | 1), offset: 0, site: 0, node: 0, power_mw: mw, partition: 0 }
+        PowerSeen { id: (id, id | 1), offset: 0, site: 0, node: 0, power_mw: mw, partition: 0, energy_mj: 0, epoch: NONE }
     }
 
     fn second(key: u64) -> i64 {
@@ -379,6 +401,18 @@ mod tests {
         assert_eq!(held.evict(i64::MAX, second), usage_held + power_held);
         assert_eq!(held.len(), (0, 0));
         assert!(matches!(held.admit(5, usage(105, 1)), Admitted::First(_)));
+    }
+
+    #[test]
+    fn a_power_reading_is_the_same_only_with_the_same_counter() {
+        let mut held = Held::default();
+        let counted = |id: u64, mj: u64, epoch: u32| PowerSeen { energy_mj: mj, epoch, ..power(id, 300) };
+        assert!(matches!(held.admit(7, counted(1, 5_000, 2)), Admitted::First(_)));
+        assert!(matches!(held.admit(7, counted(1, 5_000, 2)), Admitted::Duplicate(_)));
+        assert_eq!(held.admit(7, counted(1, 5_001, 2)), Admitted::Conflict(Clash::IdReused));
+        assert_eq!(held.admit(7, counted(1, 5_000, 3)), Admitted::Conflict(Clash::IdReused));
+        assert_eq!(held.admit(7, power(1, 300)), Admitted::Conflict(Clash::IdReused)); // without its counter
+        assert_eq!(held.get::<PowerSeen>(7).map(|p| p.sample(70)), Some(Sample { second: 70, power_mw: 300, energy_mj: 5_000, epoch: 2 }));
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub(crate) struct Pending {
     pub(crate) util_e4: i64,
     pub(crate) mem_mib: u64,
     pub(crate) power_mw: i64,
+    /// The card's counter: 0 and `NONE` without one.
+    pub(crate) energy_mj: u64,
+    pub(crate) epoch: u32,
     pub(crate) partition: u32,
     pub(crate) offset: u64,
 }
@@ -175,7 +178,8 @@ impl Core {
             second: reading.second, site: texts.id(reading.site), node: texts.id(reading.node), gpu: texts.id(reading.gpu),
             model: if reading.kind == Kind::Usage { texts.id(reading.model) } else { NONE },
             tenant: texts.optional(reading.tenant), instance: texts.optional(reading.instance),
-            util_e4: reading.util_e4, mem_mib: reading.mem_mib, power_mw: reading.power_mw, partition, offset,
+            util_e4: reading.util_e4, mem_mib: reading.mem_mib, power_mw: reading.power_mw, energy_mj: reading.energy_mj,
+            epoch: texts.optional(reading.epoch), partition, offset,
         });
     }
 }

@@ -26,6 +26,7 @@
 
 mod block;
 mod cards;
+mod counters;
 mod encode;
 mod hashing;
 mod held;
@@ -62,6 +63,9 @@ struct Core {
     held: Held,
     usage: Cards,
     power: Cards,
+    // Per card, the newest second of a power reading ever held (evicted or not): a reading
+    // newer than it has no next reading to look for (rate.rs, counters).
+    newest_power: FxMap<u32, i64>,
     newest_second: i64,
     cutoff: i64,
     pending: Vec<Pending>,
@@ -77,12 +81,18 @@ struct Core {
     period_texts: Vec<String>,
     rate_ids: RateIds,
     period_ids: FxMap<String, usize>,
+    // While a batch is rated: the pricing object and its error class, for the prices of
+    // neighbouring seconds no reading of the batch asked for (rate.rs `energy_price`), and
+    // the first unexpected error of such a call (raised once the batch is rated).
+    asker: Option<(Py<PyAny>, Py<PyAny>)>,
+    ask_failed: Option<PyErr>,
 }
 
 /// A stored usage reading: (gpu, second, event_id, tenant, instance, gpu_model, offset).
 type StoredUsage = (String, i64, String, Option<String>, Option<String>, String, u64);
-/// A stored power reading: (gpu, second, event_id, site, node, power_mw, partition, offset).
-type StoredPower = (String, i64, String, String, String, u32, u32, u64);
+/// A stored power reading: (gpu, second, event_id, site, node, power_mw, partition, offset,
+/// energy_mj, energy_epoch — '' without a counter).
+type StoredPower = (String, i64, String, String, String, u32, u32, u64, u64, String);
 
 #[pymethods]
 impl Core {
@@ -90,10 +100,11 @@ impl Core {
     fn new(usage_topic: String, power_topic: String, horizon_s: i64) -> Self {
         Core {
             usage_topic, power_topic, sites: HashSet::new(), models: HashSet::new(), horizon_s,
-            texts: Interner::default(), held: Held::default(), usage: Cards::default(), power: Cards::default(), newest_second: 0, cutoff: 0,
+            texts: Interner::default(), held: Held::default(), usage: Cards::default(), power: Cards::default(),
+            newest_power: FxMap::default(), newest_second: 0, cutoff: 0,
             pending: Vec::new(), rents: FxMap::default(), rent_rates: Vec::new(), energies: FxMap::default(),
             energy_rates: Vec::new(), periods: FxMap::default(), period_texts: Vec::new(), rate_ids: RateIds::default(),
-            period_ids: FxMap::default(),
+            period_ids: FxMap::default(), asker: None, ask_failed: None,
         }
     }
 
@@ -111,6 +122,7 @@ impl Core {
         self.held = Held::default();
         self.usage = Cards::default();
         self.power = Cards::default();
+        self.newest_power = FxMap::default();
         self.newest_second = 0;
         self.cutoff = 0;
         self.pending.clear();
@@ -151,23 +163,31 @@ impl Core {
                   model: &str, tenant: Option<&str>, instance: Option<&str>, util_e4: i64, mem_mib: u64, partition: u32, offset: u64) {
         let parsed = reading::Parsed {
             kind: Kind::Usage, event_id, ts, second, site, node, gpu, model, tenant, instance, util_e4, mem_mib, power_mw: 0,
+            energy_mj: 0, epoch: None,
         };
         self.push(&parsed, msg, elem, partition, offset);
     }
 
-    /// A power reading Python validated (see push_usage).
+    /// A power reading Python validated (see push_usage), with its counter when it carries one.
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (msg, elem, event_id, ts, second, site, node, gpu, power_mw, partition, offset, energy_mj = None, energy_epoch = None))]
     fn push_power(&mut self, msg: u32, elem: u32, event_id: &str, ts: &str, second: i64, site: &str, node: &str, gpu: &str,
-                  power_mw: i64, partition: u32, offset: u64) {
+                  power_mw: i64, partition: u32, offset: u64, energy_mj: Option<u64>, energy_epoch: Option<&str>) -> PyResult<()> {
+        if energy_mj.is_some() != energy_epoch.is_some() {
+            return Err(PyValueError::new_err("energy_mj and energy_epoch come together"));
+        }
         let parsed = reading::Parsed {
             kind: Kind::Power, event_id, ts, second, site, node, gpu, model: "", tenant: None, instance: None, util_e4: 0,
-            mem_mib: 0, power_mw,
+            mem_mib: 0, power_mw, energy_mj: energy_mj.unwrap_or(0), epoch: energy_epoch,
         };
         self.push(&parsed, msg, elem, partition, offset);
+        Ok(())
     }
 
     /// Keys ClickHouse must be asked about before rating this batch: (usage keys, power
-    /// keys) as lists of distinct (gpu, second). Same rule as Rater.lookups.
+    /// keys) as lists of distinct (gpu, second). Same rule as Rater.lookups: a reading's own
+    /// key and its counterpart's, and the power readings of its card within MAX_GAP_S of it
+    /// (its previous and next counted readings: counters.rs).
     fn lookups<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         // Without the GIL; `unsure` (per card) first: it spares most look-ups in the big maps.
         let (need_usage, need_power) = py.detach(|| {
@@ -180,6 +200,17 @@ impl Core {
                 }
                 if self.power.unsure(self.horizon_s, self.cutoff, reading.gpu, reading.second) && !self.held.contains::<PowerSeen>(k) {
                     need_power.insert(k);
+                }
+                // Unsure is monotone in the second (true up to some second, then false): the
+                // window's earliest second tells whether any of it is.
+                let (first, last) = (reading.second - counters::MAX_GAP_S, reading.second + counters::MAX_GAP_S);
+                if self.power.unsure(self.horizon_s, self.cutoff, reading.gpu, first) {
+                    for second in (first..=last).filter(|second| *second != reading.second) {
+                        let k = key(reading.gpu, second);
+                        if self.power.unsure(self.horizon_s, self.cutoff, reading.gpu, second) && !self.held.contains::<PowerSeen>(k) {
+                            need_power.insert(k);
+                        }
+                    }
                 }
             }
             (need_usage, need_power)
@@ -236,14 +267,19 @@ impl Core {
         }
     }
 
-    /// Stored power readings: (gpu, second, event_id, site, node, power_mw, partition, offset).
+    /// Stored power readings: (gpu, second, event_id, site, node, power_mw, partition, offset,
+    /// energy_mj, energy_epoch — '' without a counter).
     fn preload_power(&mut self, rows: Vec<StoredPower>) {
-        for (gpu, second, event_id, site, node, power_mw, partition, offset) in rows {
-            let k = key(self.texts.id(&gpu), second);
+        for (gpu, second, event_id, site, node, power_mw, partition, offset, energy_mj, epoch) in rows {
+            let gpu = self.texts.id(&gpu);
+            let epoch = if epoch.is_empty() { interner::NONE } else { self.texts.id(&epoch) };
             let seen = PowerSeen {
                 id: id_hash(&event_id), site: self.texts.id(&site), node: self.texts.id(&node), power_mw, partition, offset,
+                energy_mj: if epoch == interner::NONE { 0 } else { energy_mj }, epoch,
             };
-            self.held.remember(k, seen); // unless a reading of (gpu, second) is held
+            if self.held.remember(key(gpu, second), seen) { // unless a reading of (gpu, second) is held
+                self.saw_power(gpu, second);
+            }
         }
     }
 
@@ -265,7 +301,12 @@ impl Core {
                  spend_marks: Option<HashMap<(String, u32), (u64, u64)>>) -> PyResult<Bound<'py, PyTuple>> {
         self.prepare(py, pricing, priced_error)?;
         let marks = spend_marks.map(|marks| self.marks(marks));
+        self.asker = Some((pricing.clone().unbind(), priced_error.clone().unbind()));
         let out = py.detach(|| self.rate_pending(now_ms, marks));
+        self.asker = None;
+        if let Some(err) = self.ask_failed.take() {
+            return Err(err);
+        }
         let items: Vec<Bound<'py, PyAny>> = vec![
             PyBytes::new(py, &out.usage_block).into_any(), out.usage_rows.into_pyobject(py)?.into_any(),
             PyBytes::new(py, &out.power_block).into_any(), out.power_rows.into_pyobject(py)?.into_any(),

@@ -112,6 +112,38 @@ impl Core {
         Ok(())
     }
 
+    /// The energy price of `site` at `second` (an index into `energy_rates`), or None when it
+    /// cannot be priced. Asked of Python here, with the GIL taken again, only when no reading
+    /// of the batch asked for it (`prepare`): a neighbouring second a counter's interval
+    /// covers (rate.rs), or a price the caches dropped. An unexpected Python error is kept in
+    /// `ask_failed` (raised by `Core::rate`) and the second is not priced.
+    pub(crate) fn energy_price(&mut self, site: u32, second: i64) -> Option<usize> {
+        if !self.energies.contains_key(&(site, second)) {
+            self.ask_lazily(|core, py, pricing, priced_error| core.ask_energy(py, pricing, priced_error, site, second));
+        }
+        self.energies.get(&(site, second)).and_then(|priced| priced.as_ref().ok().copied())
+    }
+
+    /// The period of `second` (an index into `period_texts`), asked as `energy_price` asks.
+    pub(crate) fn period_index(&mut self, second: i64) -> Option<usize> {
+        if !self.periods.contains_key(&second) {
+            self.ask_lazily(|core, _, pricing, _| core.ask_period(pricing, second));
+        }
+        self.periods.get(&second).copied()
+    }
+
+    fn ask_lazily(&mut self, ask: impl FnOnce(&mut Self, Python<'_>, &Bound<'_, PyAny>, &Bound<'_, PyAny>) -> PyResult<()>) {
+        let Some((pricing, priced_error)) = self.asker.take() else {
+            return; // not rating: nothing to ask
+        };
+        Python::attach(|py| {
+            if let Err(err) = ask(self, py, pricing.bind(py), priced_error.bind(py)) {
+                self.ask_failed.get_or_insert(err);
+            }
+        });
+        self.asker = Some((pricing, priced_error));
+    }
+
     /// Every price and period rating the pending batch can ask for, cached: what is missing
     /// is found without the GIL, then asked of the rules (Python) with it.
     pub(crate) fn prepare(&mut self, py: Python<'_>, pricing: &Bound<'_, PyAny>, priced_error: &Bound<'_, PyAny>) -> PyResult<()> {

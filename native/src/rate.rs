@@ -2,8 +2,18 @@
 //! against what `Held` keeps, price them with what `prepare` (prices.rs) cached, and encode
 //! the rows (encode.rs) in each table's sort order; `Core::rate` hands the result to Python.
 //! The Python reference is `Rater` in streams/rating/reference.py.
+//!
+//! Counter energy (billing_rules/counters.py, with counters.rs): a power reading m of second
+//! s changes the interval before it, (p, s], and the one after, (s, n], where p and n are the
+//! card's nearest power readings held within MAX_GAP_S before and after s. Rating m writes
+//! the rows of both (`rate_power`): each second's row with the version of its interval
+//! (`version`), so the rows of the final intervals win whatever the arrival order; a second
+//! that a valid (p, n] had measured and neither new interval measures gets a row of 0 mJ
+//! ("withdrawal"). A usage reading joins the row of its second: its power reading's own row,
+//! or the gap row of a valid interval around it (`rate_usage_energy`).
 
-use crate::hashing::{id_hash, key, key_second, FxMap};
+use crate::counters::{self, Share, MAX_GAP_S};
+use crate::hashing::{id_hash, key, FxMap};
 use crate::held::{Admitted, Clash, PowerSeen, Slot, UsageSeen};
 use crate::interner::NONE;
 use crate::reading::Kind;
@@ -11,9 +21,11 @@ use crate::spend::{EnergySpend, Marks, RentSpend, Spend};
 use crate::intake::Pending;
 use crate::Core;
 
-// ReplacingMergeTree keeps the row with the highest version (see streams/rating/reference.py).
+// ReplacingMergeTree keeps the row with the highest version (see streams/rating/reference.py):
+// (rank << 51) | JOINED | (OFFSET_SPAN − 1 − offset of the covering reading).
 const OFFSET_SPAN: u64 = 1 << 48;
 const JOINED: u64 = 1 << 50;
+const RANK_SHIFT: u32 = 51;
 // What of a held (gpu, second) this process counted for spend (`UsageSeen::spent`).
 const SPENT_RENT: u8 = 1;
 const SPENT_JOIN: u8 = 2;
@@ -32,6 +44,8 @@ pub(crate) struct Rated {
     pub(crate) rate: usize,
     pub(crate) util_e4: i64,
     pub(crate) energy_mj: i64,
+    /// An energy row whose energy_mj came from the card's counter.
+    pub(crate) measured: bool,
     pub(crate) version: u64,
     pub(crate) partition: u32,
     pub(crate) offset: u64,
@@ -95,7 +109,10 @@ impl Core {
             self.newest_second = self.newest_second.max(r.second);
             let id = id_hash(&r.event_id);
             let usage = UsageSeen { id, offset: r.offset, tenant: r.tenant, instance: r.instance, model: r.model, spent: 0 };
-            let power = PowerSeen { id, site: r.site, node: r.node, power_mw: r.power_mw as u32, partition: r.partition, offset: r.offset };
+            let power = PowerSeen {
+                id, site: r.site, node: r.node, power_mw: r.power_mw as u32, partition: r.partition, offset: r.offset,
+                energy_mj: r.energy_mj, epoch: r.epoch,
+            };
             let (admitted, kind_name) = match r.kind {
                 Kind::Usage => {
                     self.usage.first_sight(r.gpu, r.second);
@@ -110,7 +127,7 @@ impl Core {
                 Admitted::Duplicate(slot) => {
                     duplicates += 1;
                     if let Some(spend) = spend.as_mut() {
-                        self.spend_replay(spend, r, k, slot, rate);
+                        self.spend_replay(spend, r, slot, rate);
                     }
                     continue;
                 }
@@ -136,8 +153,8 @@ impl Core {
                 if let Some(rate) = rate {
                     let row = Rated {
                         energy: false, gpu: r.gpu, second: r.second, period, tenant: r.tenant, instance: r.instance, model: r.model,
-                        site: r.site, node: r.node, rate, util_e4: r.util_e4, energy_mj: 0, version: OFFSET_SPAN - 1 - r.offset,
-                        partition: r.partition, offset: r.offset,
+                        site: r.site, node: r.node, rate, util_e4: r.util_e4, energy_mj: 0, measured: false,
+                        version: OFFSET_SPAN - 1 - r.offset, partition: r.partition, offset: r.offset,
                     };
                     if let Some(spend) = spend.as_mut() {
                         spend.add(&row, r.offset);
@@ -145,32 +162,14 @@ impl Core {
                     }
                     rated.push(row);
                 }
-                if let Some(power) = self.held.get_at::<PowerSeen>(slot) {
-                    // The power of this second was rated before its usage: join it now. (If
-                    // rules swapped in since then cannot price that second at its site, no
-                    // joined row is written and the energy stays unallocated; the Python
-                    // rater would refuse the usage reading instead. It takes a rules reload
-                    // that withdraws the price of a second already rated.)
-                    if let Some(Ok(rate)) = self.energies.get(&(power.site, r.second)) {
-                        let row = self.energy_row(k, power, Some(&usage), period, *rate);
-                        if let Some(spend) = spend.as_mut() {
-                            spend.add(&row, r.offset);
-                            self.held.usage_mut(slot).spent |= SPENT_JOIN;
-                        }
-                        rated.push(row);
-                    }
-                }
+                // The energy of this second rated before its usage: join it now. (If rules
+                // swapped in since then cannot price that second at its site, no joined row
+                // is written and the energy stays unallocated; the Python rater would refuse
+                // the usage reading instead. It takes a rules reload that withdraws the price
+                // of a second already rated.)
+                self.rate_usage_energy(&mut rated, &mut spend, r.gpu, r.second, slot);
             } else {
-                let rate = rate.expect("power readings are priced");
-                let usage = self.held.get_at::<UsageSeen>(slot).copied();
-                let row = self.energy_row(k, &power, usage.as_ref(), period, rate);
-                if let Some(spend) = spend.as_mut() {
-                    spend.add(&row, usage.map_or(0, |usage| usage.offset));
-                    if usage.is_some() {
-                        self.held.usage_mut(slot).spent |= SPENT_JOIN;
-                    }
-                }
-                rated.push(row);
+                self.rate_power(&mut rated, &mut spend, r.gpu, r.second, &power);
                 raw_power.push(index);
             }
         }
@@ -214,7 +213,7 @@ impl Core {
     /// read again after a crash: its rows are stored, its spend may not have been produced;
     /// streams/spend/ledger.py): its rent and its join, each counted once by this process,
     /// past the marks. A duplicate sent again at another offset counts nothing.
-    fn spend_replay(&mut self, spend: &mut Spend, r: &Pending, k: u64, slot: Slot, rate: Option<usize>) {
+    fn spend_replay(&mut self, spend: &mut Spend, r: &Pending, slot: Slot, rate: Option<usize>) {
         let period = self.periods[&r.second];
         match r.kind {
             Kind::Usage => {
@@ -225,49 +224,177 @@ impl Core {
                 if let Some(rate) = rate.filter(|_| usage.spent & SPENT_RENT == 0) {
                     let row = Rated {
                         energy: false, gpu: r.gpu, second: r.second, period, tenant: usage.tenant, instance: usage.instance,
-                        model: usage.model, site: r.site, node: r.node, rate, util_e4: 0, energy_mj: 0, version: 0,
+                        model: usage.model, site: r.site, node: r.node, rate, util_e4: 0, energy_mj: 0, measured: false, version: 0,
                         partition: r.partition, offset: r.offset,
                     };
                     spend.add(&row, r.offset);
                     self.held.usage_mut(slot).spent |= SPENT_RENT;
                 }
-                if let Some(power) = self.held.get_at::<PowerSeen>(slot).copied() {
-                    if let Some(Ok(rate)) = self.energies.get(&(power.site, r.second)).cloned() {
-                        self.spend_join(spend, k, slot, &power, period, rate);
-                    }
-                }
+                self.spend_join(spend, r.gpu, r.second, slot);
             }
             Kind::Power => {
+                // The joins it rated: of its own second and of the seconds before it that its
+                // counter measured (those of the interval it ends, as held now).
                 let Some(power) = self.held.get_at::<PowerSeen>(slot).copied() else { return };
-                if let Some(rate) = rate.filter(|_| power.offset == r.offset && power.partition == r.partition) {
-                    self.spend_join(spend, k, slot, &power, period, rate);
+                if rate.is_none() || power.offset != r.offset || power.partition != r.partition {
+                    return;
+                }
+                let prev = self.prev_power(r.gpu, r.second).map(|(at, seen)| seen.sample(at));
+                let mut seconds = [0i64; MAX_GAP_S as usize];
+                let mut count = 0;
+                counters::covered(prev.as_ref(), &power.sample(r.second), |share| {
+                    seconds[count] = share.second;
+                    count += 1;
+                });
+                for second in &seconds[..count] {
+                    if let Some(slot) = self.held.slot(key(r.gpu, *second)) {
+                        self.spend_join(spend, r.gpu, *second, slot);
+                    }
                 }
             }
         }
     }
 
-    /// Count the join held at `slot` unless this process counted it already.
-    fn spend_join(&mut self, spend: &mut Spend, k: u64, slot: Slot, power: &PowerSeen, period: usize, rate: usize) {
+    /// Count the join of (gpu, second) — held at `slot` — as what rates its energy now
+    /// (`energy_at`), unless this process counted that join already.
+    fn spend_join(&mut self, spend: &mut Spend, gpu: u32, second: i64, slot: Slot) {
         let Some(usage) = self.held.get_at::<UsageSeen>(slot).copied() else { return };
-        if usage.spent & SPENT_JOIN == 0 {
-            spend.add(&self.energy_row(k, power, Some(&usage), period, rate), usage.offset);
+        if usage.spent & SPENT_JOIN != 0 {
+            return;
+        }
+        let Some((covering, share, rank)) = self.energy_at(gpu, second, slot) else { return };
+        if let Some((row, _)) = self.energy_row(gpu, share, &covering, rank) {
+            spend.add(&row, usage.offset);
             self.held.usage_mut(slot).spent |= SPENT_JOIN;
         }
     }
 
-    fn energy_row(&self, power_key: u64, power: &PowerSeen, usage: Option<&UsageSeen>, period: usize, rate: usize) -> Rated {
-        let mut version = OFFSET_SPAN - 1 - power.offset;
+    /// The rows a power reading (`power`, of `gpu` at `second`, just held) causes: those of
+    /// the interval it ends and of the one it starts, with the withdrawals either needs.
+    fn rate_power(&mut self, out: &mut Vec<Rated>, spend: &mut Option<Spend>, gpu: u32, second: i64, power: &PowerSeen) {
+        let prev = self.prev_power(gpu, second);
+        let next = self.next_power(gpu, second);
+        self.saw_power(gpu, second);
+        let cur = power.sample(second);
+        let prev_sample = prev.map(|(at, seen)| seen.sample(at));
+        let next_sample = next.map(|(at, seen)| seen.sample(at));
+        // Whether the interval (prev, next] that this reading splits was measured: its gap
+        // rows were written then, and the seconds neither half measures now must be withdrawn.
+        let split_measured = matches!((&prev_sample, &next_sample), (Some(p), Some(n)) if counters::valid(Some(p), n));
+        // 1. (prev, second]
+        let rank = counters::rank(prev.map(|(at, _)| at), second);
+        counters::covered(prev_sample.as_ref(), &cur, |share| self.emit(out, spend, gpu, share, power, rank));
+        if split_measured && !counters::valid(prev_sample.as_ref(), &cur) {
+            let (from, _) = prev.expect("a split interval has a start");
+            for gap in from + 1..second {
+                self.emit(out, spend, gpu, Share { second: gap, energy_mj: 0, measured: false }, power, rank);
+            }
+        }
+        // 2. (second, next]
+        if let (Some((at, seen)), Some(next_sample)) = (next, next_sample) {
+            let rank = counters::rank(Some(second), at);
+            counters::covered(Some(&cur), &next_sample, |share| self.emit(out, spend, gpu, share, &seen, rank));
+            if split_measured && !counters::valid(Some(&cur), &next_sample) {
+                for gap in second + 1..at {
+                    self.emit(out, spend, gpu, Share { second: gap, energy_mj: 0, measured: false }, &seen, rank);
+                }
+            }
+        }
+    }
+
+    /// The joined energy row a usage reading of `gpu` at `second` (held at `slot`) causes:
+    /// that of what rates the second's energy now (`energy_at`), if anything does.
+    fn rate_usage_energy(&mut self, out: &mut Vec<Rated>, spend: &mut Option<Spend>, gpu: u32, second: i64, slot: Slot) {
+        if let Some((covering, share, rank)) = self.energy_at(gpu, second, slot) {
+            self.emit(out, spend, gpu, share, &covering, rank);
+        }
+    }
+
+    /// What rates the energy of (gpu, second) (its record at `slot`) now: (covering reading,
+    /// share, rank) — its own power reading's own row, else the gap row of a measured interval
+    /// around it — or None when nothing held covers it.
+    fn energy_at(&self, gpu: u32, second: i64, slot: Slot) -> Option<(PowerSeen, Share, u64)> {
+        if let Some(power) = self.held.get_at::<PowerSeen>(slot).copied() {
+            let prev = self.prev_power(gpu, second);
+            let prev_sample = prev.map(|(at, seen)| seen.sample(at));
+            let mut own = None;
+            counters::covered(prev_sample.as_ref(), &power.sample(second), |share| own = Some(share));
+            let own = own.expect("covered ends with the reading's own second");
+            return Some((power, own, counters::rank(prev.map(|(at, _)| at), second)));
+        }
+        let (from, prev) = self.prev_power(gpu, second)?;
+        let (to, next) = self.next_power(gpu, second)?;
+        let (prev_sample, next_sample) = (prev.sample(from), next.sample(to));
+        let delta = counters::rise(Some(&prev_sample), &next_sample)?;
+        let gap = (to - from) as u64;
+        // covered(prev, next)'s share of `second`, which lies strictly between them
+        let share = Share { second, energy_mj: delta / gap, measured: true };
+        Some((next, share, counters::rank(Some(from), to)))
+    }
+
+    /// Write the row of `share` (joined with the usage reading of its second when one is
+    /// held), counting its spend at the first joined row of its (gpu, second).
+    fn emit(&mut self, out: &mut Vec<Rated>, spend: &mut Option<Spend>, gpu: u32, share: Share, covering: &PowerSeen, rank: u64) {
+        let Some((row, usage)) = self.energy_row(gpu, share, covering, rank) else {
+            return; // a second that cannot be priced gets no row
+        };
+        if let (Some(spend), Some((slot, usage))) = (spend.as_mut(), usage) {
+            if usage.spent & SPENT_JOIN == 0 {
+                spend.add(&row, usage.offset);
+                self.held.usage_mut(slot).spent |= SPENT_JOIN;
+            }
+        }
+        out.push(row);
+    }
+
+    /// The energy row of `share`, covered by the power reading `covering` in an interval of
+    /// `rank`, with the usage reading held for its (gpu, second) (where, and what) — or None
+    /// when its second cannot be priced at the covering reading's site.
+    fn energy_row(&mut self, gpu: u32, share: Share, covering: &PowerSeen, rank: u64) -> Option<(Rated, Option<(Slot, UsageSeen)>)> {
+        let rate = self.energy_price(covering.site, share.second)?;
+        let period = self.period_index(share.second)?;
+        let slot = self.held.slot(key(gpu, share.second));
+        let usage = slot.and_then(|slot| Some((slot, *self.held.get_at::<UsageSeen>(slot)?)));
+        let mut version = (rank << RANK_SHIFT) | (OFFSET_SPAN - 1 - covering.offset);
         let (tenant, instance, model) = match usage {
-            Some(usage) => {
-                version += JOINED;
+            Some((_, usage)) => {
+                version |= JOINED;
                 (usage.tenant, usage.instance, usage.model)
             }
             None => (NONE, NONE, NONE),
         };
-        Rated {
-            energy: true, gpu: (power_key >> 32) as u32, second: key_second(power_key), period, tenant, instance, model,
-            site: power.site, node: power.node, rate, util_e4: 0, energy_mj: i64::from(power.power_mw), version,
-            partition: power.partition, offset: power.offset,
+        let row = Rated {
+            energy: true, gpu, second: share.second, period, tenant, instance, model, site: covering.site, node: covering.node,
+            rate, util_e4: 0, energy_mj: share.energy_mj as i64, measured: share.measured, version,
+            partition: covering.partition, offset: covering.offset,
+        };
+        Some((row, usage))
+    }
+
+    /// The card's nearest power reading held in [second − MAX_GAP_S, second − 1].
+    pub(crate) fn prev_power(&self, gpu: u32, second: i64) -> Option<(i64, PowerSeen)> {
+        let newest = *self.newest_power.get(&gpu)?;
+        let mut at = (second - 1).min(newest);
+        while at >= second - MAX_GAP_S {
+            if let Some(seen) = self.held.get::<PowerSeen>(key(gpu, at)) {
+                return Some((at, *seen));
+            }
+            at -= 1;
         }
+        None
+    }
+
+    /// The card's nearest power reading held in [second + 1, second + MAX_GAP_S]; an in-order
+    /// reading (the newest of its card) looks for none.
+    pub(crate) fn next_power(&self, gpu: u32, second: i64) -> Option<(i64, PowerSeen)> {
+        let newest = *self.newest_power.get(&gpu)?;
+        (second + 1..=(second + MAX_GAP_S).min(newest))
+            .find_map(|at| self.held.get::<PowerSeen>(key(gpu, at)).map(|seen| (at, *seen)))
+    }
+
+    /// A power reading of `gpu` at `second` is held now.
+    pub(crate) fn saw_power(&mut self, gpu: u32, second: i64) {
+        let newest = self.newest_power.entry(gpu).or_insert(second);
+        *newest = (*newest).max(second);
     }
 }

@@ -11,6 +11,8 @@ pub const MIN_SECOND: i64 = 946_684_800; // 2000-01-01T00:00:00Z
 pub const MAX_MEM_MIB: u64 = 1 << 40;
 const MAX_TEXT: usize = 256;
 const MAX_EVENT_ID: usize = 128;
+const MAX_EPOCH: usize = 128;
+const MAX_COUNTER_MJ: u64 = (1 << 63) - 1; // a signed 64-bit counter (billing_rules/counters.py)
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {
@@ -34,6 +36,9 @@ pub struct Parsed<'a> {
     pub util_e4: i64, // util_pct × 10^4, rounded half up
     pub mem_mib: u64,
     pub power_mw: i64, // power_w × 10^3, rounded half up
+    /// The card's counter (power readings that carry one: `epoch` is then Some), else 0.
+    pub energy_mj: u64,
+    pub epoch: Option<&'a str>,
 }
 
 #[derive(Clone, Copy)]
@@ -46,7 +51,7 @@ enum Value<'a> {
 /// The plainly valid reading in `raw`, or None (let the definition judge).
 pub fn parse<'a>(raw: &'a [u8], now_s: i64, expect: Kind, sites: &HashSet<String>, models: &HashSet<String>) -> Option<Parsed<'a>> {
     let fields = object(raw)?;
-    let mut slots: [Option<Value<'a>>; 11] = [None; 11];
+    let mut slots: [Option<Value<'a>>; 13] = [None; 13];
     for (key, value) in fields.iter() {
         let slot = match *key {
             b"kind" => 0,
@@ -61,6 +66,8 @@ pub fn parse<'a>(raw: &'a [u8], now_s: i64, expect: Kind, sites: &HashSet<String
             b"util_pct" => 9,
             b"mem_used_mib" => 10,
             b"power_w" => 9, // shares the number's slot; the key count tells the kinds apart
+            b"energy_mj" => 11,
+            b"energy_epoch" => 12,
             _ => return None,
         };
         if slots[slot].is_some() {
@@ -68,9 +75,16 @@ pub fn parse<'a>(raw: &'a [u8], now_s: i64, expect: Kind, sites: &HashSet<String
         }
         slots[slot] = Some(*value);
     }
+    // A counter comes whole (energy_mj and energy_epoch) or not at all: one alone is for the
+    // definition to refuse. Only power readings carry one.
+    let counter = match (slots[11], slots[12]) {
+        (None, None) => false,
+        (Some(_), Some(_)) => true,
+        _ => return None,
+    };
     let kind = match text(slots[0]?)? {
-        "usage" if fields.len() == 11 && fields.iter().all(|(k, _)| *k != b"power_w") => Kind::Usage,
-        "power" if fields.len() == 7 && fields.iter().any(|(k, _)| *k == b"power_w") => Kind::Power,
+        "usage" if fields.len() == 11 && !counter && fields.iter().all(|(k, _)| *k != b"power_w") => Kind::Usage,
+        "power" if fields.len() == 7 + 2 * usize::from(counter) && fields.iter().any(|(k, _)| *k == b"power_w") => Kind::Power,
         _ => return None,
     };
     if kind != expect {
@@ -94,10 +108,21 @@ pub fn parse<'a>(raw: &'a [u8], now_s: i64, expect: Kind, sites: &HashSet<String
     };
     let mut reading = Parsed {
         kind, event_id, ts, second, site, node, gpu, model: "", tenant: None, instance: None,
-        util_e4: 0, mem_mib: 0, power_mw: 0,
+        util_e4: 0, mem_mib: 0, power_mw: 0, energy_mj: 0, epoch: None,
     };
     if kind == Kind::Power {
         reading.power_mw = scaled(number, 3, 5000)?;
+        if counter {
+            reading.energy_mj = match slots[11]? {
+                Value::Number(digits) => counter_mj(digits)?,
+                _ => return None,
+            };
+            let epoch = text(slots[12]?)?;
+            if !sized(epoch, MAX_EPOCH) {
+                return None;
+            }
+            reading.epoch = Some(epoch);
+        }
         return Some(reading);
     }
     reading.util_e4 = scaled(number, 4, 100)?;
@@ -117,6 +142,16 @@ pub fn parse<'a>(raw: &'a [u8], now_s: i64, expect: Kind, sites: &HashSet<String
         _ => return None,
     };
     Some(reading)
+}
+
+/// A counter in whole mJ: plain decimal digits (no fraction, no exponent; the JSON reader
+/// refused a leading zero), 0 ..= 2^63 − 1.
+fn counter_mj(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let value = digits.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')); // < 10^19 < 2^64
+    (value <= MAX_COUNTER_MJ).then_some(value)
 }
 
 fn text(value: Value<'_>) -> Option<&str> {
@@ -393,6 +428,41 @@ mod tests {
         }
         let twice = usage(r#""victim""#, r#","tenant":"attacker""#);
         assert!(parse(twice.as_bytes(), now, Kind::Usage, &sites, &models).is_none());
+    }
+
+    #[test]
+    fn takes_a_whole_counter_and_leaves_half_of_one_to_the_definition() {
+        let sites: HashSet<String> = ["gz".to_owned()].into();
+        let models = HashSet::new();
+        let power = |extra: &str| {
+            format!(r#"{{"kind":"power","event_id":"p1","ts":"2026-03-01T00:00:05Z","site":"gz","node":"n1","gpu_uuid":"g1","power_w":300{extra}}}"#)
+        };
+        let now = 1_772_323_205;
+        let read = |extra: &str| {
+            parse(power(extra).as_bytes(), now, Kind::Power, &sites, &models).map(|p| (p.energy_mj, p.epoch.map(str::to_owned)))
+        };
+        assert_eq!(read(""), Some((0, None)));
+        assert_eq!(read(r#","energy_mj":0,"energy_epoch":"b""#), Some((0, Some("b".to_owned()))));
+        assert_eq!(read(r#","energy_epoch":"boot-1","energy_mj":9223372036854775807"#),
+                   Some((9_223_372_036_854_775_807, Some("boot-1".to_owned()))));
+        let long = "é".repeat(128);
+        assert_eq!(read(&format!(r#","energy_mj":5,"energy_epoch":"{long}""#)), Some((5, Some(long))));
+        for bad in [
+            r#","energy_mj":5"#, r#","energy_epoch":"b""#, r#","energy_mj":9223372036854775808,"energy_epoch":"b""#,
+            r#","energy_mj":99999999999999999999,"energy_epoch":"b""#, r#","energy_mj":5.0,"energy_epoch":"b""#,
+            r#","energy_mj":1e3,"energy_epoch":"b""#, r#","energy_mj":-1,"energy_epoch":"b""#,
+            r#","energy_mj":01,"energy_epoch":"b""#, r#","energy_mj":"5","energy_epoch":"b""#,
+            r#","energy_mj":null,"energy_epoch":null"#, r#","energy_mj":5,"energy_epoch":"""#,
+            r#","energy_mj":5,"energy_epoch":5"#, r#","energy_mj":5,"energy_epoch":"b","energy_mj":6"#,
+            r#","energy_mj":5,"energy_epoch":"b","extra":1"#,
+        ] {
+            assert_eq!(read(bad), None, "{bad}");
+        }
+        assert_eq!(read(&format!(r#","energy_mj":5,"energy_epoch":"{}""#, "x".repeat(129))), None);
+        // A usage reading never carries one.
+        let models: HashSet<String> = ["A800".to_owned()].into();
+        let usage = r#"{"kind":"usage","event_id":"e1","ts":"2026-03-01T00:00:05Z","site":"gz","node":"n1","gpu_uuid":"g1","gpu_model":"A800","tenant":null,"instance":null,"util_pct":50,"mem_used_mib":1,"energy_mj":5,"energy_epoch":"b"}"#;
+        assert!(parse(usage.as_bytes(), now, Kind::Usage, &sites, &models).is_none());
     }
 
     #[test]

@@ -92,7 +92,7 @@ mod tests {
     fn row(energy: bool, tenant: u32, offset: u64, energy_mj: i64) -> Rated {
         Rated {
             energy, gpu: 0, second: 0, period: 0, tenant, instance: NONE, model: 2, site: 3, node: 4, rate: 0, util_e4: 0,
-            energy_mj, version: 0, partition: 0, offset,
+            energy_mj, measured: false, version: 0, partition: 0, offset,
         }
     }
 

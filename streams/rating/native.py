@@ -241,7 +241,8 @@ def _push(core: Any, index: int, element: int, reading: Any, message: Message) -
                         scaled(reading.util_pct, 4), reading.mem_used_mib, message.partition, message.offset)
     else:
         core.push_power(index, element, reading.event_id, reading.ts, reading.second, reading.site, reading.node,
-                        reading.gpu_uuid, reading.power_mw, message.partition, message.offset)
+                        reading.gpu_uuid, reading.power_mw, message.partition, message.offset, reading.energy_mj,
+                        reading.energy_epoch)
 
 
 def _usage_row(row: tuple) -> tuple:
@@ -250,6 +251,6 @@ def _usage_row(row: tuple) -> tuple:
 
 
 def _power_row(row: tuple) -> tuple:
-    gpu, second, event_id, site, node, power_mw, partition, offset = row
-    return gpu, int(second), event_id, site, node, int(power_mw), int(partition), int(offset)
+    gpu, second, event_id, site, node, power_mw, partition, offset, energy_mj, epoch = row
+    return gpu, int(second), event_id, site, node, int(power_mw), int(partition), int(offset), int(energy_mj), epoch or ""
 

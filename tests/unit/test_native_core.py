@@ -130,9 +130,9 @@ class StoredFake:
         """Keep what a batch wrote, as ClickHouse would (event ids of the readings that count)."""
         for row in outcome.readings_usage:  # (event_id, ts, second, site, node, gpu, …)
             self.store.setdefault(("usage", row[5], row[2]), (row[5], row[2], row[0], row[7], row[8], row[6], row[12]))
-        for row in outcome.readings_power:
+        for row in outcome.readings_power:  # (…, power_mw, partition, offset, energy_mj, energy_epoch, ingested_at)
             self.store.setdefault(("power", row[5], row[2]), (row[5], row[2], row[0], row[3], row[4], row[6], row[7],
-                                                              row[8]))
+                                                              row[8], row[9], row[10]))
 
     def stored_since(self, cards: dict) -> dict:
         return {stream: {gpu for (s, gpu, second) in self.store if s == stream and second >= since.get(gpu, 1 << 40)}
@@ -141,8 +141,8 @@ class StoredFake:
 
 STORE = {
     ("usage", "GPU-a", T + 3): ("GPU-a", T + 3, "stored-u", "acme", "i-1", "A800-80G", 0),
-    ("power", "GPU-b", T + 5): ("GPU-b", T + 5, "stored-p", "gz-guian", "node-01", 250_000, 0, 0),
-    ("power", "GPU-a", T + 3): ("GPU-a", T + 3, "e7", "gz-guian", "node-02", 1, 1, 9),
+    ("power", "GPU-b", T + 5): ("GPU-b", T + 5, "stored-p", "gz-guian", "node-01", 250_000, 0, 0, 0, ""),
+    ("power", "GPU-a", T + 3): ("GPU-a", T + 3, "e7", "gz-guian", "node-02", 1, 1, 9, 0, ""),
 }
 
 
