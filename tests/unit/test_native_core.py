@@ -344,3 +344,136 @@ def test_both_raters_count_the_same_spend_on_dense_batches(batches, marks, store
         lookup.wrote(expected.outcome)
         assert {t: b for t, (b, _) in got.outcome.blocks.items()} == python_blocks(expected.outcome)
         assert got.spend == expected.spend
+
+
+# -- counter energy (billing_rules/counters.py) ----------------------------------------------
+
+EPOCHS = ["boot-1", "boot-2"]
+
+
+@st.composite
+def counted_card(draw, gpu: str, partition: int) -> list[tuple[str, int, bytes]]:
+    """One card's readings over 40 s as (topic, partition, value), in second order: power
+    readings with the card's counter rising as it draws — and a reset (the counter falls),
+    an epoch change, a jump past 5 kW, a reading without a counter, seconds left out (gaps
+    of 1–10 and 11+ s) — usage readings on some seconds, duplicates and conflicts."""
+    out: list[tuple[str, int, bytes]] = []
+    energy, epoch, second = draw(st.integers(0, 10**12)), 0, 0
+    while second < 40:
+        event = draw(st.sampled_from(["plain"] * 8 + ["skip", "skip", "long gap", "reset", "epoch", "none", "jump",
+                                                      "same", "duplicate", "conflict"]))
+        if event == "long gap":
+            second += draw(st.integers(10, 14))
+            continue
+        watts = draw(st.sampled_from([0, 250, 412.3455, 700]))
+        drawn = round(watts * 1000) + draw(st.integers(-999, 999))
+        energy = max(energy + max(drawn, 0), 0)
+        if event == "skip":
+            second += 1
+            continue
+        if event == "reset":
+            energy = draw(st.integers(0, 1000))
+        elif event == "epoch":
+            epoch = 1 - epoch
+        elif event == "jump":
+            energy += 5_000_001 * draw(st.integers(1, 11))
+        elif event == "same":
+            energy -= max(drawn, 0) if energy >= max(drawn, 0) else 0  # no rise at all
+        fields = {"kind": "power", "event_id": f"p-{gpu}-{second}", "ts": f"2026-03-01T00:00:{second:02d}Z",
+                  "site": draw(st.sampled_from(["gz-guian"] * 5 + ["sh-east"])), "node": "node-01", "gpu_uuid": gpu,
+                  "power_w": watts}
+        if event != "none":
+            fields |= {"energy_mj": energy, "energy_epoch": EPOCHS[epoch]}
+        value = orjson.dumps(fields)
+        out.append((TOPIC_POWER, partition, value))
+        if event == "duplicate":
+            out.append((TOPIC_POWER, partition, value))
+        elif event == "conflict":  # the same id with another counter, or the same second with another id
+            other = dict(fields, energy_mj=energy + 1, energy_epoch="boot-1") if draw(st.booleans()) else \
+                dict(fields, event_id=f"q-{gpu}-{second}")
+            out.append((TOPIC_POWER, partition, orjson.dumps(other)))
+        if draw(st.integers(0, 2)) == 0:
+            usage = {"kind": "usage", "event_id": f"u-{gpu}-{second + draw(st.integers(-3, 3))}",
+                     "ts": f"2026-03-01T00:00:{max(second + draw(st.integers(-3, 3)), 0):02d}Z", "site": "gz-guian",
+                     "node": "node-01", "gpu_uuid": gpu, "gpu_model": "A800-80G",
+                     "tenant": draw(st.sampled_from(["acme", "beta", None])), "instance": None, "util_pct": 50,
+                     "mem_used_mib": 1}
+            out.append((TOPIC_USAGE, partition, orjson.dumps(usage)))
+        second += 1
+    return out
+
+
+@st.composite
+def counted_batches(draw) -> list[list[Message]]:
+    """Two cards' counted readings, shuffled (late readings), split into 1–5 batches; offsets
+    grow per partition in the order they are sent."""
+    readings = draw(counted_card("GPU-a", 0)) + draw(counted_card("GPU-b", draw(st.integers(0, 1))))
+    readings = draw(st.permutations(readings)) if draw(st.booleans()) else readings
+    offsets: dict = {}
+    messages = []
+    for topic, partition, value in readings:
+        offset = offsets[(topic, partition)] = offsets.get((topic, partition), -1) + 1
+        messages.append(Message(topic, partition, offset, None, value))
+    cuts = sorted(draw(st.lists(st.integers(1, max(len(messages) - 1, 1)), max_size=4, unique=True)))
+    return [messages[a:b] for a, b in zip([0] + cuts, cuts + [len(messages)]) if messages[a:b]]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(counted_batches(), st.integers(0, 5), st.sampled_from([5, 900]), st.booleans(), MARKS)
+def test_both_raters_write_the_same_counter_energy(batches, forget_after, horizon_s, cards, marks):
+    python, rust = Rater(RULES, horizon_s=horizon_s), NativeRater(RULES, horizon_s=horizon_s)
+    lookup = StoredFake({}, cards=cards)
+    rated, counted = [], []
+    for number, messages in enumerate(batches):
+        if number == forget_after:
+            python.forget()
+            rust.forget()
+        expected = process_batch(messages, python, known_sites=SITES, known_models=MODELS, now=NOW, lookup=lookup,
+                                 spend_marks=marks)
+        items = messages if number % 2 else as_record_sets(messages)
+        got = process_batch_native(items, rust, now=NOW, lookup=lookup, spend_marks=marks)
+        lookup.wrote(expected.outcome)
+        assert {t: b for t, (b, _) in got.outcome.blocks.items()} == python_blocks(expected.outcome)
+        assert got.spend == expected.spend
+        assert got.outcome.conflicts == expected.outcome.conflicts
+        assert got.outcome.duplicates == expected.outcome.duplicates
+        assert got.outcome.unallocated == expected.outcome.unallocated
+        assert got.outcome.hours == expected.outcome.hours
+        assert [(d.message, d.reason) for d in got.deadletters] == [(d.message, d.reason) for d in expected.deadletters]
+        assert rust.state_size == python.state_size
+        rated += expected.outcome.rated
+        counted += expected.outcome.readings_power
+    if horizon_s == 900 and forget_after >= len(batches):  # nothing evicted nor forgotten (see _assert_converged)
+        _assert_converged(rated, counted, lookup)
+
+
+def _assert_converged(rated: list[tuple], counted: list[tuple], lookup: StoredFake) -> None:
+    """What ClickHouse keeps of the rows (the highest version per (gpu, second)) is the batch
+    definition over the counted readings, whatever the arrival order: counters.card_energy,
+    joined with the usage reading of the second. (Held to it while the rater holds every
+    reading: after a forget, a gap second's usage reading is not looked up again — see
+    Rater.lookups — and its refined row is written unjoined.)"""
+    from billing_rules.counters import Sample, card_energy
+
+    kept: dict = {}
+    for row in rated:
+        if row[0] != "energy":
+            continue
+        key, version = (row[1], row[2]), row[18]
+        if key not in kept or version > kept[key][0]:
+            kept[key] = (version, [row])
+        elif version == kept[key][0]:
+            kept[key][1].append(row)
+    for version, rows in kept.values():  # rows of one version say the same
+        assert len({(r[14], r[21], r[4]) for r in rows}) == 1, rows
+    for gpu in {row[5] for row in counted}:
+        samples = [Sample(row[2], row[6], row[9] if row[10] else None, row[10] or None)
+                   for row in counted if row[5] == gpu]
+        shares = card_energy(samples)
+        got = {second: (rows[0][14], bool(rows[0][21])) for (g, second), (_, rows) in kept.items()
+               if g == gpu and (rows[0][14] or rows[0][21] or second in shares)}
+        assert got == {second: (share.energy_mj, share.measured) for second, share in shares.items()}
+        for (g, second), (_, rows) in kept.items():
+            usage = lookup.store.get(("usage", g, second))
+            if g == gpu and second in shares:
+                assert rows[0][4] == ((usage[3] or "") if usage else ""), (second, rows[0])
