@@ -289,7 +289,6 @@ class Rater:
         """
         need = {"usage": set(), "power": set()}
         memory = {"usage": self._usage, "power": self._power}
-        power = self._power
         for reading in readings:
             key = (reading.gpu_uuid, reading.second)
             own = reading.kind
@@ -299,13 +298,16 @@ class Rater:
             if key not in memory[other] and self._unsure(other, key):
                 need[other].add(key)
             # Counter energy reads the card's power readings up to MAX_GAP_S on either side
-            # (billing_rules/counters.py). Whether a key is unsure only grows towards the past,
-            # so the oldest of them answers for all.
+            # (billing_rules/counters.py), and a power reading rates the seconds between it and
+            # them, each joined to its usage. Whether a key is unsure only grows towards the
+            # past, so the oldest of them answers for all.
             gpu, second = key
-            if self._unsure("power", (gpu, second - MAX_GAP_S)):
-                for near in range(second - MAX_GAP_S, second + MAX_GAP_S + 1):
-                    if near != second and (gpu, near) not in power and self._unsure("power", (gpu, near)):
-                        need["power"].add((gpu, near))
+            for stream in ("power", "usage") if own == "power" else ("power",):
+                if self._unsure(stream, (gpu, second - MAX_GAP_S)):
+                    held, wanted = memory[stream], need[stream]
+                    for near in range(second - MAX_GAP_S, second + MAX_GAP_S + 1):
+                        if (gpu, near) not in held and self._unsure(stream, (gpu, near)):
+                            wanted.add((gpu, near))
         return need["usage"], need["power"]
 
     def _unsure(self, stream: str, key: tuple[str, int]) -> bool:
