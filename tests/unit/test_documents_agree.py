@@ -75,7 +75,7 @@ def _row(stream, tenant, gpu, at, terms, pct, mj):
         "rent_per_s": per_s if stream == "rent" else 0, "discount_pct": pct if stream == "rent" else D(0),
         "util_pct": D("37.5"), "energy_mj": mj, "band": "flat" if stream == "energy" else "",
         "tariff_per_kwh": TARIFF if stream == "energy" else D(0), "pue": PUE if stream == "energy" else D(0),
-        "version": 1, "src_partition": 0, "src_offset": at, "rated_at": datetime(2026, 4, 1, tzinfo=timezone.utc),
+        "version": 1, "src_partition": 0, "src_offset": at, "measured": 0, "rated_at": datetime(2026, 4, 1, tzinfo=timezone.utc),
     }
     return [values[c] for c in RATED_SECONDS]
 

@@ -106,7 +106,7 @@ def _row(v: tuple) -> list:
         "plan": plan, "rent_price": Decimal(price), "rent_per_s": per_s, "discount_pct": Decimal(pct),
         "util_pct": Decimal(util), "energy_mj": mj, "band": band, "tariff_per_kwh": Decimal(tariff),
         "pue": Decimal(pue), "version": version, "src_partition": 0, "src_offset": at,
-        "rated_at": datetime.now(timezone.utc),
+        "measured": 0, "rated_at": datetime.now(timezone.utc),
     }
     return [values[c] for c in RATED_SECONDS]
 
