@@ -4,7 +4,7 @@
 //! Records sit in arrival order in fixed-size chunks (no reallocation, no doubling: memory
 //! follows the readings held), and two kinds of small index point into them by sequence
 //! number: (gpu, second) → record, and per stream event id → record. An index entry is a
-//! 4-byte sequence number plus hashbrown's control byte, so a reading held costs ≈ 44 bytes
+//! 4-byte sequence number plus hashbrown's control byte, so a reading held costs ≈ 52 bytes
 //! of record and ≈ 10 of index, against ≈ 100 with a hash map per stream keyed by value.
 //! Eviction pops records from the front, as `Rater.evict` (streams/rating/reference.py)
 //! does, and drops their index entries.

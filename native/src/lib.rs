@@ -201,14 +201,24 @@ impl Core {
                 if self.power.unsure(self.horizon_s, self.cutoff, reading.gpu, reading.second) && !self.held.contains::<PowerSeen>(k) {
                     need_power.insert(k);
                 }
+                // Counter energy reads the card's power readings up to MAX_GAP_S on either side,
+                // and a power reading rates the seconds between, each joined to its usage.
                 // Unsure is monotone in the second (true up to some second, then false): the
                 // window's earliest second tells whether any of it is.
                 let (first, last) = (reading.second - counters::MAX_GAP_S, reading.second + counters::MAX_GAP_S);
                 if self.power.unsure(self.horizon_s, self.cutoff, reading.gpu, first) {
-                    for second in (first..=last).filter(|second| *second != reading.second) {
+                    for second in first..=last {
                         let k = key(reading.gpu, second);
                         if self.power.unsure(self.horizon_s, self.cutoff, reading.gpu, second) && !self.held.contains::<PowerSeen>(k) {
                             need_power.insert(k);
+                        }
+                    }
+                }
+                if reading.kind == Kind::Power && self.usage.unsure(self.horizon_s, self.cutoff, reading.gpu, first) {
+                    for second in first..=last {
+                        let k = key(reading.gpu, second);
+                        if self.usage.unsure(self.horizon_s, self.cutoff, reading.gpu, second) && !self.held.contains::<UsageSeen>(k) {
+                            need_usage.insert(k);
                         }
                     }
                 }

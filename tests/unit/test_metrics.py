@@ -48,7 +48,7 @@ def test_the_horizon_is_reported_in_readings_and_bytes():
     registry = CollectorRegistry()
     Metrics(registry).batch(result, rater)
     assert registry.get_sample_value("gpubill_dedupe_state_entries") == 2
-    # one (gpu, second) record, in a first chunk of 4,096 records × 88 bytes = 360,448
+    # one (gpu, second) record, in a first chunk of 4,096 records × 104 bytes = 425,984
     # bytes, plus the three indexes
     held = registry.get_sample_value("gpubill_dedupe_state_bytes")
-    assert held == rater.state_bytes and 360_448 < held < 360_448 + 4_096
+    assert held == rater.state_bytes and 425_984 < held < 425_984 + 4_096

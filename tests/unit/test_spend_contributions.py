@@ -185,7 +185,7 @@ def _stored_usage(offset: int, tenant: str = "acme") -> tuple:
 
 
 def _stored_power(offset: int, watts: int = 300) -> tuple:
-    return ("G1", T, f"p-G1-{T}", "gz-guian", "node-01", watts * 1000, 0, offset)
+    return ("G1", T, f"p-G1-{T}", "gz-guian", "node-01", watts * 1000, 0, offset, 0, "")  # no counter
 
 
 def test_a_replayed_usage_reading_counts_its_rent_once(rater):
