@@ -17,6 +17,10 @@ With live spend on (GPUBILL_SPEND, the default) the workers produce their spend 
 machine would run it, started before the readings are produced so that it is up and idle
 when the drain begins (`spend_tracker` says whether it ran; without the
 gateway the embedded database admits one process, and the rounds wait on their topic).
+
+With `counters` every power reading carries the card's energy counter (the simulator's
+`counters`), so that the rater computes counter energy (billing_rules/counters.py);
+scripts/bench-counters runs the bench with and without, alternating, side by side.
 """
 
 from __future__ import annotations
@@ -48,11 +52,13 @@ Say = Callable[[str], None]
 
 
 def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, freshness_s: int = 10,
-                   port: int = 39192, gateway: bool = False, say: Say = lambda _: None) -> dict:
+                   port: int = 39192, gateway: bool = False, counters: bool = False,
+                   say: Say = lambda _: None) -> dict:
     """Run the benchmark; returns the fields `gpubill bench pipeline --json` prints.
 
     With `gateway` the chDB database is served by `gpubill clickhouse serve` (port + 2) and
-    the worker reaches it over HTTP, as it would a ClickHouse server.
+    the worker reaches it over HTTP, as it would a ClickHouse server. With `counters` the
+    power readings carry the cards' energy counters.
     """
     with tempfile.TemporaryDirectory(prefix="gpubill-bench-") as tmp:
         work = Path(tmp)
@@ -84,7 +90,7 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
             say(f"producing {total:,} readings ({gpus} GPUs × {seconds} s × 2 streams)")
             start = int(time.time()) - seconds - 120
             readings = simulate_fleet(gpus=gpus, gpu_model="A800-80G", minutes=-(-seconds // 60), start=start,
-                                      tenants=max(1, gpus // 16))
+                                      tenants=max(1, gpus // 16), counters=counters)
             _produce(settings, itertools.islice(readings, total))
 
             say("raw consume: a plain consumer reading every message")
@@ -109,7 +115,7 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
             worker_cpu = usage.ru_utime + usage.ru_stime
 
             say(f"freshness: {freshness_rate:,} readings/s for {freshness_s} s into a running worker")
-            p50, p99 = _freshness(settings, env, work, freshness_rate, freshness_s, gpus, say)
+            p50, p99 = _freshness(settings, env, work, freshness_rate, freshness_s, gpus, counters, say)
         finally:
             if tracker is not None:
                 tracker.send_signal(signal.SIGTERM)
@@ -133,6 +139,7 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
         "worker_cpu_s": round(worker_cpu, 3),
         "tracker_cpu_s": round(tracker_cpu, 3) if tracker_cpu is not None else None,
         "gateway_cpu_s": round(gateway_cpu, 3) if gateway_cpu is not None else None,
+        "counters": counters,
     }
 
 
@@ -161,7 +168,7 @@ async def _raw_consume(settings: Settings, total: int) -> float:
         await consumer.stop()
 
 
-def _freshness(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, gpus: int,
+def _freshness(settings: Settings, env: dict, work: Path, rate: int, duration_s: int, gpus: int, counters: bool,
                say: Say) -> tuple[float | None, float | None]:
     report = work / "freshness.json"
     worker = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "worker"], env={**env, "GPUBILL_BENCH_FRESHNESS": str(report)},
@@ -170,7 +177,7 @@ def _freshness(settings: Settings, env: dict, work: Path, rate: int, duration_s:
         time.sleep(8)  # let the worker join the group before the clock starts
         producer = make_producer(settings)
         fleet = simulate_fleet(gpus=max(gpus, rate // 2), gpu_model="A800-80G", minutes=duration_s // 60 + 1,
-                               start=int(time.time()), tenants=4)
+                               start=int(time.time()), tenants=4, counters=counters)
         began = time.perf_counter()
         for sent, reading in enumerate(itertools.islice(fleet, rate * duration_s)):
             ahead = sent / rate - (time.perf_counter() - began)

@@ -22,13 +22,17 @@ def bench_pipeline_command(
     gateway: bool = typer.Option(False, "--gateway", help=(
         "Serve the private chDB from its own process (`gpubill clickhouse serve`) and point the worker "
         "at it, as at a ClickHouse server: the worker's memory is then the worker's alone.")),
+    counters: bool = typer.Option(False, "--counters", help=(
+        "Power readings carry the cards' energy counters (energy_mj, energy_epoch): the rater computes "
+        "counter energy. scripts/bench-counters compares runs with and without, alternating.")),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
     """Pipeline vs plain consumer on a private broker and chDB: throughput, freshness, worker memory."""
     from gpubill.bench.pipeline import bench_pipeline
 
     result = bench_pipeline(gpus, seconds, freshness_rate=freshness_rate, freshness_s=freshness_s, port=port,
-                            gateway=gateway, say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
+                            gateway=gateway, counters=counters,
+                            say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)
 
 

@@ -25,6 +25,9 @@ def simulate(
     tenants: int = typer.Option(3, min=0, help="Tenants renting cards."),
     site: str = typer.Option("gz-guian", help="Site of the fleet."),
     seed: int = typer.Option(7, help="Random seed (same seed, same readings)."),
+    counters: bool = typer.Option(False, "--counters", help=(
+        "Power readings carry the card's cumulative energy counter (energy_mj) and its counting run "
+        "(energy_epoch), as from NVML.")),
 ) -> None:
     """Produce realistic readings of a simulated fleet to Kafka."""
     from gpubill.devenv.simulator import simulate_fleet
@@ -43,7 +46,8 @@ def simulate(
         raise GpubillError(f"--start: {exc}") from None
     ensure_pipeline_topics(settings)
     total = gpus * minutes * 60 * 2
-    readings = simulate_fleet(gpus=gpus, gpu_model=model, minutes=minutes, start=start_s, tenants=tenants, site=site, seed=seed)
+    readings = simulate_fleet(gpus=gpus, gpu_model=model, minutes=minutes, start=start_s, tenants=tenants, site=site, seed=seed,
+                              counters=counters)
     report = _produce_with_progress(settings, readings, total, f"simulating {gpus} × {model}")
     out.print(f"produced {report.total} readings ({', '.join(f'{t}: {n}' for t, n in report.produced.items())})")
 

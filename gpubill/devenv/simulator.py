@@ -13,6 +13,13 @@ reading as plain dicts shaped exactly like SPEC §3 (version 1 events). What it 
   load (`TYPICAL_UTIL`, the mean of the lease mix) a rented card draws the operator's averages of SPEC §1: about 203 W for an
   RTX 4090, 857 W for an A800 and 947 W for an H800.
 
+- **Counters** (`counters=True`; off by default). Each power reading also carries the
+  card's cumulative energy counter (`energy_mj`, as NVML's total energy: an integer of mJ
+  since the driver loaded, starting from a per-card value) and the counting run
+  (`energy_epoch`, one per node: `<node>-boot-1`). The counter rises by the second's draw,
+  read up to 50 ms into the second (so a second's rise differs from its power_w a little
+  and never falls). Everything else is the same reading for reading as without counters.
+
 Determinism: every card has its own random stream seeded from (seed, site, model, card
 index), so a run is reproducible and a longer run or a larger fleet extends a shorter
 one: the readings of card g at second s depend only on seed, site, model, g, start and s.
@@ -182,6 +189,7 @@ def simulate_fleet(
     site: str = "gz-guian",
     seed: int = 7,
     models: list[str] | None = None,
+    counters: bool = False,
 ) -> Iterator[dict]:
     """Readings of `gpus` cards for `minutes` minutes from `start` (UTC epoch seconds).
 
@@ -189,7 +197,8 @@ def simulate_fleet(
     its usage reading then its power reading. Cards fill nodes of eight; with `models`
     the nodes take those models in turn (node 1 the first, node 2 the second, ...),
     otherwise every card is a `gpu_model`. Tenants are `tenant-01` .. `tenant-NN`;
-    `tenants=0` leaves every card unrented. Raises ValueError for an unknown model or a
+    `tenants=0` leaves every card unrented. With `counters` every power reading carries the
+    card's energy counter (module docstring). Raises ValueError for an unknown model or a
     negative count.
     """
     fleet_models = list(models) if models else [gpu_model]
@@ -226,14 +235,22 @@ def simulate_fleet(
         )
 
     fleet = list(zip(cards, identities))
+    # Counters: the energy drawn before `start` (up to ≈ 11.6 days at 1 kW), the lag of each
+    # reading into its second from a stream of its own (so the cards' readings stay as
+    # without counters), and the counting run of each card's node.
+    drawn_mj = [int.from_bytes(hashlib.sha256(uuid.encode()).digest()[:8], "big") % 10**12
+                for uuid, *_ in identities] if counters else []
+    lags = [random.Random(_card_seed(seed, site, "counter", index)) for index in range(gpus)] if counters else []
+    epochs = [f"{node}-boot-1" for _, node, *_ in identities]
     for second in range(start, start + minutes * 60):
         ts = _rfc3339(second)
         suffix_u, suffix_p = f"-{second}-u", f"-{second}-p"
-        for card, (uuid, node, model, card_site, idle_w, w_per_pct) in fleet:
+        for index, (card, (uuid, node, model, card_site, idle_w, w_per_pct)) in enumerate(fleet):
             util = card.step(second)
             if util < 0.0:
                 util = 0.0
             power = idle_w + util * w_per_pct + card.rng.gauss(0.0, card.noise_w)
+            power_w = round(min(5000.0, max(0.0, power)), 1)
             yield {
                 "kind": "usage",
                 "event_id": uuid + suffix_u,
@@ -247,12 +264,19 @@ def simulate_fleet(
                 "util_pct": round(util, 1),
                 "mem_used_mib": card.mem_mib,
             }
-            yield {
+            reading = {
                 "kind": "power",
                 "event_id": uuid + suffix_p,
                 "ts": ts,
                 "site": card_site,
                 "node": node,
                 "gpu_uuid": uuid,
-                "power_w": round(min(5000.0, max(0.0, power)), 1),
+                "power_w": power_w,
             }
+            if counters:
+                # The second's draw in mJ, of which the last ≤ 5 % is read with the next second.
+                power_mj = round(power_w * 1000)
+                drawn_mj[index] += power_mj
+                reading["energy_mj"] = drawn_mj[index] - int(power_mj * 0.05 * lags[index].random())
+                reading["energy_epoch"] = epochs[index]
+            yield reading

@@ -158,3 +158,26 @@ def test_generation_is_fast_enough():
     rate = count / (time.perf_counter() - began)
     assert count == 38_400
     assert rate >= 20_000, f"{rate:.0f} readings/s"
+
+
+def test_counters_are_off_unless_asked_and_change_nothing_else():
+    plain, counted = fleet(gpus=9, minutes=1), fleet(gpus=9, minutes=1, counters=True)
+    assert all(set(r) in (USAGE_FIELDS, POWER_FIELDS) for r in plain)
+    assert [{k: v for k, v in r.items() if k not in ("energy_mj", "energy_epoch")} for r in counted] == plain
+    power = [r for r in counted if r["kind"] == "power"]
+    assert all(set(r) == POWER_FIELDS | {"energy_mj", "energy_epoch"} for r in power)
+    # one counting run per node: cards 1–8 on node n01, card 9 on n02
+    assert {r["energy_epoch"] for r in power} == {f"{node_name('gz-guian', 'A800-80G', n)}-boot-1" for n in (0, 1)}
+
+
+def test_a_card_counter_rises_by_what_it_draws_read_up_to_50_ms_late():
+    power = [r for r in fleet(gpus=4, minutes=2, counters=True) if r["kind"] == "power"]
+    for gpu in {r["gpu_uuid"] for r in power}:
+        card = [r for r in power if r["gpu_uuid"] == gpu]
+        for before, after in zip(card, card[1:]):
+            # E_t = drawn up to t − lag_t, lag_t < 5 % of second t's mJ: the rise of second t
+            # lies in (0.95 P_t, P_t + 0.05 P_(t−1)], P in mJ = power_w × 1000
+            rise = after["energy_mj"] - before["energy_mj"]
+            p_now, p_before = after["power_w"] * 1000, before["power_w"] * 1000
+            assert 0.95 * p_now - 1 <= rise <= p_now + 0.05 * p_before + 1, (rise, p_now, p_before)
+        assert isinstance(card[0]["energy_mj"], int) and 0 <= card[0]["energy_mj"] < 10**12
