@@ -72,9 +72,10 @@ def _rounds(readings: Iterator[dict], size: int) -> Iterator[list[RecordSet]]:
         yield sets
 
 
-def bench_rating(gpus: int, seconds: int, *, batch_s: int = 12, spend: bool = False,
+def bench_rating(gpus: int, seconds: int, *, batch_s: int = 12, spend: bool = False, counters: bool = False,
                  say: Callable[[str], None] = lambda _: None) -> dict:
-    """Run the benchmark; returns the fields `gpubill bench rating --json` prints."""
+    """Run the benchmark; returns the fields `gpubill bench rating --json` prints. With
+    `counters` the power readings carry the cards' energy counters (the simulator's)."""
     if not NativeRater.available():
         raise RuntimeError("gpubill_native is not built: run scripts/bootstrap")
     rules, store = load_rules(DEFAULT_RULES_DIR), _EmptyStore()
@@ -83,7 +84,7 @@ def bench_rating(gpus: int, seconds: int, *, batch_s: int = 12, spend: bool = Fa
     total = gpus * seconds * 2
     start = int(time.time()) - seconds - 120
     readings = islice(simulate_fleet(gpus=gpus, gpu_model="A800-80G", minutes=-(-seconds // 60), start=start,
-                                     tenants=max(1, gpus // 16)), total)
+                                     tenants=max(1, gpus // 16), counters=counters), total)
     say(f"rating {total:,} readings ({gpus} GPUs × {seconds} s × 2 streams) in rounds of {batch_s} s"
         + (", with and without spend marks in turn" if spend else ""))
     busy, done = dict.fromkeys(raters, 0.0), dict.fromkeys(raters, 0)

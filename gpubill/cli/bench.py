@@ -73,12 +73,13 @@ def bench_rating_command(
     spend: bool = typer.Option(False, "--spend", help=(
         "Also rate every round with spend marks on a second core, in turn: readings/s with spend tracking off "
         "and on, side by side.")),
+    counters: bool = typer.Option(False, "--counters", help="Power readings carry the cards' energy counters."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
     """The native core alone, no broker or database: readings/s of core time, state memory at a full horizon."""
     from gpubill.bench.rating import bench_rating
 
-    result = bench_rating(gpus, seconds, batch_s=batch_s, spend=spend,
+    result = bench_rating(gpus, seconds, batch_s=batch_s, spend=spend, counters=counters,
                           say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)
 

@@ -169,7 +169,7 @@ impl Core {
                 // of a second already rated.)
                 self.rate_usage_energy(&mut rated, &mut spend, r.gpu, r.second, slot);
             } else {
-                self.rate_power(&mut rated, &mut spend, r.gpu, r.second, &power);
+                self.rate_power(&mut rated, &mut spend, r.gpu, r.second, &power, slot);
                 raw_power.push(index);
             }
         }
@@ -263,7 +263,7 @@ impl Core {
             return;
         }
         let Some((covering, share, rank)) = self.energy_at(gpu, second, slot) else { return };
-        if let Some((row, _)) = self.energy_row(gpu, share, &covering, rank) {
+        if let Some((row, _)) = self.energy_row(gpu, share, &covering, rank, Some(slot)) {
             spend.add(&row, usage.offset);
             self.held.usage_mut(slot).spent |= SPENT_JOIN;
         }
@@ -271,7 +271,8 @@ impl Core {
 
     /// The rows a power reading (`power`, of `gpu` at `second`, just held) causes: those of
     /// the interval it ends and of the one it starts, with the withdrawals either needs.
-    fn rate_power(&mut self, out: &mut Vec<Rated>, spend: &mut Option<Spend>, gpu: u32, second: i64, power: &PowerSeen) {
+    fn rate_power(&mut self, out: &mut Vec<Rated>, spend: &mut Option<Spend>, gpu: u32, second: i64, power: &PowerSeen,
+                  slot: Slot) {
         let prev = self.prev_power(gpu, second);
         let next = self.next_power(gpu, second);
         self.saw_power(gpu, second);
@@ -283,7 +284,10 @@ impl Core {
         let split_measured = matches!((&prev_sample, &next_sample), (Some(p), Some(n)) if counters::valid(Some(p), n));
         // 1. (prev, second]
         let rank = counters::rank(prev.map(|(at, _)| at), second);
-        counters::covered(prev_sample.as_ref(), &cur, |share| self.emit(out, spend, gpu, share, power, rank));
+        counters::covered(prev_sample.as_ref(), &cur, |share| {
+            let at = (share.second == second).then_some(slot); // its own record: no look-up
+            self.emit_at(out, spend, gpu, share, power, rank, at);
+        });
         if split_measured && !counters::valid(prev_sample.as_ref(), &cur) {
             let (from, _) = prev.expect("a split interval has a start");
             for gap in from + 1..second {
@@ -306,7 +310,7 @@ impl Core {
     /// that of what rates the second's energy now (`energy_at`), if anything does.
     fn rate_usage_energy(&mut self, out: &mut Vec<Rated>, spend: &mut Option<Spend>, gpu: u32, second: i64, slot: Slot) {
         if let Some((covering, share, rank)) = self.energy_at(gpu, second, slot) {
-            self.emit(out, spend, gpu, share, &covering, rank);
+            self.emit_at(out, spend, gpu, share, &covering, rank, Some(slot));
         }
     }
 
@@ -335,7 +339,14 @@ impl Core {
     /// Write the row of `share` (joined with the usage reading of its second when one is
     /// held), counting its spend at the first joined row of its (gpu, second).
     fn emit(&mut self, out: &mut Vec<Rated>, spend: &mut Option<Spend>, gpu: u32, share: Share, covering: &PowerSeen, rank: u64) {
-        let Some((row, usage)) = self.energy_row(gpu, share, covering, rank) else {
+        self.emit_at(out, spend, gpu, share, covering, rank, None);
+    }
+
+    /// `emit`, with the record of the share's (gpu, second) when the caller knows it.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_at(&mut self, out: &mut Vec<Rated>, spend: &mut Option<Spend>, gpu: u32, share: Share, covering: &PowerSeen,
+               rank: u64, slot: Option<Slot>) {
+        let Some((row, usage)) = self.energy_row(gpu, share, covering, rank, slot) else {
             return; // a second that cannot be priced gets no row
         };
         if let (Some(spend), Some((slot, usage))) = (spend.as_mut(), usage) {
@@ -350,10 +361,11 @@ impl Core {
     /// The energy row of `share`, covered by the power reading `covering` in an interval of
     /// `rank`, with the usage reading held for its (gpu, second) (where, and what) — or None
     /// when its second cannot be priced at the covering reading's site.
-    fn energy_row(&mut self, gpu: u32, share: Share, covering: &PowerSeen, rank: u64) -> Option<(Rated, Option<(Slot, UsageSeen)>)> {
+    fn energy_row(&mut self, gpu: u32, share: Share, covering: &PowerSeen, rank: u64, slot: Option<Slot>)
+                  -> Option<(Rated, Option<(Slot, UsageSeen)>)> {
         let rate = self.energy_price(covering.site, share.second)?;
         let period = self.period_index(share.second)?;
-        let slot = self.held.slot(key(gpu, share.second));
+        let slot = slot.or_else(|| self.held.slot(key(gpu, share.second)));
         let usage = slot.and_then(|slot| Some((slot, *self.held.get_at::<UsageSeen>(slot)?)));
         let mut version = (rank << RANK_SHIFT) | (OFFSET_SPAN - 1 - covering.offset);
         let (tenant, instance, model) = match usage {
