@@ -410,3 +410,141 @@ impl Core {
         *newest = (*newest).max(second);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prices::EnergyRate;
+
+    const GPU: u32 = 0;
+    const EPOCH: u32 = 1;
+    const OTHER_EPOCH: u32 = 2;
+    const T: i64 = 1_772_323_200;
+
+    /// A core whose every second of T … T + 100 is priced (one rate, one period) at site 0.
+    fn core() -> Core {
+        let mut core = Core::new("u".into(), "p".into(), 900);
+        core.energy_rates.push(EnergyRate { band: "flat".into(), tariff_e6: 330_000, pue_e4: 11_200 });
+        core.period_texts.push("2026-03".into());
+        for second in T..T + 100 {
+            core.energies.insert((0, second), Ok(0));
+            core.periods.insert(second, 0);
+        }
+        core
+    }
+
+    /// (second − T, mJ, measured, rank, joined, covering offset) of each row.
+    type Row = (i64, i64, bool, u64, bool, u64);
+
+    fn rows(out: Vec<Rated>) -> Vec<Row> {
+        out.into_iter().map(|r| {
+            let rank = r.version >> RANK_SHIFT;
+            let joined = r.version & JOINED != 0;
+            assert_eq!(r.version & (OFFSET_SPAN - 1), OFFSET_SPAN - 1 - r.offset);
+            (r.second - T, r.energy_mj, r.measured, rank, joined, r.offset)
+        }).collect()
+    }
+
+    /// Rate a power reading of GPU at T + `at` drawing `mw`, with counter (mJ, epoch), read at `offset`.
+    fn power(core: &mut Core, at: i64, mw: u32, counter: Option<(u64, u32)>, offset: u64) -> Vec<Row> {
+        let (energy_mj, epoch) = counter.unwrap_or((0, NONE));
+        let seen = PowerSeen { id: (offset + 1, offset + 1), offset, site: 0, node: 0, power_mw: mw, partition: 0, energy_mj, epoch };
+        let Admitted::First(slot) = core.held.admit(key(GPU, T + at), seen) else { panic!("not first") };
+        let mut out = Vec::new();
+        core.rate_power(&mut out, &mut None, GPU, T + at, &seen, slot);
+        rows(out)
+    }
+
+    fn usage(core: &mut Core, at: i64, offset: u64) -> Vec<Row> {
+        let seen = UsageSeen { id: (offset + 1000, 1), offset, tenant: 7, instance: NONE, model: 8, spent: 0 };
+        let Admitted::First(slot) = core.held.admit(key(GPU, T + at), seen) else { panic!("not first") };
+        let mut out = Vec::new();
+        core.rate_usage_energy(&mut out, &mut None, GPU, T + at, slot);
+        rows(out)
+    }
+
+    #[test]
+    fn in_order_readings_measure_their_seconds_and_the_gaps() {
+        let mut core = core();
+        // the first reading: no previous one, its power_w, estimated, rank 0
+        assert_eq!(power(&mut core, 0, 250_000, Some((1_000_000, EPOCH)), 0), vec![(0, 250_000, false, 0, false, 0)]);
+        // a second later: 1,300,000 − 1,000,000 = 300,000 mJ measured, rank 11 − 1 = 10
+        assert_eq!(power(&mut core, 1, 250_000, Some((1_300_000, EPOCH)), 1), vec![(1, 300_000, true, 10, false, 1)]);
+        // two seconds later: 600,001 mJ over 2 s: 300,000 to T+2, 300,001 to T+3, rank 9, both covered by T+3's reading
+        assert_eq!(power(&mut core, 3, 250_000, Some((1_900_001, EPOCH)), 2),
+                   vec![(2, 300_000, true, 9, false, 2), (3, 300_001, true, 9, false, 2)]);
+        // another epoch: estimated, and the second between gets nothing
+        assert_eq!(power(&mut core, 5, 400_000, Some((7, OTHER_EPOCH)), 3), vec![(5, 400_000, false, 9, false, 3)]);
+        // 11 s later: too far, rank 0
+        assert_eq!(power(&mut core, 16, 500_000, Some((8, OTHER_EPOCH)), 4), vec![(16, 500_000, false, 0, false, 4)]);
+        // a jump beyond 5 kW × 1 s, then a reading without a counter
+        assert_eq!(power(&mut core, 17, 1, Some((5_000_009, OTHER_EPOCH)), 5), vec![(17, 1, false, 10, false, 5)]);
+        assert_eq!(power(&mut core, 18, 2, None, 6), vec![(18, 2, false, 10, false, 6)]);
+        assert_eq!(power(&mut core, 19, 3, Some((5_000_010, OTHER_EPOCH)), 7), vec![(19, 3, false, 10, false, 7)]);
+    }
+
+    #[test]
+    fn a_late_reading_splits_the_interval_and_withdraws_what_it_no_longer_measures() {
+        let mut core = core();
+        power(&mut core, 0, 250_000, Some((1_000_000, EPOCH)), 0);
+        // (T, T+3]: 900,001 mJ over 3 s, rank 8
+        assert_eq!(power(&mut core, 3, 250_000, Some((1_900_001, EPOCH)), 1),
+                   vec![(1, 300_000, true, 8, false, 1), (2, 300_000, true, 8, false, 1), (3, 300_001, true, 8, false, 1)]);
+        // T+2 comes late with a reset counter: (T, T+2] is not measured (the counter fell) —
+        // T+2 its power_w, T+1 withdrawn (0 mJ), both rank 9 — and (T+2, T+3] is: 1,900,001 − 5
+        // = 1,899,996 mJ to T+3, rank 10, covered by T+3's reading still
+        assert_eq!(power(&mut core, 2, 123_000, Some((5, EPOCH)), 2),
+                   vec![(2, 123_000, false, 9, false, 2), (1, 0, false, 9, false, 2), (3, 1_899_996, true, 10, false, 1)]);
+    }
+
+    #[test]
+    fn a_late_reading_inside_a_measured_interval_refines_both_halves() {
+        let mut core = core();
+        power(&mut core, 10, 0, Some((0, EPOCH)), 0);
+        power(&mut core, 14, 0, Some((4_000_003, EPOCH)), 1); // 1,000,000 × 3 + 1,000,003
+        // T+11 late: (T+10, T+11] 1,500,000 rank 10; (T+11, T+14] 2,500,003 over 3 s rank 8
+        assert_eq!(power(&mut core, 11, 0, Some((1_500_000, EPOCH)), 2), vec![
+            (11, 1_500_000, true, 10, false, 2),
+            (12, 833_334, true, 8, false, 1), (13, 833_334, true, 8, false, 1), (14, 833_335, true, 8, false, 1),
+        ]);
+        // a reading without a counter at T+12: (T+11, T+12] and (T+12, T+14] are not measured:
+        // T+12 its power_w (rank 10), T+14 its power_w (0 W) and T+13 withdrawn (rank 9)
+        assert_eq!(power(&mut core, 12, 42, None, 3), vec![
+            (12, 42, false, 10, false, 3), (14, 0, false, 9, false, 1), (13, 0, false, 9, false, 1),
+        ]);
+    }
+
+    #[test]
+    fn usage_joins_its_power_reading_or_the_gap_row_around_it() {
+        let mut core = core();
+        power(&mut core, 20, 0, Some((10, EPOCH)), 0);
+        power(&mut core, 24, 0, Some((410, EPOCH)), 1); // 100 mJ a second
+        // a gap second: the row of (T+20, T+24], covered by T+24's reading, joined
+        assert_eq!(usage(&mut core, 22, 5), vec![(22, 100, true, 7, true, 1)]);
+        // a reading's own second: its own row, joined
+        assert_eq!(usage(&mut core, 24, 6), vec![(24, 100, true, 7, true, 1)]);
+        assert_eq!(usage(&mut core, 20, 7), vec![(20, 0, false, 0, true, 0)]);
+        // after the interval, or with nothing measured around it: no row
+        assert_eq!(usage(&mut core, 25, 8), vec![]);
+        power(&mut core, 30, 0, Some((0, EPOCH)), 2);
+        power(&mut core, 32, 0, Some((0, OTHER_EPOCH)), 3);
+        assert_eq!(usage(&mut core, 31, 9), vec![]);
+        // a late power reading whose interval covers a joined second writes it joined
+        assert_eq!(power(&mut core, 23, 0, Some((310, EPOCH)), 4), vec![
+            (21, 100, true, 8, false, 4), (22, 100, true, 8, true, 4), (23, 100, true, 8, false, 4),
+            (24, 100, true, 10, true, 1),
+        ]);
+    }
+
+    #[test]
+    fn neighbours_are_found_within_ten_seconds_and_not_past_the_newest() {
+        let mut core = core();
+        power(&mut core, 40, 0, None, 0);
+        assert_eq!(core.prev_power(GPU, T + 50).map(|(at, _)| at - T), Some(40));
+        assert!(core.prev_power(GPU, T + 51).is_none());
+        assert_eq!(core.next_power(GPU, T + 30).map(|(at, _)| at - T), Some(40));
+        assert!(core.next_power(GPU, T + 29).is_none());
+        assert!(core.next_power(GPU, T + 40).is_none());
+        assert!(core.prev_power(1, T + 41).is_none()); // another card
+    }
+}
