@@ -164,9 +164,8 @@ impl Core {
                 }
                 // The energy of this second rated before its usage: join it now. (If rules
                 // swapped in since then cannot price that second at its site, no joined row
-                // is written and the energy stays unallocated; the Python rater would refuse
-                // the usage reading instead. It takes a rules reload that withdraws the price
-                // of a second already rated.)
+                // is written and the energy stays unallocated, as in the Python rater. It
+                // takes a rules reload that withdraws the price of a second already rated.)
                 self.rate_usage_energy(&mut rated, &mut spend, r.gpu, r.second, slot);
             } else {
                 self.rate_power(&mut rated, &mut spend, r.gpu, r.second, &power, slot);
