@@ -42,6 +42,10 @@ GPUS = ["GPU-a", "GPU-b", "GPU-ç"]  # one id outside ASCII
 NUMBERS = ["0", "1", "50", "99.99995", "99.99994", "100", "100.0", "100.00001", "300", "412.3455", "412.34549999",
            "4999.9995", "5000", "5000.0004", "5001", "0.00005", "1e2", "-0", "-1", "01", "1.", "12.5E1", "true", '"5"',
            "null", "0.1234567890123456789", "1234567"]
+COUNTERS = ["0", "71888725096", "9223372036854775807", "9223372036854775808", "18446744073709551616", "-1", "5.0",
+            "1e3", '"5"', "null", "01", "true"]
+EPOCH_TEXTS = ['"boot-1"', '"gz-a800-n01-boot-1"', '""', '"' + "x" * 128 + '"', '"' + "x" * 129 + '"', '"' + "é" * 128 + '"',
+               "null", "5", '"b\\u00e9"', '"b\\n"', '" "']
 STAMPS = ["2026-03-01T00:{m:02d}:{s:02d}Z", "2026-03-01T00:{m:02d}:{s:02d}.999Z", "2026-03-01T08:{m:02d}:{s:02d}+08:00",
           "2026-03-01t00:{m:02d}:{s:02d}z", "2026-03-01 00:{m:02d}:{s:02d}Z", "2026-02-30T00:{m:02d}:{s:02d}Z",
           "2026-03-01T00:{m:02d}:60Z", "2026-03-01T00:{m:02d}:{s:02d}", "2026-03-01T00:{m:02d}:{s:02d}.1234567891Z",
@@ -71,6 +75,12 @@ def reading(draw, kind: str) -> bytes:
         }
     else:
         fields["power_w"] = draw(st.sampled_from(NUMBERS[8:16] + NUMBERS))
+        counter = draw(st.integers(0, 11))
+        if counter <= 4:  # the card's counter: both fields, one alone, on every edge
+            if counter <= 3:
+                fields["energy_mj"] = draw(st.sampled_from(COUNTERS[:3] + COUNTERS))
+            if counter != 3:
+                fields["energy_epoch"] = draw(st.sampled_from(EPOCH_TEXTS[:2] + EPOCH_TEXTS))
     if draw(st.integers(0, 20)) == 0:
         del fields[draw(st.sampled_from(sorted(fields)))]
     if draw(st.integers(0, 20)) == 0:
