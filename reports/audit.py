@@ -121,7 +121,7 @@ GROUP BY h, stream, tenant, rent_price, rent_per_s, discount_pct, tariff_per_kwh
 _FINGERPRINT = (
     "SELECT toUnixTimestamp(hour) AS h, count() AS n, sum(cityHash64(toString(tuple(tenant, day, stream, gpu_uuid, "
     "instance, gpu_model, site, plan, rent_price, rent_per_s, discount_pct, band, tariff_per_kwh, pue, seconds, "
-    "util_sum, energy_mj, minutes, minute_qty)))) AS f FROM ({rows}) GROUP BY h"
+    "util_sum, energy_mj, measured_mj, minutes, minute_qty)))) AS f FROM ({rows}) GROUP BY h"
 )
 _PUBLISHED_SQL = (
     "SELECT * FROM rated_hours WHERE period = {period:String} AND (hour, generation) IN "

@@ -16,6 +16,11 @@ Hourly reports (``granularity == "hour"``) add an ``hour`` column after ``day``:
 start in the billing time zone, ``2026-03-05T14:00:00+08:00`` (RFC 3339 with the offset);
 their PDF table shows ``03-05 14:00`` under a heading naming the zone, and the chart still
 shows GPU-hours per day.
+
+Energy is graded (SPEC §4): after the existing columns, ``measured_it_kwh`` and
+``estimated_it_kwh`` split each row's IT energy (before PUE, six decimals; ``kwh`` is billed
+energy, after PUE) into what the cards' energy counters measured and what was estimated from
+power readings. JSON totals carry both; the PDF states both totals under its summary.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ USAGE_COLUMNS = (
     "kwh",
     "rent",
     "electricity",
+    "measured_it_kwh",
+    "estimated_it_kwh",
 )
 # an hourly report: the hour's start after the day (``2026-03-05T14:00:00+08:00``)
 HOURLY_COLUMNS = (USAGE_COLUMNS[0], "hour", *USAGE_COLUMNS[1:])
@@ -80,6 +87,8 @@ def _row_strings(row: UsageRow, hourly: bool = False) -> dict[str, str]:
         "kwh": _q6(row.kwh),
         "rent": money_str(row.rent),
         "electricity": money_str(row.electricity),
+        "measured_it_kwh": _q6(row.measured_it_kwh),
+        "estimated_it_kwh": _q6(row.estimated_it_kwh),
     }
 
 
@@ -89,6 +98,8 @@ def _totals_strings(totals: UsageTotals) -> dict[str, str]:
         "kwh": _q6(totals.kwh),
         "rent": money_str(totals.rent),
         "electricity": money_str(totals.electricity),
+        "measured_it_kwh": _q6(totals.measured_it_kwh),
+        "estimated_it_kwh": _q6(totals.estimated_it_kwh),
     }
 
 
@@ -137,6 +148,8 @@ PARQUET_SCHEMA = pa.schema(
         pa.field("kwh", pa.decimal128(20, 6), nullable=False),
         pa.field("rent", pa.decimal128(18, 2), nullable=False),
         pa.field("electricity", pa.decimal128(18, 2), nullable=False),
+        pa.field("measured_it_kwh", pa.decimal128(20, 6), nullable=False),
+        pa.field("estimated_it_kwh", pa.decimal128(20, 6), nullable=False),
     ]
 )
 
@@ -158,6 +171,8 @@ def usage_parquet(report: UsageReport) -> bytes:
         "kwh": [round_half_up(r.kwh, 6) for r in rows],
         "rent": [round_half_up(r.rent, 2) for r in rows],
         "electricity": [round_half_up(r.electricity, 2) for r in rows],
+        "measured_it_kwh": [round_half_up(r.measured_it_kwh, 6) for r in rows],
+        "estimated_it_kwh": [round_half_up(r.estimated_it_kwh, 6) for r in rows],
     }
     metadata = {
         "tenant": report.tenant,
@@ -227,8 +242,11 @@ def _summary_box(pdf: ReportPDF, report: UsageReport) -> None:
     pdf.set_font("Helvetica", "", 7)
     pdf.set_text_color(*MUTED)
     pdf.cell(0, 4, pdf.txt(pdf.label("usage.counts", gpus=gpus, rows=len(report.rows))))
+    pdf.set_xy(x0, y0 + h + 5)
+    pdf.cell(0, 4, pdf.txt(pdf.label("usage.graded", measured=grouped(totals.measured_it_kwh, 6),
+                                     estimated=grouped(totals.estimated_it_kwh, 6))))
     pdf.set_text_color(33, 37, 41)
-    pdf.set_y(y0 + h + 8)
+    pdf.set_y(y0 + h + 12)
 
 
 def _outside_texts(report: UsageReport) -> list[str]:
