@@ -44,6 +44,7 @@ from reports.render.usage import render_usage
 from reports.usage_report import usage_report
 from schemas.tables import RATED_SECONDS
 from tests.chdb_template import migrated_dsn
+from tests.pdf_reading import pdf_text
 from usage.regenerate import regenerate
 from usage.rollup import roll_up
 from warehouse import writes
@@ -194,6 +195,11 @@ def test_the_usage_report_splits_each_hour_into_measured_and_estimated_it_kwh(db
     assert (doc["rows"][0]["measured_it_kwh"], doc["rows"][0]["estimated_it_kwh"]) == ("0.002819", "0.000333")
     assert (doc["totals"]["measured_it_kwh"], doc["totals"]["estimated_it_kwh"]) == ("0.002819", "0.000333")
     assert list(doc["rows"][0])[-2:] == ["measured_it_kwh", "estimated_it_kwh"]  # after the columns there were
+    # the PDF states both totals, in each language
+    assert "IT energy before PUE: 0.002819 kWh measured by the cards' energy counters, 0.000333 kWh estimated" \
+        in pdf_text(render_usage(daily, "pdf"))
+    assert "IT 电量（未计 PUE）：0.002819 kWh 由 GPU 电能计数器计量，0.000333 kWh 按功率读数估算" \
+        in pdf_text(render_usage(daily, "pdf", lang="zh-CN"))
 
 
 def test_the_cost_share_grades_the_cards_it_energy(db):
