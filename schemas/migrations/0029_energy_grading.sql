@@ -30,3 +30,13 @@ SELECT period, tenant, site, hour, energy_mj, measured_mj, energy_mj - measured_
        if(energy_mj = 0, toDecimal128(0, 6), toDecimal128(round(toDecimal128(measured_mj, 12) / energy_mj, 6), 6)) AS measured_share
 FROM (SELECT period, tenant, site, hour, sum(energy_mj) AS energy_mj, sum(measured_mj) AS measured_mj
       FROM v_rated_hours WHERE stream = 'energy' GROUP BY period, tenant, site, hour);
+
+-- v_rated_seconds (0003) was written `SELECT *`, expanded when it was created: made again with
+-- its columns named, `measured` (1: the second's energy is its card counter's rise) last.
+DROP VIEW IF EXISTS v_rated_seconds;
+
+CREATE VIEW IF NOT EXISTS v_rated_seconds AS
+SELECT stream, gpu_uuid, second, period, tenant, instance, gpu_model, site, node, plan, rent_price, rent_per_s,
+       discount_pct, util_pct, energy_mj, band, tariff_per_kwh, pue, version, src_partition, src_offset, rated_at,
+       measured
+FROM rated_seconds FINAL;

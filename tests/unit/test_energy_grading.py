@@ -263,3 +263,25 @@ def test_re_rating_keeps_the_grade_of_re_priced_rows_and_hours(db, tmp_path):
         {("GPU-a", H0 + s): (int(s < 10 or s == 14), 3 if s == 14 else 2) for s in range(5, 15)}
         | {("GPU-a", H1 + s): (1, 2) for s in range(5)} | {("GPU-b", H0 + 5): (0, 2)})
     assert regenerate(db, rules, PERIOD).generation == 0  # again: nothing changes
+
+
+def test_finance_query_16_grades_each_day_as_finance_through_the_gateway(tmp_path):
+    from tests.unit.test_ch_gateway import free_port, start_gateway, stop_gateway
+    from tests.unit.test_finance_docs import queries
+
+    with open_database(migrated_dsn(tmp_path / "clickhouse")) as database:
+        seed(database)
+        roll_up(database, RULES)
+    gateway = start_gateway(tmp_path, free_port())
+    try:
+        with open_database(gateway.finance_dsn, migrate=False) as finance:
+            found = {(r["tenant"], r["site"], str(r["day"])): r for r in finance.query_dicts(queries()[15])}
+    finally:
+        stop_gateway(gateway)
+    # 2026-03-10 in Shanghai holds H0 and H1. acme: 10,150,000 mJ measured → 0.00281944… → 0.002819 kWh,
+    # 1,200,004 mJ estimated → 0.000333; share 10,150,000 / 11,350,004 = 0.894272… → 0.8943.
+    # unallocated: 1,000,000 → 0.000278; 246,914 → 0.0000685872… → 0.000069; 1,000,000 / 1,246,914 → 0.8020
+    assert {k: (r["measured_kwh"], r["estimated_kwh"], r["measured_share"]) for k, r in found.items()} == {
+        ("acme", "gz-guian", "2026-03-10"): (q6(Fraction(10_150_000, KWH)), q6(Fraction(1_200_004, KWH)),
+                                             Decimal("0.8943")),
+        ("", "gz-guian", "2026-03-10"): (Decimal("0.000278"), Decimal("0.000069"), Decimal("0.8020"))}
