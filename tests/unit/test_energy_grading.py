@@ -31,7 +31,6 @@ from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
 
 import pytest
 
