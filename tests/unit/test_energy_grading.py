@@ -284,3 +284,32 @@ def test_finance_query_16_grades_each_day_as_finance_through_the_gateway(tmp_pat
         ("acme", "gz-guian", "2026-03-10"): (q6(Fraction(10_150_000, KWH)), q6(Fraction(1_200_004, KWH)),
                                              Decimal("0.8943")),
         ("", "gz-guian", "2026-03-10"): (Decimal("0.000278"), Decimal("0.000069"), Decimal("0.8020"))}
+
+
+def test_a_corrected_card_hour_rated_again_from_its_readings_keeps_the_other_cards_grade(db):
+    """A reattribution of GPU-c (no counter: estimated) inside H1 rates the card-hour again from its
+    raw readings; the hour is published anew, and GPU-a's measured seconds in it keep their grade."""
+    from schemas.tables import READINGS_POWER, READINGS_USAGE
+
+    seed(db)
+    seconds = range(H1 + 100, H1 + 110)
+    at = datetime.fromtimestamp
+    common = lambda s: {"ts": at(s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "second": at(s, UTC), "site": "gz-guian",  # noqa: E731
+                        "node": "n1", "gpu_uuid": "GPU-c", "src_partition": 0, "src_offset": s,
+                        "ingested_at": at(s, UTC)}
+    db.insert("readings_usage", [[({**common(s), "event_id": f"u{s}", "gpu_model": "A800-80G", "tenant": "acme",
+                                    "instance": "i-1", "util_pct": Decimal(50), "mem_used_mib": 1})[c]
+                                  for c in READINGS_USAGE] for s in seconds], READINGS_USAGE)
+    db.insert("readings_power", [[({**common(s), "event_id": f"p{s}", "power_mw": 400_000, "energy_mj": 0,
+                                    "energy_epoch": ""})[c] for c in READINGS_POWER] for s in seconds], READINGS_POWER)
+    write(db, [row("rent", "GPU-c", s, "acme") for s in seconds] + [row("energy", "GPU-c", s, "acme", mj=400_000)
+                                                                    for s in seconds])
+    roll_up(db, RULES)
+    db.insert("corrections", [["c1", "reattribute", "GPU-c", at(H1 + 100, UTC), at(H1 + 110, UTC), "beta", None, "",
+                               "wrong tenant", "test", "{}", 0, 0, NOW, NOW]],
+              ["event_id", "kind", "gpu_uuid", "from_s", "to_s", "tenant", "instance", "stream", "reason", "author",
+               "original", "src_partition", "src_offset", "produced_at", "stored_at"])
+    done = regenerate(db, RULES, PERIOD)
+    assert done.hours == [H1] and done.corrections == 1
+    # H1: acme keeps GPU-a's 2,500,000 measured mJ; beta gets GPU-c's 10 × 400,000 = 4,000,000 mJ, estimated
+    assert graded_source(db) == {**EXPECTED, ("beta", H1): (4_000_000, 0)}
