@@ -62,6 +62,7 @@ _LABELS: dict[str, dict[str, str]] = {
         "col.kwh": "kWh",
         "col.rent": "Rent",
         "col.electricity": "Electricity",
+        "col.measured": "Measured",
         "col.total": "Total",
         "page": "Page {page} / {pages}",
         # invoice
@@ -234,6 +235,7 @@ _LABELS: dict[str, dict[str, str]] = {
         "col.kwh": "电量 kWh",
         "col.rent": "租金",
         "col.electricity": "电费",
+        "col.measured": "实测占比",
         "col.total": "合计",
         "page": "第 {page} / {pages} 页",
         "inv.doc_title": "账单 {number}",

@@ -20,7 +20,8 @@ shows GPU-hours per day.
 Energy is graded (SPEC §4): after the existing columns, ``measured_it_kwh`` and
 ``estimated_it_kwh`` split each row's IT energy (before PUE, six decimals; ``kwh`` is billed
 energy, after PUE) into what the cards' energy counters measured and what was estimated from
-power readings. JSON totals carry both; the PDF states both totals under its summary.
+power readings. JSON totals carry both; the PDF states both totals under its summary and, per row, the share
+measured (a "Measured" column: measured ÷ (measured + estimated), one decimal).
 """
 
 from __future__ import annotations
@@ -257,6 +258,14 @@ def _outside_texts(report: UsageReport) -> list[str]:
     return sorted(seen)
 
 
+def _measured_share(measured: Decimal, estimated: Decimal) -> str:
+    """The share of a row's IT energy the cards' counters measured, ``"89.4 %"``, of its kWh as
+    written (six decimals, so a row of a few mJ may differ from the exact share); ``"-"`` without energy."""
+    if not measured + estimated:
+        return "-"
+    return f"{round_half_up(measured * 100 / (measured + estimated), 1):f} %"
+
+
 def _hour_cell(row: UsageRow) -> str:
     """``2026-03-05T14:00:00+08:00`` -> ``03-05 14:00`` (the zone is in the table's heading)."""
     return f"{row.hour[5:10]} {row.hour[11:16]}"
@@ -303,18 +312,20 @@ def usage_pdf(report: UsageReport, *, lang: str = "en") -> bytes:
     draw_table(
         pdf,
         headings=tuple(pdf.label(k) for k in (first, "col.instance", "col.gpu", "col.model", "col.gpu_hours",
-                                              "col.util", "col.kwh", "col.rent", "col.electricity")),
+                                              "col.util", "col.kwh", "col.rent", "col.electricity", "col.measured")),
         rows=[
             (_hour_cell(r) if hourly else r.day, r.instance or "-", r.gpu_uuid, r.gpu_model, _q6(r.gpu_hours),
-             _util(r.avg_util_pct), _q6(r.kwh), money_str(r.rent), money_str(r.electricity))
+             _util(r.avg_util_pct), _q6(r.kwh), money_str(r.rent), money_str(r.electricity),
+             _measured_share(r.measured_it_kwh, r.estimated_it_kwh))
             for r in report.rows
         ],
-        col_widths=(first_w, 19, 35 - (first_w - 16), 25, 19, 11, 20, 17, 18),
-        align=("LEFT", "LEFT", "LEFT", "LEFT", "RIGHT", "RIGHT", "RIGHT", "RIGHT", "RIGHT"),
+        col_widths=(first_w, 16, 29 - (first_w - 16), 20, 19, 11, 20, 17, 18, 14),
+        align=("LEFT", "LEFT", "LEFT", "LEFT", "RIGHT", "RIGHT", "RIGHT", "RIGHT", "RIGHT", "RIGHT"),
         font_size=7.5,
-        keep_tail=(0, 0, 8, 0, 0, 0, 0, 0, 0),
+        keep_tail=(0, 0, 8, 0, 0, 0, 0, 0, 0, 0),
         total=(pdf.label("col.total"), "", "", "", _q6(totals.gpu_hours), "", _q6(totals.kwh),
-               money_str(totals.rent), money_str(totals.electricity)),
+               money_str(totals.rent), money_str(totals.electricity),
+               _measured_share(totals.measured_it_kwh, totals.estimated_it_kwh)),
     )
     return bytes(pdf.output())
 
