@@ -35,6 +35,7 @@ from typing import Any, Iterable
 import orjson
 
 from billing_rules import energy_amount, rent_amount, round_fen
+from billing_rules.counters import MAX_GAP_S
 from schemas.events import parse_ts
 from schemas.topics import TOPIC_CORRECTIONS
 from reports.audit_hours import Exact, HourFigures, clean_hours, hour_prints, store_clean_hours
@@ -69,11 +70,34 @@ WITH
         WHERE SECONDS
         GROUP BY gpu_uuid, second
     ),
-    p AS (
-        SELECT gpu_uuid, second, argMin(tuple(power_mw, site), (src_partition, src_offset)) AS first
+    pr AS (
+        -- the first power reading per (gpu, second), 10 s around the seconds audited: a second's
+        -- energy may come from the counter of the reading after it, measured from the one before
+        SELECT gpu_uuid, second, argMin(tuple(power_mw, site, energy_mj, energy_epoch), (src_partition, src_offset)) AS r
         FROM readings_power
-        WHERE SECONDS
+        WHERE WIDE
         GROUP BY gpu_uuid, second
+    ),
+    pc AS (
+        -- each reading with the card's previous one; the seconds it covers with their energy
+        -- (SPEC §4): the counter's rise since the previous reading of the same epoch at most
+        -- 10 s before, if 0 ≤ rise ≤ 5,000 W × gap, split evenly, the remainder to the last;
+        -- else its own second at power_w
+        SELECT gpu_uuid, r.2 AS site,
+               toInt64(toUInt32(second)) - toInt64(toUInt32(prev_second)) AS gap,
+               toInt64(r.3) - toInt64(prev_r.3) AS rise,
+               r.4 != '' AND prev_r.4 = r.4 AND gap BETWEEN 1 AND 10 AND rise BETWEEN 0 AND 5000000 * gap AS counted,
+               arrayJoin(if(counted,
+                            arrayMap(k -> tuple(toUInt32(second) - gap + k, toUInt64(intDiv(rise, gap) + if(k = gap, rise % gap, 0))),
+                                     range(1, toUInt64(gap) + 1)),
+                            [tuple(toUInt32(second), r.1)])) AS x
+        FROM (SELECT gpu_uuid, second, r, lagInFrame(second, 1) OVER w AS prev_second, lagInFrame(r, 1) OVER w AS prev_r
+              FROM pr WINDOW w AS (PARTITION BY gpu_uuid ORDER BY second ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
+    ),
+    p AS (
+        SELECT gpu_uuid, toDateTime(x.1, 'UTC') AS second, tuple(x.2, site) AS first
+        FROM pc
+        WHERE SECONDS
     )
 SELECT 'rent' AS stream, tenant, gpu_model, site, minute, count() AS n, toUInt64(0) AS mj
 FROM (
@@ -98,12 +122,15 @@ SETTINGS join_use_nulls = 1
     "TENANT_U", _CORRECTED_TENANT.replace("READING", "u.first.1")).replace(
     "TENANT_P", _CORRECTED_TENANT.replace("READING", "ifNull(u.first.1, '')"))
 _PERIOD_SECONDS = "second >= toDateTime({lo:UInt32}, 'UTC') AND second < toDateTime({hi:UInt32}, 'UTC')"
+_AROUND_PERIOD = (f"second >= toDateTime({{lo:UInt32}} - {MAX_GAP_S}, 'UTC') "
+                  f"AND second < toDateTime({{hi:UInt32}} + {MAX_GAP_S}, 'UTC')")
 
 
 def raw_sql(hours: Iterable[int] | None = None) -> str:
     """The raw side's statement for the period [lo, hi) (parameters), or only for its seconds in `hours`."""
     where = _PERIOD_SECONDS if hours is None else f"{_PERIOD_SECONDS} AND ({hours_range(hours)})"
-    return _RAW_TEMPLATE.replace("SECONDS", where)
+    wide = _AROUND_PERIOD if hours is None else f"{_AROUND_PERIOD} AND ({hours_range(hours, margin=MAX_GAP_S)})"
+    return _RAW_TEMPLATE.replace("SECONDS", where).replace("WIDE", wide)
 
 
 _RAW_SQL = raw_sql()  # the whole period: what `--full` runs

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator, model_validator
 
 from schemas.errors import InvalidReading
 from schemas.ids import is_id
@@ -33,6 +33,8 @@ UTIL_STEP = Decimal("0.0001")  # util_pct is kept to 4 decimals (ClickHouse Deci
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})?$")
 
 Text = Annotated[StrictStr, Field(min_length=1, max_length=256)]
+MAX_COUNTER_MJ = (1 << 63) - 1  # a card's energy counter, as a signed 64-bit integer of mJ
+COUNTER_NOT_WHOLE = "energy_mj and energy_epoch come together: send both or neither"
 TENANT_NOT_ID = "must be an id: a letter or digit, then up to 63 letters, digits, '.', '_' or '-'"
 
 
@@ -99,10 +101,20 @@ class UsageReading(_Reading):
 
 
 class PowerReading(_Reading):
-    """One second of one card's electrical draw (topic gpu.power.v1)."""
+    """One second of one card's electrical draw (topic gpu.power.v1), with the card's
+    cumulative energy counter and its counting run when the card reports them (both or
+    neither; billing_rules/counters.py says what they measure)."""
 
     kind: Literal["power"]
     power_w: Decimal
+    energy_mj: Annotated[StrictInt, Field(ge=0, le=MAX_COUNTER_MJ)] | None = None
+    energy_epoch: Annotated[StrictStr, Field(min_length=1, max_length=128)] | None = None
+
+    @model_validator(mode="after")
+    def _counter_whole(self) -> "PowerReading":
+        if (self.energy_mj is None) != (self.energy_epoch is None):
+            raise ValueError(COUNTER_NOT_WHOLE)
+        return self
 
     @field_validator("power_w", mode="before")
     @classmethod

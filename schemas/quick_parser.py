@@ -28,7 +28,7 @@ from typing import Collection
 
 import orjson
 
-from schemas.events import MAX_FUTURE_S, MAX_MEM_MIB, UTIL_STEP, parse_ts
+from schemas.events import MAX_COUNTER_MJ, MAX_FUTURE_S, MAX_MEM_MIB, UTIL_STEP, parse_ts
 from schemas.ids import is_id
 
 _USAGE_KEYS = frozenset(
@@ -61,12 +61,13 @@ class Usage:
 class Power:
     """A valid power reading (the same attributes as schemas.events.PowerReading)."""
 
-    __slots__ = ("event_id", "ts", "second", "site", "node", "gpu_uuid", "power_mw")
+    __slots__ = ("event_id", "ts", "second", "site", "node", "gpu_uuid", "power_mw", "energy_mj", "energy_epoch")
     kind = "power"
 
-    def __init__(self, event_id, ts, second, site, node, gpu_uuid, power_mw):
+    def __init__(self, event_id, ts, second, site, node, gpu_uuid, power_mw, energy_mj=None, energy_epoch=None):
         self.event_id, self.ts, self.second, self.site, self.node = event_id, ts, second, site, node
         self.gpu_uuid, self.power_mw = gpu_uuid, power_mw
+        self.energy_mj, self.energy_epoch = energy_mj, energy_epoch
 
 
 class QuickParser:
@@ -106,6 +107,14 @@ class QuickParser:
             if kind == "power" and len(document) == 7:
                 number, cache, convert = document["power_w"], self.watts, _milliwatts
                 quotes = 26  # 7 keys, 6 strings: kind, event_id, ts, site, node, gpu_uuid
+                counter = epoch = None
+            elif kind == "power" and len(document) == 9:  # with the card's counter
+                number, cache, convert = document["power_w"], self.watts, _milliwatts
+                counter, epoch = document["energy_mj"], document["energy_epoch"]
+                quotes = 32  # 9 keys, 7 strings: the six above and energy_epoch
+                if (counter.__class__ is not int or not 0 <= counter <= MAX_COUNTER_MJ
+                        or epoch.__class__ is not str or not 0 < len(epoch) <= 128):
+                    return None
             elif kind == "usage" and len(document) == 11:
                 number, cache, convert = document["util_pct"], self.utils, _util
                 model, tenant, instance, mem = (document["gpu_model"], document["tenant"], document["instance"],
@@ -148,7 +157,9 @@ class QuickParser:
         gpu, node, site, ts = (shared.setdefault(gpu, gpu), shared.setdefault(node, node),
                                shared.setdefault(site, site), shared.setdefault(ts, ts))
         if kind == "power":
-            return Power(event_id, ts, second, site, node, gpu, value)
+            if epoch is not None:
+                epoch = shared.setdefault(epoch, epoch)
+            return Power(event_id, ts, second, site, node, gpu, value, counter, epoch)
         if (model.__class__ is not str or model not in self.models or mem.__class__ is not int
                 or not 0 <= mem <= MAX_MEM_MIB
                 or (tenant is not None and (tenant.__class__ is not str

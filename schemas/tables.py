@@ -53,8 +53,9 @@ READINGS_USAGE_TABLE = TableSpec("readings_usage", _columns(
 READINGS_POWER_TABLE = TableSpec("readings_power", _columns(
     ("event_id", "String"), ("ts", "String", _REPEATED), ("second", _UTC_SECOND),
     ("site", "LowCardinality(String)", _REPEATED), ("node", "String", _REPEATED), ("gpu_uuid", "String", _REPEATED),
-    ("power_mw", "UInt64"), ("src_partition", "UInt32"), ("src_offset", "UInt64"), ("ingested_at", _UTC_MS),
+    ("power_mw", "UInt64"), ("src_partition", "UInt32"), ("src_offset", "UInt64"),
     ("energy_mj", "UInt64"), ("energy_epoch", "String", _REPEATED),  # 0028: the card's counter ('' = none)
+    ("ingested_at", _UTC_MS),
 ), order_by=("gpu_uuid", "second", "src_partition", "src_offset"))
 
 RATED_SECONDS_TABLE = TableSpec("rated_seconds", _columns(
@@ -65,8 +66,9 @@ RATED_SECONDS_TABLE = TableSpec("rated_seconds", _columns(
     ("plan", "LowCardinality(String)", _REPEATED), ("rent_price", "Decimal(18, 6)"), ("rent_per_s", "UInt32"),
     ("discount_pct", "Decimal(9, 4)"), ("util_pct", "Decimal(9, 4)"), ("energy_mj", "UInt64"),
     ("band", "LowCardinality(String)", _REPEATED), ("tariff_per_kwh", "Decimal(18, 6)"), ("pue", "Decimal(9, 4)"),
-    ("version", "UInt64"), ("src_partition", "UInt32"), ("src_offset", "UInt64"), ("rated_at", _UTC_MS),
+    ("version", "UInt64"), ("src_partition", "UInt32"), ("src_offset", "UInt64"),
     ("measured", "UInt8"),  # 0028: an energy second's energy came from the card's counter
+    ("rated_at", _UTC_MS),
 ), order_by=("stream", "gpu_uuid", "second"))
 
 DEADLETTERS_TABLE = TableSpec("deadletters", _columns(

@@ -22,7 +22,8 @@ _POWER_LOOKUP_SQL = """
 SELECT gpu_uuid, toUnixTimestamp(second) AS s,
        argMin(event_id, (src_partition, src_offset)), argMin(site, (src_partition, src_offset)),
        argMin(node, (src_partition, src_offset)), argMin(power_mw, (src_partition, src_offset)),
-       argMin(src_partition, (src_partition, src_offset)), min(src_offset)
+       argMin(src_partition, (src_partition, src_offset)), min(src_offset),
+       argMin(energy_mj, (src_partition, src_offset)), argMin(energy_epoch, (src_partition, src_offset))
 FROM readings_power
 WHERE gpu_uuid IN {gpus:Array(String)} AND second BETWEEN {lo:UInt32} AND {hi:UInt32} {exact}
 GROUP BY gpu_uuid, s

@@ -64,10 +64,11 @@ def hour_range(hour: int) -> str:
     return second_range(hour, hour + 3600)
 
 
-def hours_range(hours: Iterable[int], column: str = "second") -> str:
+def hours_range(hours: Iterable[int], column: str = "second", *, margin: int = 0) -> str:
     """SQL: rows whose `column` is in one of `hours` (UTC starts, epoch s), consecutive hours as one
-    range; `0` (no row) when there are none."""
-    return " OR ".join(second_range(lo, hi, column) for lo, hi in _runs(tuple(sorted(set(hours))))) or "0"
+    range, widened by `margin` seconds on either side; `0` (no row) when there are none."""
+    return " OR ".join(second_range(lo - margin, hi + margin, column)
+                       for lo, hi in _runs(tuple(sorted(set(hours))))) or "0"
 
 
 def grouped_sql(where: str, *, minutes: bool = False, relation: str = "rated_seconds FINAL") -> str:

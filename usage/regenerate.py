@@ -20,7 +20,8 @@ rating the readings under those rules and corrections gives, changing only what 
 3. **From the per-second rows** where it must: an hour with a rate change inside it is
    regrouped from its per-second rows re-priced; a card-hour a correction touches is rated
    again from its raw readings (the batch join of SPEC §4: the first reading per second in
-   partition order, power joined to the usage of its second), corrected and priced. Where
+   partition order, power joined to the usage of its second, counter energy), corrected and
+   priced by usage/rerating.py with the raters' own definitions (billing_rules), not in SQL. Where
    those rows are gone (retention dropped them, or they never were), the plan refuses in
    one line, naming the verified archive they are in.
 4. **The switch.** Per-second rows whose content changes are written again with a higher
@@ -49,6 +50,7 @@ from typing import Any
 from usage.corrections import Correction, stored_corrections
 from usage.failpoints import pause_at
 from usage.rated import QUANTITY_NAMES, _GRAIN_NAMES, coverage, grouped_sql, hours_range, rated_source, retained_periods
+from usage.rerating import drop_run, rate_corrected
 from usage.rollup import drop_superseded, roll_up_hour
 from warehouse.writes import stamp_hours
 
@@ -57,9 +59,6 @@ log = logging.getLogger("gpubill.rerate")
 __all__ = ["Plan", "Regeneration", "RegenerateRefused", "correct_card_hours", "new_source", "plan", "regenerate"]
 
 _HOUR = 3600
-_NATURAL = (1 << 48) - 1  # a row's natural version is _NATURAL − offset (streams/rating/reference.py)
-_JOINED = 1 << 50
-_STREAM = "CAST({s} AS Enum8('rent' = 1, 'energy' = 2))"
 _TERMS = ("plan", "rent_price", "rent_per_s", "discount_pct", "band", "tariff_per_kwh", "pue")
 _TERM_COLUMNS = ("run", "stream", "tenant", "gpu_model", "site", "hour", "lo", "hi", *_TERMS)
 _SECONDS_COLUMNS = ("stream, gpu_uuid, second, period, tenant, instance, gpu_model, site, node, plan, rent_price, "
@@ -151,11 +150,13 @@ def plan(db: Any, rules: Any, period: str) -> Plan:
         raise RegenerateRefused(_no_rows(db, period, f"a rate changes inside the hour {_iso(refused[0])}"))
     if terms:
         db.insert("rerate_terms", terms, _TERM_COLUMNS)
+    _rate_corrected(db, rules, result)
     return result
 
 
 def drop_terms(db: Any, run: int) -> None:
     db.command("DELETE FROM rerate_terms WHERE run = {run:UInt64}", {"run": run})
+    drop_run(db, run)
 
 
 def new_source(db: Any, rules: Any, p: Plan, *, minutes: bool = False) -> tuple[str, dict]:
@@ -259,6 +260,7 @@ def correct_card_hours(db: Any, rules: Any, hours: list[tuple[str, int]], correc
             terms += _hour_terms(rules, run, h, lo, hi, keys, set())[0]
         try:
             db.insert("rerate_terms", terms, _TERM_COLUMNS)
+            _rate_corrected(db, rules, p)
             written, deleted = _rewrite_seconds(db, rules, p, {**p.params, "tz": str(rules.billing_tz)}, prices=False)
         finally:
             drop_terms(db, run)
@@ -391,7 +393,6 @@ def _archive_of(db: Any, period: str) -> str:
 
 # -- the SQL of the new rows ---------------------------------------------------------------
 
-_TERMS_OF_RUN = "(SELECT * FROM rerate_terms WHERE run = {run:UInt64})"
 _JOIN_TERMS = (
     "INNER JOIN (SELECT * FROM rerate_terms WHERE run = {{run:UInt64}}) AS t ON t.stream = {a}.stream AND t.tenant = if({a}.stream = 'rent', {tenant}, '') "
     "AND t.gpu_model = if({a}.stream = 'rent', {a}.gpu_model, '') AND t.site = if({a}.stream = 'energy', {a}.site, '') "
@@ -459,54 +460,16 @@ def _repriced_sql(hours: str, *, where: str = "1") -> str:
 
 
 def _corrected_sql(p: Plan) -> str:
-    """The corrected card-hours rated again from their raw readings (rated_seconds' columns)."""
-    spans = hours_range({h for _, h in p.corrected})
-    readings = f"gpu_uuid IN {{cgpus:Array(String)}} AND ({spans})"
-    intervals = (f"(SELECT x.1 AS gpu, toDateTime(x.2, 'UTC') AS a, toDateTime(x.3, 'UTC') AS b, x.4 AS usage_void, "
-                 f"x.5 AS reattr, x.6 AS ftenant, x.7 AS has_instance, x.8 AS finstance, x.9 AS power_void "
-                 f"FROM (SELECT arrayJoin({{intervals:{_INTERVALS}}}) AS x))")
-    usage = (
-        "(SELECT u.gpu_uuid AS gpu_uuid, u.second AS second, c.usage_void = 0 AS counts, "
-        "if(c.reattr = 1, c.ftenant, tupleElement(u.f, 1)) AS tenant, "
-        "if(c.reattr = 1 AND c.has_instance = 1, c.finstance, tupleElement(u.f, 2)) AS instance, "
-        "tupleElement(u.f, 3) AS gpu_model, tupleElement(u.f, 4) AS site, tupleElement(u.f, 5) AS node, "
-        "tupleElement(u.f, 6) AS util_pct, tupleElement(u.f, 7) AS src_partition, tupleElement(u.f, 8) AS src_offset "
-        "FROM (SELECT gpu_uuid, second, argMin(tuple(ifNull(tenant, ''), ifNull(instance, ''), gpu_model, site, node, "
-        f"util_pct, src_partition, src_offset), (src_partition, src_offset)) AS f FROM readings_usage WHERE {readings} "
-        f"GROUP BY gpu_uuid, second) AS u INNER JOIN {intervals} AS c ON c.gpu = u.gpu_uuid "
-        "WHERE u.second >= c.a AND u.second < c.b)"
-    )
-    power = (
-        "(SELECT q.gpu_uuid AS gpu_uuid, q.second AS second, tupleElement(q.g, 1) AS energy_mj, "
-        "tupleElement(q.g, 2) AS site, tupleElement(q.g, 3) AS node, tupleElement(q.g, 4) AS src_partition, "
-        "tupleElement(q.g, 5) AS src_offset "
-        "FROM (SELECT gpu_uuid, second, argMin(tuple(power_mw, site, node, src_partition, src_offset), "
-        f"(src_partition, src_offset)) AS g FROM readings_power WHERE {readings} GROUP BY gpu_uuid, second) AS q "
-        f"INNER JOIN {intervals} AS c ON c.gpu = q.gpu_uuid WHERE q.second >= c.a AND q.second < c.b AND c.power_void = 0)"
-    )
-    terms = _TERMS_OF_RUN
-    rent = (
-        f"SELECT {_STREAM.format(s=chr(39) + 'rent' + chr(39))} AS stream, uc.gpu_uuid AS gpu_uuid, uc.second AS second, "
-        "{period:String} AS period, uc.tenant AS tenant, uc.instance AS instance, uc.gpu_model AS gpu_model, "
-        "uc.site AS site, uc.node AS node, t.plan AS plan, t.rent_price AS rent_price, t.rent_per_s AS rent_per_s, "
-        "t.discount_pct AS discount_pct, uc.util_pct AS util_pct, toUInt64(0) AS energy_mj, t.band AS band, "
-        f"t.tariff_per_kwh AS tariff_per_kwh, t.pue AS pue, toUInt64({_NATURAL}) - uc.src_offset AS version, "
-        "uc.src_partition AS src_partition, uc.src_offset AS src_offset, now64(3, 'UTC') AS rated_at, toUInt8(0) AS measured "
-        f"FROM {usage} AS uc INNER JOIN {terms} AS t ON t.stream = 'rent' AND t.tenant = uc.tenant "
-        "AND t.gpu_model = uc.gpu_model AND t.site = '' AND t.hour = toStartOfHour(uc.second) "
-        "WHERE uc.counts AND uc.tenant != '' AND uc.second >= t.lo AND uc.second < t.hi"
-    )
-    joined = "(uc.gpu_uuid != '' AND uc.counts)"
-    energy = (
-        f"SELECT {_STREAM.format(s=chr(39) + 'energy' + chr(39))}, pc.gpu_uuid, pc.second, {{period:String}}, "
-        f"if({joined}, uc.tenant, ''), if({joined}, uc.instance, ''), if({joined}, uc.gpu_model, ''), pc.site, pc.node, "
-        "t.plan, t.rent_price, t.rent_per_s, t.discount_pct, toDecimal32(0, 4), pc.energy_mj, t.band, t.tariff_per_kwh, "
-        f"t.pue, toUInt64({_NATURAL}) - pc.src_offset + if({joined}, {_JOINED}, 0), pc.src_partition, pc.src_offset, "
-        f"now64(3, 'UTC'), toUInt8(0) FROM {power} AS pc LEFT JOIN {usage} AS uc ON uc.gpu_uuid = pc.gpu_uuid AND uc.second = pc.second "
-        f"INNER JOIN {terms} AS t ON t.stream = 'energy' AND t.tenant = '' AND t.gpu_model = '' AND t.site = pc.site "
-        "AND t.hour = toStartOfHour(pc.second) WHERE pc.second >= t.lo AND pc.second < t.hi"
-    )
-    return f"{rent} UNION ALL {energy}"
+    """The corrected card-hours rated again from their raw readings (rated_seconds' columns):
+    the rows usage/rerating.py wrote for the plan's run (`_rate_corrected`)."""
+    return f"SELECT {_SECONDS_COLUMNS} FROM rerate_seconds WHERE run = {{run:UInt64}}"
+
+
+def _rate_corrected(db: Any, rules: Any, p: Plan) -> None:
+    """Rate the plan's corrected card-hours from their raw readings into rerate_seconds (the
+    scratch rows `_corrected_sql` reads; `drop_terms` deletes them with the run's terms)."""
+    if p.corrected:
+        rate_corrected(db, rules, p.period, p.run, p.intervals)
 
 
 def _rewrite_seconds(db: Any, rules: Any, p: Plan, params: dict, *, prices: bool = True) -> tuple[int, int]:

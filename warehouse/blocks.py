@@ -16,7 +16,7 @@ from warehouse import native_format as native
 
 _DECIMAL = re.compile(r"^Decimal\((\d+), (\d+)\)$")
 _ENUM8 = re.compile(r"'([^']*)' = (-?\d+)")
-_INTEGERS = ("UInt32", "UInt64", "Int64", "Int8", "DateTime('UTC')")
+_INTEGERS = ("UInt8", "UInt32", "UInt64", "Int64", "Int8", "DateTime('UTC')")
 
 
 def encoder(column: Column) -> native.Column:

@@ -104,8 +104,8 @@ def epoch_ms(moment: datetime) -> int:
 
 
 def integers(name: str, type_name: str) -> Column:
-    """UInt32, UInt64, Int64 and DateTime (UInt32 epoch seconds) columns of Python ints."""
-    code = {"UInt32": "I", "DateTime('UTC')": "I", "UInt64": "Q", "Int64": "q", "Int8": "b"}[type_name]
+    """UInt8, UInt32, UInt64, Int64 and DateTime (UInt32 epoch seconds) columns of Python ints."""
+    code = {"UInt8": "B", "UInt32": "I", "DateTime('UTC')": "I", "UInt64": "Q", "Int64": "q", "Int8": "b"}[type_name]
     return Column(name, type_name, lambda values: array(code, values).tobytes())
 
 

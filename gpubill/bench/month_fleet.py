@@ -49,7 +49,7 @@ from typing import Any
 
 from kafka.partitioner.default import murmur2
 
-from billing_rules import DEFAULT_RULES_DIR, RuleSet
+from billing_rules import DEFAULT_RULES_DIR, RuleSet, counters
 from gpubill.devenv.simulator import PROFILES, node_name
 from gpubill.errors import GpubillError
 from schemas.events import stored_ts
@@ -64,15 +64,16 @@ SITE = "gz-tou"
 PARTITIONS = 8
 DAY_S, HOUR_S = 86_400, 3_600
 RELEASED = (2 * HOUR_S + 30 * 60, 4 * HOUR_S + 15 * 60)  # [02:30, 04:15) of the day: the tenant's last node is free
-SPAN = reference._OFFSET_SPAN  # the rater's version: SPAN - 1 - offset, + JOINED for a joined energy row
-JOINED = reference._JOINED
+SPAN = reference._OFFSET_SPAN  # the rater's version: SPAN - 1 - offset, + JOINED for a joined energy row,
+JOINED = reference._JOINED  # + its rank (billing_rules/counters.py) shifted: 0 for a card's first second, else
+NEXT_SECOND = counters.rank(0, 1) << reference._RANK_SHIFT  # the previous reading is a second earlier
 
 _USAGE_COLUMNS = ("event_id, ts, second, site, node, gpu_uuid, gpu_model, tenant, instance, util_pct, mem_used_mib, "
                   "src_partition, src_offset, ingested_at")
-_POWER_COLUMNS = "event_id, ts, second, site, node, gpu_uuid, power_mw, src_partition, src_offset, ingested_at"
+_POWER_COLUMNS = "event_id, ts, second, site, node, gpu_uuid, power_mw, src_partition, src_offset, ingested_at"  # no counter
 _RATED_COLUMNS = ("stream, gpu_uuid, second, period, tenant, instance, gpu_model, site, node, plan, rent_price, "
                   "rent_per_s, discount_pct, util_pct, energy_mj, band, tariff_per_kwh, pue, version, src_partition, "
-                  "src_offset, rated_at")
+                  "src_offset, measured, rated_at")
 
 
 # -- the fleet ----------------------------------------------------------------------------
@@ -266,11 +267,11 @@ def row_statements(fleet: Fleet, lo: int, hi: int) -> list[tuple[str, str]]:
     power = (f"concat(gpu_uuid, '-', toString(sec), '-p'), {ts}, second, {site}, node, gpu_uuid, power_mw, "
              "src_partition, src_offset, stamp")
     energy = (f"'energy', gpu_uuid, second, {period}, ifNull(tenant, ''), ifNull(instance, ''), gpu_model, {site}, node, "
-              f"'', 0, 0, 0, 0, power_mw, band, tariff_per_kwh, pue, {SPAN - 1 + JOINED} - src_offset, src_partition, "
-              "src_offset, stamp")
+              f"'', 0, 0, 0, 0, power_mw, band, tariff_per_kwh, pue, {SPAN - 1 + JOINED} - src_offset "
+              f"+ if(sec = {lo}, 0, {NEXT_SECOND}), src_partition, src_offset, 0, stamp")
     rent = (f"'rent', gpu_uuid, second, {period}, assumeNotNull(tenant), ifNull(instance, ''), gpu_model, {site}, node, "
             f"plan, rent_price, rent_per_s, discount_pct, util_pct, 0, '', 0, 0, {SPAN - 1} - src_offset, src_partition, "
-            "src_offset, stamp")
+            "src_offset, 0, stamp")
     statements = [
         ("readings_usage", f"INSERT INTO readings_usage ({_USAGE_COLUMNS}) SELECT {usage} FROM ({source})"),
         ("readings_power", f"INSERT INTO readings_power ({_POWER_COLUMNS}) SELECT {power} FROM ({source})"),

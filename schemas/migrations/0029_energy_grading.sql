@@ -32,11 +32,12 @@ FROM (SELECT period, tenant, site, hour, sum(energy_mj) AS energy_mj, sum(measur
       FROM v_rated_hours WHERE stream = 'energy' GROUP BY period, tenant, site, hour);
 
 -- v_rated_seconds (0003) was written `SELECT *`, expanded when it was created: made again with
--- its columns named, `measured` (1: the second's energy is its card counter's rise) last.
+-- its columns named, in the table's order, `measured` (1: the second's energy is its card
+-- counter's rise) among them.
 DROP VIEW IF EXISTS v_rated_seconds;
 
 CREATE VIEW IF NOT EXISTS v_rated_seconds AS
 SELECT stream, gpu_uuid, second, period, tenant, instance, gpu_model, site, node, plan, rent_price, rent_per_s,
-       discount_pct, util_pct, energy_mj, band, tariff_per_kwh, pue, version, src_partition, src_offset, rated_at,
-       measured
+       discount_pct, util_pct, energy_mj, band, tariff_per_kwh, pue, version, src_partition, src_offset, measured,
+       rated_at
 FROM rated_seconds FINAL;

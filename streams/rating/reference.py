@@ -40,14 +40,19 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
+from billing_rules.counters import MAX_GAP_S, Sample, Share, covered, rank, rise
+from billing_rules.errors import BillingRulesError
 from schemas.events import PowerReading, UsageReading, stored_ts
 from schemas.quick_parser import Power, Usage
 from streams.rating.protocol import SpendContributions, SpendMarks, counts_energy, counts_rent
 from warehouse.blocks import encode_rows
 
-# ReplacingMergeTree keeps the row with the highest version. Offsets stay below 2**48.
+# ReplacingMergeTree keeps the row with the highest version. Offsets stay below 2**48; an
+# energy row's rank (billing_rules/counters.py: how short the interval that covers it is)
+# sits above the joined bit, so the row of the final interval wins whatever came when.
 _OFFSET_SPAN = 1 << 48
 _JOINED = 1 << 50
+_RANK_SHIFT = 51
 ZERO = Decimal(0)
 # The `reason` of a conflicts row (schemas/migrations/0010_conflict_reasons.sql).
 SECOND_TAKEN = "second taken"
@@ -83,6 +88,12 @@ class _PowerSeen:
     power_mw: int
     partition: int
     offset: int
+    energy_mj: int | None = None  # the card's counter, None without one
+    epoch: str | None = None
+
+    @property
+    def sample(self) -> Sample:
+        return Sample(self.second, self.power_mw, self.energy_mj, self.epoch)
 
 
 @dataclass
@@ -186,6 +197,9 @@ class Rater:
         # from which it held none of the card's readings then, or None when it held some.
         self._clean: dict[str, dict[str, int | None]] = {"usage": {}, "power": {}}
         self._periods: dict[int, str] = {}
+        # Per card, the newest second of a power reading held: a reading past it has no next
+        # one in memory (counter energy looks for it; see `_near`).
+        self._newest_power: dict[str, int] = {}
 
     def use_rules(self, rules: Rules) -> None:
         """Price from now on with `rules` (the state of what was seen stays)."""
@@ -283,6 +297,17 @@ class Rater:
                 need[own].add(key)
             if key not in memory[other] and self._unsure(other, key):
                 need[other].add(key)
+            # Counter energy reads the card's power readings up to MAX_GAP_S on either side
+            # (billing_rules/counters.py), and a power reading rates the seconds between it and
+            # them, each joined to its usage. Whether a key is unsure only grows towards the
+            # past, so the oldest of them answers for all.
+            gpu, second = key
+            for stream in ("power", "usage") if own == "power" else ("power",):
+                if self._unsure(stream, (gpu, second - MAX_GAP_S)):
+                    held, wanted = memory[stream], need[stream]
+                    for near in range(second - MAX_GAP_S, second + MAX_GAP_S + 1):
+                        if (gpu, near) not in held and self._unsure(stream, (gpu, near)):
+                            wanted.add((gpu, near))
         return need["usage"], need["power"]
 
     def _unsure(self, stream: str, key: tuple[str, int]) -> bool:
@@ -327,16 +352,20 @@ class Rater:
                 self._hold(self._usage, self._usage_ids, key, _UsageSeen(event_id, tenant, instance, gpu_model, int(offset)))
 
     def preload_power(self, rows: list[tuple]) -> None:
-        """Stored power readings: (gpu, second, event_id, site, node, power_mw, partition, offset)."""
-        for gpu, second, event_id, site, node, power_mw, partition, offset in rows:
+        """Stored power readings: (gpu, second, event_id, site, node, power_mw, partition, offset,
+        energy_mj, energy_epoch) — epoch '' for a reading without a counter."""
+        for gpu, second, event_id, site, node, power_mw, partition, offset, energy_mj, epoch in rows:
             key = (gpu, int(second))
             if key not in self._power:
-                power = _PowerSeen(event_id, gpu, int(second), site, node, int(power_mw), int(partition), int(offset))
+                power = _PowerSeen(event_id, gpu, int(second), site, node, int(power_mw), int(partition), int(offset),
+                                   int(energy_mj) if epoch else None, epoch or None)
                 self._hold(self._power, self._power_ids, key, power)
 
     def _hold(self, seen: dict, ids: dict, key: tuple[str, int], reading: _UsageSeen | _PowerSeen) -> None:
         """Remember the first reading of one stream for `key`."""
         seen[key] = reading
+        if seen is self._power and key[1] > self._newest_power.get(key[0], -1):
+            self._newest_power[key[0]] = key[1]
         # An id names the first (gpu, second) held with it; a stored reading read back with
         # an id held for another one is kept, not indexed (as native/src/held.rs does).
         ids.setdefault(reading.event_id, key)
@@ -385,53 +414,101 @@ class Rater:
                 "rent", reading.gpu_uuid, second, self._period_of(second), reading.tenant,
                 reading.instance or "", reading.gpu_model, reading.site, reading.node,
                 rate.plan, rate.list_price, rate.per_s, rate.discount_pct, reading.util_pct, 0, "", ZERO, ZERO,
-                _OFFSET_SPAN - 1 - offset, partition, offset, now,
+                _OFFSET_SPAN - 1 - offset, partition, offset, 0, now,
             )
             out.rated.append(row)
             if out.spend is not None:
                 out.spend.rent(row)
                 self._usage[key].rent_spent = True
-        power = self._power.get(key)
-        if power is not None:  # the power of this second was rated before its usage: join it now
-            self._add_energy(power, self._usage[key], now, out)
+        # The energy of this second was rated before its usage: join it now.
+        cover = self._energy_at(reading.gpu_uuid, second)
+        if cover is not None:
+            self._add_energy(*cover, self._usage[key], now, out)
 
     # -- power ---------------------------------------------------------------------------
 
     def _rate_power(self, reading: Power | PowerReading, second: int, partition: int, offset: int, now: Any, out: Outcome) -> None:
         key = (reading.gpu_uuid, second)
         if not self._is_first(self._power, self._power_ids, reading, key, partition, offset, now, out):
-            held, usage = self._power.get(key), self._usage.get(key)
-            if out.spend is not None and self._replayed(held, reading, offset) and usage is not None:
-                self._spend_join(held, usage, now, out)
+            held = self._power.get(key)
+            if out.spend is not None and self._replayed(held, reading, offset):
+                self._spend_covered(held, now, out)
             return
-        power = _PowerSeen(
-            reading.event_id, reading.gpu_uuid, second, reading.site, reading.node, reading.power_mw, partition, offset
-        )
+        energy_mj, epoch = getattr(reading, "energy_mj", None), getattr(reading, "energy_epoch", None)
+        power = _PowerSeen(reading.event_id, reading.gpu_uuid, second, reading.site, reading.node, reading.power_mw,
+                           partition, offset, energy_mj, epoch)
         self._hold(self._power, self._power_ids, key, power)
         out.readings_power.append(
             (
                 reading.event_id, stored_ts(reading.ts, second), second, reading.site, reading.node, reading.gpu_uuid,
-                power.power_mw, partition, offset, now,
+                power.power_mw, partition, offset, energy_mj or 0, epoch or "", now,
             )
         )
-        self._add_energy(power, self._usage.get(key), now, out)
+        # The seconds this reading covers, and those of the next reading, whose previous
+        # reading it now is (billing_rules/counters.py). Where the interval it splits was
+        # measured and a part no longer is, the seconds between get 0 mJ again.
+        before, after = self._near(reading.gpu_uuid, second, -1), self._near(reading.gpu_uuid, second, 1)
+        was_measured = before is not None and after is not None and rise(before.sample, after.sample) is not None
+        self._cover(before, power, was_measured, now, out)
+        if after is not None:
+            self._cover(power, after, was_measured, now, out)
 
-    def _add_energy(self, power: _PowerSeen, usage: _UsageSeen | None, now: Any, out: Outcome) -> None:
-        row = self._energy_row(power, usage, now)
+    def _near(self, gpu: str, second: int, step: int) -> _PowerSeen | None:
+        """The card's nearest power reading held within MAX_GAP_S before (step −1) or after (+1) `second`."""
+        power = self._power
+        if step > 0 and second >= self._newest_power.get(gpu, second):
+            return None  # nothing held after it: skip the probes
+        for near in range(second + step, second + step * (MAX_GAP_S + 1), step):
+            held = power.get((gpu, near))
+            if held is not None:
+                return held
+        return None
+
+    def _cover(self, prev: _PowerSeen | None, cur: _PowerSeen, withdraw: bool, now: Any, out: Outcome) -> None:
+        """Rate the seconds of (prev, cur]: `covered`'s shares, or, when the counter cannot be used
+        and `withdraw`, 0 mJ for the seconds between that an earlier interval had measured."""
+        shares = covered(prev.sample if prev is not None else None, cur.sample)
+        if withdraw and len(shares) == 1 and prev is not None:
+            shares = [Share(second, 0, False) for second in range(prev.second + 1, cur.second)] + shares
+        grade = rank(prev.second if prev is not None else None, cur.second)
+        gpu = cur.gpu_uuid
+        for share in shares:
+            self._add_energy(cur, share, grade, self._usage.get((gpu, share.second)), now, out)
+
+    def _energy_at(self, gpu: str, second: int) -> tuple[_PowerSeen, Share, int] | None:
+        """What rates the energy of (gpu, second) now: (covering reading, share, rank), or None
+        when nothing held covers it."""
+        own = self._power.get((gpu, second))
+        if own is not None:
+            prev = self._near(gpu, second, -1)
+            share = covered(prev.sample if prev is not None else None, own.sample)[-1]
+            return own, share, rank(prev.second if prev is not None else None, second)
+        before = self._near(gpu, second, -1)
+        after = self._near(gpu, second, 1) if before is not None else None
+        if after is None or rise(before.sample, after.sample) is None:
+            return None
+        return after, covered(before.sample, after.sample)[second - before.second - 1], rank(before.second, after.second)
+
+    def _add_energy(self, cover: _PowerSeen, share: Share, grade: int, usage: _UsageSeen | None, now: Any,
+                    out: Outcome) -> None:
+        row = self._energy_row(cover, share, grade, usage, now)
+        if row is None:
+            return
         out.rated.append(row)
-        if out.spend is not None:
-            out.spend.energy(row, usage.offset if usage is not None else None)
-            if usage is not None:
-                usage.join_spent = True
+        if out.spend is not None and usage is not None and not usage.join_spent:
+            # A (gpu, second)'s join counts once, as first rated: a late reading that splits its
+            # interval again changes the invoice, not the live spend already counted.
+            out.spend.energy(row, usage.offset)
+            usage.join_spent = True
 
     # -- spend of replays ----------------------------------------------------------------
 
     @staticmethod
     def _replayed(held: _UsageSeen | _PowerSeen | None, reading: Any, offset: int) -> bool:
         """Whether a duplicate is the held reading read again at its own offset (a batch re-read
-        after a crash), not the same reading sent twice: its rows are stored, but its spend
-        may not have been produced (streams/spend/ledger.py), so it counts once more, past
-        the marks, if this process has not counted it yet."""
+        after a crash): its rows are stored, but its spend may not have been produced
+        (streams/spend/ledger.py), so it counts once more, past the marks, if this process has
+        not counted it yet."""
         return (held is not None and held.event_id == reading.event_id and held.offset == offset
                 and _same_content(held, reading))
 
@@ -442,21 +519,38 @@ class Rater:
             usage.rent_spent = True
             out.spend.rent(("rent", reading.gpu_uuid, second, self._period_of(second), reading.tenant, "", reading.gpu_model,
                             "", "", rate.plan, rate.list_price, rate.per_s, rate.discount_pct, ZERO, 0, "", ZERO, ZERO,
-                            0, partition, usage.offset, now))
-        power = self._power.get((reading.gpu_uuid, second))
-        if power is not None:
-            self._spend_join(power, usage, now, out)
+                            0, partition, usage.offset, 0, now))
+        self._spend_join(reading.gpu_uuid, second, usage, now, out)
 
-    def _spend_join(self, power: _PowerSeen, usage: _UsageSeen, now: Any, out: Outcome) -> None:
-        """Count the join of `power` and `usage` unless this process counted it already."""
-        if not usage.join_spent:
+    def _spend_covered(self, power: _PowerSeen, now: Any, out: Outcome) -> None:
+        """The joins a replayed power reading rated: of its own second, and of the seconds
+        before it that its counter measured."""
+        gpu, second = power.gpu_uuid, power.second
+        prev = self._near(gpu, second, -1)
+        for share in covered(prev.sample if prev is not None else None, power.sample):
+            usage = self._usage.get((gpu, share.second))
+            if usage is not None:
+                self._spend_join(gpu, share.second, usage, now, out)
+
+    def _spend_join(self, gpu: str, second: int, usage: _UsageSeen, now: Any, out: Outcome) -> None:
+        """Count the join of (gpu, second) with `usage` unless this process counted it already."""
+        if usage.join_spent:
+            return
+        cover = self._energy_at(gpu, second)
+        row = self._energy_row(*cover, usage, now) if cover is not None else None
+        if row is not None:
             usage.join_spent = True
-            out.spend.energy(self._energy_row(power, usage, now), usage.offset)
+            out.spend.energy(row, usage.offset)
 
-    def _energy_row(self, power: _PowerSeen, usage: _UsageSeen | None, now: Any) -> tuple:
-        second = power.second
-        rate = self.rules.energy_rate(power.site, second)
-        version = _OFFSET_SPAN - 1 - power.offset
+    def _energy_row(self, cover: _PowerSeen, share: Share, grade: int, usage: _UsageSeen | None, now: Any) -> tuple | None:
+        """The energy row of `share`'s second, rated by the reading `cover` (the second's own, or
+        the next one, for a second its counter measured); None when that second has no price."""
+        second = share.second
+        try:
+            rate = self.rules.energy_rate(cover.site, second)
+        except BillingRulesError:
+            return None  # a second between two readings, before the first rule in force
+        version = (grade << _RANK_SHIFT) + _OFFSET_SPAN - 1 - cover.offset
         if usage is not None:
             version += _JOINED
             tenant, instance, gpu_model = usage.tenant or "", usage.instance or "", usage.gpu_model
@@ -465,15 +559,17 @@ class Rater:
             # second of the card would depend on arrival order; the join fills it in.
             tenant, instance, gpu_model = "", "", ""
         return (
-            "energy", power.gpu_uuid, second, self._period_of(second), tenant, instance, gpu_model,
-            power.site, power.node, "", ZERO, 0, ZERO, ZERO, power.power_mw, rate.band, rate.tariff_per_kwh,
-            rate.pue, version, power.partition, power.offset, now,
+            "energy", cover.gpu_uuid, second, self._period_of(second), tenant, instance, gpu_model,
+            cover.site, cover.node, "", ZERO, 0, ZERO, ZERO, share.energy_mj, rate.band, rate.tariff_per_kwh,
+            rate.pue, version, cover.partition, cover.offset, int(share.measured), now,
         )
 
 
 def _same_content(held: _UsageSeen | _PowerSeen, reading: Any) -> bool:
     """Whether `reading` says what the reading held for its (gpu, second) says, as far as it is
-    held: tenant, instance and model of a usage reading; site, node and milliwatts of power."""
+    held: tenant, instance and model of a usage reading; site, node, milliwatts and counter of power."""
     if isinstance(held, _UsageSeen):
         return (held.tenant, held.instance, held.gpu_model) == (reading.tenant, reading.instance, reading.gpu_model)
-    return (held.site, held.node, held.power_mw) == (reading.site, reading.node, reading.power_mw)
+    return ((held.site, held.node, held.power_mw, held.energy_mj, held.epoch)
+            == (reading.site, reading.node, reading.power_mw, getattr(reading, "energy_mj", None),
+                getattr(reading, "energy_epoch", None)))

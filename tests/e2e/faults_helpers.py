@@ -100,8 +100,39 @@ def ts_of(i: int) -> str:
     return (START + timedelta(seconds=i)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def make_readings(seconds: int, cards: list[Card] | None = None, first: int = 0) -> list[dict]:
-    """Usage and power readings of `cards` for second indexes [first, seconds), in time order."""
+def counter_of(card: Card, i: int, seconds: int) -> tuple[int, str] | None:
+    """The card's energy counter at second index i (mJ, epoch), or None where it reports none:
+    what each card does to the counter-energy rule (SPEC §4), a function of (card, i) alone so
+    that readings made in parts agree.
+
+    A1 counts throughout (its lost readings, below, leave 2-second gaps the counter measures);
+    A2's driver reloads at the middle (counter from 0, epoch boot-2); B1's counter falls at
+    the third quarter without a new epoch (a reset); B2 reports no counter every 10th second;
+    A3 never reports one; the idle cards and P1 count throughout (P1 loses 12 s in a row: a
+    gap longer than 10 s)."""
+    if card.gpu == "A3" or (card.gpu == "B2" and i % 10 == 9):
+        return None
+    epoch, start = "boot-1", 0
+    if card.gpu == "A2" and i >= seconds // 2:
+        epoch, start = "boot-2", seconds // 2
+    total = 10**9 if start == 0 else 0
+    if card.gpu == "B1" and i >= 3 * seconds // 4:
+        total, start = 7, 3 * seconds // 4
+    # the counter rises by what the card drew, give or take a little: ~ its watts in mW
+    for j in range(start + 1, i + 1):
+        total += milliwatts(watts_of(card, j)) + (j * 37) % 500 - 250
+    return total, epoch
+
+
+def power_lost(card: Card, i: int, seconds: int) -> bool:
+    """Power readings that never arrive when counters are on: A1 every 17th second from the 5th,
+    P1 twelve seconds in a row from the middle."""
+    return (card.gpu == "A1" and i % 17 == 5) or (card.gpu == "P1" and seconds // 2 <= i < seconds // 2 + 12)
+
+
+def make_readings(seconds: int, cards: list[Card] | None = None, first: int = 0, *, counters: bool = False) -> list[dict]:
+    """Usage and power readings of `cards` for second indexes [first, seconds), in time order;
+    with `counters`, power readings carry the card's counter (`counter_of`) and some are lost."""
     cards = cards or fleet(seconds)
     out = []
     for i in range(first, seconds):
@@ -112,8 +143,13 @@ def make_readings(seconds: int, cards: list[Card] | None = None, first: int = 0)
                 out.append({"kind": "usage", "event_id": f"{card.gpu}-u-{i}", **common, "gpu_model": card.model,
                             "tenant": tenant, "instance": f"i-{card.gpu}" if tenant else None,
                             "util_pct": i % 101, "mem_used_mib": 1024})
-            out.append({"kind": "power", "event_id": f"{card.gpu}-p-{i}", **common,
-                        "power_w": Decimal(watts_of(card, i))})
+            if counters and power_lost(card, i, seconds):
+                continue
+            power = {"kind": "power", "event_id": f"{card.gpu}-p-{i}", **common, "power_w": Decimal(watts_of(card, i))}
+            counter = counter_of(card, i, seconds) if counters else None
+            if counter is not None:
+                power |= {"energy_mj": counter[0], "energy_epoch": counter[1]}
+            out.append(power)
     return out
 
 
@@ -137,6 +173,7 @@ class Truth:
 
     rent_seconds: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     energy_mj: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    measured_mj: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # of energy_mj, from counters
 
     def electricity(self, tenant: str) -> Fraction:
         return self.energy_mj[tenant] * PUE * TARIFF / MJ_PER_KWH
@@ -146,20 +183,41 @@ def truth_of(readings: list[dict]) -> Truth:
     """The batch join of SPEC §4 over distinct readings, in plain Python (readings are
     assumed free of conflicts: one usage and at most one power per card and second)."""
     usage = {}
-    power = {}
+    power: dict[str, dict[datetime, dict]] = defaultdict(dict)
     for r in readings:
-        key = (r["gpu_uuid"], r["ts"])
         if r["kind"] == "usage":
-            usage[key] = r["tenant"]
+            usage[(r["gpu_uuid"], _second(r["ts"]))] = r["tenant"]
         else:
-            power[key] = milliwatts(str(r["power_w"]))
+            power[r["gpu_uuid"]][_second(r["ts"])] = r
     truth = Truth()
     for tenant in usage.values():
         if tenant:
             truth.rent_seconds[tenant] += 1
-    for key, mw in power.items():
-        truth.energy_mj[usage.get(key) or ""] += mw
+    # A second's energy: the counter's rise since the card's previous reading (same epoch, at
+    # most 10 s earlier, 0 ≤ rise ≤ 5,000 W × gap), split evenly over the seconds it covers,
+    # remainder to the last; otherwise the reading's own power_w (SPEC §4).
+    for gpu, by_second in power.items():
+        prev = None
+        for second in sorted(by_second):
+            r = by_second[second]
+            gap = int((second - prev[0]).total_seconds()) if prev else None
+            rise = r.get("energy_mj", 0) - prev[1].get("energy_mj", 0) if prev else None
+            if (prev and "energy_mj" in r and "energy_mj" in prev[1] and r["energy_epoch"] == prev[1]["energy_epoch"]
+                    and gap <= 10 and 0 <= rise <= 5_000_000 * gap):
+                for k in range(1, gap + 1):
+                    at = second - timedelta(seconds=gap - k)
+                    share = rise // gap + (rise % gap if k == gap else 0)
+                    tenant = usage.get((gpu, at)) or ""
+                    truth.energy_mj[tenant] += share
+                    truth.measured_mj[tenant] += share
+            else:
+                truth.energy_mj[usage.get((gpu, second)) or ""] += milliwatts(str(r["power_w"]))
+            prev = (second, r)
     return truth
+
+
+def _second(ts: str) -> datetime:
+    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
 
 
 def expected_invoice(truth: Truth, tenant: str) -> dict:
@@ -193,6 +251,16 @@ def invoice_figures(invoice: dict) -> dict:
         "discount": discounts[0]["amount"] if discounts else None, "credit": credit["amount"],
         "subtotal": invoice["subtotal"], "net": invoice["net"], "tax": invoice["tax"], "total": invoice["total"],
     }
+
+
+def stored_measured(dsn: str, period: str = PERIOD) -> dict[str, int]:
+    """Measured mJ per tenant ('' = unallocated) of the rated energy seconds, as ClickHouse keeps them."""
+    from warehouse.connection import open_database
+
+    with open_database(dsn) as database:
+        rows = database.query("SELECT tenant, sum(energy_mj) FROM rated_seconds FINAL WHERE period = {p:String} "
+                              "AND stream = 'energy' AND measured = 1 GROUP BY tenant", {"p": period})
+    return {tenant: int(mj) for tenant, mj in rows if int(mj)}
 
 
 def stored_figures(dsn: str, period: str = PERIOD) -> dict[str, tuple[int, int]]:

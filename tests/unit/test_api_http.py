@@ -64,7 +64,7 @@ def seed_world(db: Any) -> dict:
                 "instance": f"i-{tenant}", "site": "gz-guian", "node": "gz-n1", "plan": "hourly",
                 "gpu_model": "A800-80G", "stream": "rent", "rent_price": Decimal(3600), "rent_per_s": 3600,
                 "discount_pct": Decimal(0), "util_pct": Decimal(50), "band": "", "tariff_per_kwh": Decimal(0),
-                "pue": Decimal(0), "version": 1, "rated_at": at, "src_partition": 0, "src_offset": second}
+                "pue": Decimal(0), "version": 1, "measured": 0, "rated_at": at, "src_partition": 0, "src_offset": second}
             rows.append([row[c] for c in RATED_SECONDS])
     db.insert("rated_seconds", rows, RATED_SECONDS)
     stamp_hours(db, {(PERIOD, (lo + 3600 * 3 * n) // 3600 * 3600 + 3600 * h)

@@ -100,7 +100,7 @@ def seed(db, seconds=MARCH_SECONDS + NEIGHBOUR_SECONDS, version: int = 1) -> Non
                 "gpu_uuid": card, "second": _at(second), "period": period, "tenant": tenant or "",
                 "instance": f"i-{tenant}" if tenant else "", "site": "gz-guian", "node": "gz-n1", "plan": "",
                 "rent_price": Decimal(0), "discount_pct": Decimal(0), "util_pct": Decimal(0), "band": "",
-                "tariff_per_kwh": Decimal(0), "pue": Decimal(0), "version": version, "rated_at": _at(second),
+                "tariff_per_kwh": Decimal(0), "pue": Decimal(0), "version": version, "measured": 0, "rated_at": _at(second),
                 "gpu_model": model, **{k: v for k, v in position.items() if k != "ingested_at"}}
             if tenant:
                 rated_rows.append(base | {"stream": "rent", "plan": plan, "rent_price": price, "rent_per_s": per_s,

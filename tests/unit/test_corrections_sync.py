@@ -55,7 +55,7 @@ def db(tmp_path):
                                                     "A800-80G", "acme", "i-1", 50, 1, 0, 0, NOW)], tables.READINGS_USAGE)
             else:
                 database.insert("readings_power", [("p-1", iso(T), datetime.fromtimestamp(T, UTC), "gz-guian", "n1", gpu,
-                                                    300_000, 0, 0, NOW)], tables.READINGS_POWER)
+                                                    300_000, 0, 0, 0, "", NOW)], tables.READINGS_POWER)
         yield database
 
 

@@ -57,7 +57,7 @@ def _row(stream: str, card: str, at: int, tenant: str, *, model: str = "", plan:
         "plan": plan, "rent_price": D(price), "rent_per_s": per_s, "discount_pct": D(pct), "util_pct": D("50"),
         "energy_mj": mj, "band": "flat" if stream == "energy" else "", "tariff_per_kwh": D("330") if mj else D(0),
         "pue": D("1.12") if mj else D(0), "version": 1, "src_partition": 0, "src_offset": at,
-        "rated_at": datetime(2026, 3, 10, 2, tzinfo=timezone.utc),
+        "measured": 0, "rated_at": datetime(2026, 3, 10, 2, tzinfo=timezone.utc),
     }
     return [values[c] for c in RATED_SECONDS]
 

@@ -46,7 +46,7 @@ def seed_tenants(db: Any, seconds: dict[str, int] = SECONDS, period: str = PERIO
                 "instance": f"i-{tenant}",
                 "site": "gz-guian", "node": "gz-n1", "plan": "hourly", "gpu_model": gpu_model, "stream": "rent",
                 "rent_price": hourly, "rent_per_s": 3600, "discount_pct": Decimal(0), "util_pct": Decimal(50),
-                "band": "", "tariff_per_kwh": Decimal(0), "pue": Decimal(0), "version": 1, "rated_at": at,
+                "band": "", "tariff_per_kwh": Decimal(0), "pue": Decimal(0), "version": 1, "measured": 0, "rated_at": at,
                 "src_partition": 0, "src_offset": second}
             rows.append([row[c] for c in RATED_SECONDS])
     db.insert("rated_seconds", rows, RATED_SECONDS)

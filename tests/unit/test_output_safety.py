@@ -316,7 +316,7 @@ def seed(db) -> None:
                 "gpu_uuid": card, "second": _at(second), "period": rules.period_of(second), "tenant": tenant or "",
                 "instance": "=cmd|' /C calc'!A0", "site": site, "node": "n1", "plan": "", "rent_price": Decimal(0),
                 "discount_pct": Decimal(0), "util_pct": Decimal(0), "band": "", "tariff_per_kwh": Decimal(0),
-                "pue": Decimal(0), "version": 1, "rated_at": _at(second), "gpu_model": "A800-80G" if tenant else "",
+                "pue": Decimal(0), "version": 1, "measured": 0, "rated_at": _at(second), "gpu_model": "A800-80G" if tenant else "",
                 **position}
             if tenant is not None:  # the unknown site's card has no raw readings: the audit cannot price them
                 usage.append({**common, "event_id": f"{card}-u-{second}", "gpu_model": "A800-80G", "tenant": tenant,

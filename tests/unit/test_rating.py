@@ -103,7 +103,7 @@ def test_rent_row_per_rented_second(tenant, gpu, second, period, plan, price, pe
         "plan": plan, "rent_price": price, "rent_per_s": per_s, "discount_pct": 0, "util_pct": Decimal("87.5"),
         "energy_mj": 0, "band": "", "tariff_per_kwh": 0, "pue": 0, "version": row(out.rated[0])["version"],
         "src_partition": 3,
-        "src_offset": 41, "rated_at": NOW,
+        "src_offset": 41, "measured": 0, "rated_at": NOW,
     }
 
 
@@ -149,7 +149,7 @@ def test_energy_attributed_when_usage_came_first() -> None:
         "instance": "i-9", "gpu_model": "A800-80G", "site": "gz-guian", "node": "node-01", "plan": "",
         "rent_price": 0, "rent_per_s": 0, "discount_pct": 0, "util_pct": 0, "energy_mj": 412_346, "band": "flat",
         "tariff_per_kwh": TARIFF, "pue": PUE, "version": energy["version"], "src_partition": 2,
-        "src_offset": 20, "rated_at": NOW,
+        "src_offset": 20, "measured": 0, "rated_at": NOW,
     }
     recorded = dict(zip(READINGS_POWER, out.readings_power[0]))
     assert (recorded["power_mw"], recorded["second"], recorded["src_offset"]) == (412_346, T, 20)

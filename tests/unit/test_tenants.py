@@ -241,7 +241,7 @@ def rent(db, tenant: str, period: str, seconds: int, *, energy_mw: int = 0, card
             "gpu_uuid": card or f"G-{tenant}", "second": at, "period": period, "tenant": tenant,
             "instance": f"i-{tenant}", "site": "gz-guian", "node": "gz-n1", "plan": "", "rent_price": Decimal(0),
             "discount_pct": Decimal(0), "util_pct": Decimal(0), "band": "", "tariff_per_kwh": Decimal(0),
-            "pue": Decimal(0), "version": 1, "rated_at": at, "gpu_model": "A800-80G"}
+            "pue": Decimal(0), "version": 1, "measured": 0, "rated_at": at, "gpu_model": "A800-80G"}
         rows.append(base | {"stream": "rent", "plan": "hourly", "rent_price": Decimal(3600), "rent_per_s": 3600})
         if energy_mw:
             rows.append(base | {"stream": "energy", "energy_mj": energy_mw, "band": "flat",
