@@ -51,11 +51,8 @@ def agent(
 ) -> None:
     """Sample a node's cards every second into Kafka through a spool that never loses a reading.
 
-    Each card-second becomes a usage and a power reading (SPEC §3) with deterministic event ids, appended to
-    fsync'd segments in --spool before it is sent and removed only after Kafka acknowledged it (acks=all). Kafka
-    away, a restart or a kill -9: the agent goes on where it stopped. Faults are metrics and log lines, never a
-    stop: docs/agent.md.
-    """
+    Each card-second becomes a usage and a power reading (SPEC §3) with deterministic event ids, written to fsync'd segments in --spool before it is sent and removed only after Kafka acknowledged it (acks=all). Kafka away, a restart or a kill -9: the agent goes on where it stopped. Faults are metrics and log lines, never a stop (docs/agent.md).
+    """  # noqa: E501 - one paragraph per line: the help keeps the docstring's line breaks
     from gpubill.logs import setup_logging
     from streams.agent.run import AgentConfig, run_agent
 

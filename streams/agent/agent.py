@@ -85,9 +85,9 @@ class Agent:
 
     def run(self) -> int:
         """Sample until stopped; with a trace, until it is spooled and acknowledged. Exit status 0."""
-        self.open()
-        self.sender.start()
         try:
+            self.open()
+            self.sender.start()
             while not self.stop.is_set():
                 if not self.round():
                     break

@@ -23,8 +23,9 @@ The steps, and what each guarantees:
     resends those readings: duplicates with the same bytes, which the worker drops.
  4. `open` after a restart or a kill -9: the last segment may end in a frame cut short or
     failing its CRC (the write was never fsync'd whole, so no reading of it was ever
-    reported as taken); it is cut off, with a log line and a `spool_torn` fault. Damage
-    before the last frame of the last segment is not a crash's trace: SpoolDamaged.
+    reported as taken); it is cut off, with a log line and a `spool_torn` fault. A bad
+    frame followed by intact ones, or in a segment before the last, is not a crash's
+    trace but damage to what was fsync'd: SpoolDamaged, and the agent does not start.
 
 The spool never evicts: past `max_bytes` it says so (`full`) and the agent stops sampling.
 """
@@ -112,6 +113,21 @@ def _parse(buffer: bytes | memoryview, offset: int) -> tuple[int, int, bytes, by
         return None
     key = body[BODY.size:BODY.size + key_len]
     return kind, appended_ms, key, body[BODY.size + key_len:], end
+
+
+def _intact_after(data: bytes, offset: int) -> bool:
+    """Whether whole, intact frames follow a bad one at `offset`, up to the end of `data`.
+
+    Each append is one write, fsync'd before the next begins: what a crash can leave
+    undone is the end of the last append, and nothing intact comes after the first bad
+    byte of it. Intact frames after a bad one mean damage to what was fsync'd."""
+    for start in range(offset + 1, len(data) - FRAME.size + 1):
+        position = start
+        while (parsed := _parse(data, position)) is not None:
+            position = parsed[4]
+            if position == len(data):
+                return True
+    return False
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -202,7 +218,7 @@ class Spool:
         while offset < len(data):
             parsed = _parse(data, offset)
             if parsed is None:
-                if not last:
+                if not last or _intact_after(data, offset):
                     raise SpoolDamaged(f"spool segment {path} is damaged at byte {offset} (not its tail): move it "
                                        "aside and start the agent again; its readings after that byte are lost")
                 self._cut(path, offset, len(data))
