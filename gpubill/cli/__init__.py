@@ -16,7 +16,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill dlq list                          dlq.py
     gpubill rules check                       rules.py
     gpubill verify-log                        verify_log.py
-    gpubill bench pipeline | spend | rating | month | api | rerate | books | receivables   bench.py
+    gpubill bench pipeline | spend | rating | month | api | rerate | books | receivables | agent   bench.py
     gpubill db migrate, clickhouse serve      db.py
     gpubill demo                              demo.py
     gpubill archive [verify], retention apply archive.py
