@@ -152,7 +152,6 @@ class NvmlSource:
         self._counters: dict[str, list[Any]] = {}  # uuid → [epoch base, generation, last energy_mj]
         self._next_scan = 0.0
         self._lost_since_scan = False
-        self._clock_back_at: int | None = None
 
     # ---------------------------------------------------------------- start-up
 
@@ -216,8 +215,8 @@ class NvmlSource:
         now = self.clock()
         target = int(now // 1) + 1 if after is None else after + 1
         while now < target:
-            if after is not None and now < after and self._clock_back_at != after:
-                self._clock_back_at = after
+            if after is not None and now < after:
+                # Counted each second waited, logged once a minute: a clock stepped far back is loud.
                 self.faults.report("clock_back", f"the clock stepped back to {now:.3f}, before the last second "
                                    f"sampled ({after}): sampling resumes at {after + 1}", key="clock")
             self.sleep(min(1.0, target - now))

@@ -137,5 +137,28 @@ def test_a_clock_that_steps_back_is_waited_out_and_no_second_is_sampled_twice():
     clock.now = 1772323201.5 - 120  # NTP steps the clock two minutes back
     tick2 = nvml_source.next_tick(tick.second)
     assert tick2.second == 1772323202  # waited until the clock passed the last second sampled
-    assert faults.counts == {"clock_back": 1}
+    assert faults.counts == {"clock_back": 120}  # one a second waited (the log line: once a minute)
     assert max(clock.slept) <= 1.0  # in steps of a second at most, so that a stop is never held up
+
+
+def test_the_real_nvml_when_this_machine_has_cards():
+    """The device check: on a machine with NVIDIA cards, the real binding through the adapter."""
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        pytest.skip(f"no NVML here ({exc})")
+    faults = Faults(AgentMetrics())
+    nvml_source = NvmlSource(models=ModelMap(), faults=faults)
+    nvml_source.start({})
+    try:
+        first = nvml_source.next_tick(None)
+        second = nvml_source.next_tick(first.second)
+    finally:
+        nvml_source.close()
+    assert second.second == first.second + 1 and first.samples, faults.counts
+    for before, after in zip(first.samples, second.samples):
+        assert isinstance(after.power_mw, int) and 0 <= after.power_mw <= 5_000_000
+        if after.energy_mj is not None:
+            assert after.energy_epoch and after.energy_mj >= before.energy_mj
+            assert after.energy_mj - before.energy_mj <= 5_000_000 * 2  # at most 5,000 W over at most 2 s
