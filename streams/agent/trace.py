@@ -146,8 +146,9 @@ class TraceSource:
             try:
                 second, sample, notes = parse_line(line.rstrip(b"\r\n"), self.models)
             except BadLine as exc:
+                # Each bad line its own log line (a trace is a file: as many lines as it has bad ones).
                 self.faults.report("trace_line", f"trace {self.path} line {self._read_line_no}: {exc}; skipped",
-                                   line=self._read_line_no)
+                                   key=str(self._read_line_no), line=self._read_line_no)
                 continue
             return second, self._handle.tell(), self._read_line_no, sample, notes
 

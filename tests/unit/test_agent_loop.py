@@ -9,9 +9,6 @@ import subprocess
 import sys
 import threading
 
-import pytest
-
-from streams.agent import spool as spool_module
 from streams.agent.agent import Agent
 from streams.agent.assignments import AssignmentsFile
 from streams.agent.metrics import AgentMetrics, Faults
