@@ -117,10 +117,6 @@ def test_the_worker_accepts_the_agents_readings():
 
 
 def test_the_worker_accepts_the_agents_counter():
-    from schemas.events import PowerReading
-
-    if "energy_mj" not in PowerReading.model_fields:
-        pytest.skip("the worker does not read energy_mj yet (issue 39's core change, on main later)")
     sample = CardSample(UUID, "A800-80G", 1, 1, 123_456, 9_000_000_000, "boot-a/550.54.15")
     power = worker_parse(power_reading(sample, SECOND, "guian-1", "n"), "power")
     assert (power.energy_mj, power.energy_epoch) == (9_000_000_000, "boot-a/550.54.15")
