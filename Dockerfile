@@ -26,10 +26,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # Install the project and its dependencies (all of them ship manylinux wheels for
 # CPython 3.11, so no compiler is needed here), and the native wheel built above. The
-# source tree is only needed to build.
+# source tree is only needed to build. The agent extra (nvidia-ml-py, pure Python) lets the
+# same image run `gpubill agent` (deploy/agent/daemonset.yaml).
 COPY . /src
 COPY --from=native /wheels /wheels
-RUN pip install /src /wheels/*.whl \
+RUN pip install "/src[agent]" /wheels/*.whl \
     && rm -rf /src /wheels \
     && python -c "import gpubill_native"
 

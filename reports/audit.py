@@ -71,18 +71,18 @@ WITH
         GROUP BY gpu_uuid, second
     ),
     pr AS (
-        -- the first power reading per (gpu, second), 10 s around the seconds audited: a second's
-        -- energy may come from the counter of the reading after it, measured from the one before
+        -- the first power reading per (gpu, second), 10 s around the seconds audited: the energy
+        -- of a second may come from the counter of the reading after it, measured from the one before
         SELECT gpu_uuid, second, argMin(tuple(power_mw, site, energy_mj, energy_epoch), (src_partition, src_offset)) AS r
         FROM readings_power
         WHERE WIDE
         GROUP BY gpu_uuid, second
     ),
     pc AS (
-        -- each reading with the card's previous one; the seconds it covers with their energy
-        -- (SPEC §4): the counter's rise since the previous reading of the same epoch at most
-        -- 10 s before, if 0 ≤ rise ≤ 5,000 W × gap, split evenly, the remainder to the last;
-        -- else its own second at power_w
+        -- each reading with the previous one of its card, and the seconds it covers with their
+        -- energy (SPEC §4): the rise of the counter since the previous reading of the same epoch
+        -- at most 10 s before, if 0 ≤ rise ≤ 5,000 W × gap, split evenly, the remainder to the
+        -- last, else its own second at power_w
         SELECT gpu_uuid, r.2 AS site,
                toInt64(toUInt32(second)) - toInt64(toUInt32(prev_second)) AS gap,
                toInt64(r.3) - toInt64(prev_r.3) AS rise,
@@ -148,7 +148,7 @@ GROUP BY h, stream, tenant, rent_price, rent_per_s, discount_pct, tariff_per_kwh
 _FINGERPRINT = (
     "SELECT toUnixTimestamp(hour) AS h, count() AS n, sum(cityHash64(toString(tuple(tenant, day, stream, gpu_uuid, "
     "instance, gpu_model, site, plan, rent_price, rent_per_s, discount_pct, band, tariff_per_kwh, pue, seconds, "
-    "util_sum, energy_mj, minutes, minute_qty)))) AS f FROM ({rows}) GROUP BY h"
+    "util_sum, energy_mj, measured_mj, minutes, minute_qty)))) AS f FROM ({rows}) GROUP BY h"
 )
 _PUBLISHED_SQL = (
     "SELECT * FROM rated_hours WHERE period = {period:String} AND (hour, generation) IN "

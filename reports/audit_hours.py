@@ -38,27 +38,33 @@ import orjson
 from usage.rated import Coverage, second_range
 
 # Bump when what the audit computes per hour changes: every stored hour is then recomputed.
-AUDIT_VERSION = 1
+# 2: counter energy (issue 39) — an hour's power print covers the readings 10 s around it.
+AUDIT_VERSION = 2
 
 _USAGE_PRINT = (
     "SELECT toUnixTimestamp(toStartOfHour(second)) AS h, count(), sum(cityHash64(event_id, ts, second, site, node, "
     "gpu_uuid, gpu_model, isNull(tenant), ifNull(tenant, ''), isNull(instance), ifNull(instance, ''), util_pct, "
     "mem_used_mib, src_partition, src_offset)) FROM readings_usage WHERE SECONDS GROUP BY h"
 )
+# A second's energy may come from the counter of a reading up to 10 s after it, measured from one
+# up to 10 s before it (billing_rules/counters.py): a reading counts in every hour within 10 s.
 _POWER_PRINT = (
-    "SELECT toUnixTimestamp(toStartOfHour(second)) AS h, count(), sum(cityHash64(event_id, ts, second, site, node, "
-    "gpu_uuid, power_mw, src_partition, src_offset)) FROM readings_power WHERE SECONDS GROUP BY h"
+    "SELECT h, count(), sum(x) FROM (SELECT arrayJoin(arrayDistinct([toUnixTimestamp(toStartOfHour(second - 10)), "
+    "toUnixTimestamp(toStartOfHour(second)), toUnixTimestamp(toStartOfHour(second + 10))])) AS h, "
+    "cityHash64(event_id, ts, second, site, node, gpu_uuid, power_mw, src_partition, src_offset, energy_mj, "
+    "energy_epoch) AS x FROM readings_power WHERE second >= toDateTime({lo:UInt32} - 10, 'UTC') "
+    "AND second < toDateTime({hi:UInt32} + 10, 'UTC')) WHERE h >= {lo:UInt32} AND h < {hi:UInt32} GROUP BY h"
 )
 _SECONDS_PRINT = (
     "SELECT toUnixTimestamp(toStartOfHour(second)) AS h, count(), sum(cityHash64(stream, gpu_uuid, second, tenant, "
     "instance, gpu_model, site, node, plan, rent_price, rent_per_s, discount_pct, util_pct, energy_mj, band, "
-    "tariff_per_kwh, pue, version, src_partition, src_offset)) FROM rated_seconds WHERE period = {period:String} "
+    "tariff_per_kwh, pue, version, src_partition, src_offset, measured)) FROM rated_seconds WHERE period = {period:String} "
     "GROUP BY h"
 )
 _ROLLUP_PRINT = (
     "SELECT toUnixTimestamp(hour) AS h, count(), sum(cityHash64(tenant, day, stream, gpu_uuid, instance, gpu_model, "
     "site, plan, rent_price, rent_per_s, discount_pct, band, tariff_per_kwh, pue, seconds, util_sum, energy_mj, "
-    "minutes, minute_qty, generation)) FROM rated_hours WHERE period = {period:String} AND (hour, generation) IN "
+    "minutes, minute_qty, generation, measured_mj)) FROM rated_hours WHERE period = {period:String} AND (hour, generation) IN "
     "(SELECT hour, max(generation) FROM rollup_runs WHERE period = {period:String} GROUP BY hour) GROUP BY h"
 )
 _CORRECTIONS = (
@@ -110,7 +116,7 @@ def period_hours(lo: int, hi: int) -> list[int]:
 
 def hour_prints(db: Any, cov: Coverage, lo: int, hi: int) -> dict[int, HourPrint]:
     """The prints of every hour of the period [lo, hi) and of any other hour its rated rows name."""
-    params = {"period": cov.period}
+    params = {"period": cov.period, "lo": lo, "hi": hi}
     where = second_range(lo, hi)
     counted: dict[str, dict[int, tuple[int, int]]] = {
         name: {int(h): (int(n), int(f)) for h, n, f in db.query(sql.replace("SECONDS", where), params)}

@@ -3,6 +3,10 @@
 rent_revenue is after contract discounts. electricity_share = all electricity of the cards (billed to tenants + unallocated idle)
 ÷ rent revenue — the operator's "share" column (¥54 / ¥599 = 9 % for an RTX 4090).
 
+Energy is graded (SPEC §4): measured_it_kwh and estimated_it_kwh split the cards' IT energy
+(before PUE; billed to tenants and unallocated alike) into what their energy counters
+measured and what was estimated from power readings, each rounded half up to 1e-6 kWh.
+
 What-if: the same recorded energy priced with another site's PUE and tariff, minute by
 minute (tariff bands change on minute boundaries at the finest), to show the saving.
 """
@@ -15,7 +19,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from billing_rules import UnknownSite, billed_kwh, energy_amount, gpu_hours, rent_amount, round_fen, round_quantity
+from billing_rules import MJ_PER_KWH, UnknownSite, billed_kwh, energy_amount, gpu_hours, rent_amount, round_fen, round_quantity
 from usage.rated import card_models_sql, coverage, source_of
 
 # Power seconds without any usage reading carry no model (the rater never guesses one, so
@@ -27,7 +31,7 @@ _RATED = """
 """
 _GROUPS_SQL = """
 SELECT site, gpu_model, stream, tenant != '' AS allocated, rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue,
-       sum(seconds) AS n, sum(energy_mj) AS mj
+       sum(seconds) AS n, sum(energy_mj) AS mj, sum(measured_mj) AS measured
 FROM {rated}
 GROUP BY site, gpu_model, stream, allocated, rent_price, rent_per_s, discount_pct, tariff_per_kwh, pue
 """
@@ -65,8 +69,10 @@ def cost_share(db: Any, rules: Any, period: str) -> list[dict]:
     billed: dict[tuple, Fraction] = defaultdict(Fraction)
     idle: dict[tuple, Fraction] = defaultdict(Fraction)
     kwh: dict[tuple, Fraction] = defaultdict(Fraction)
+    measured_mj: dict[tuple, int] = defaultdict(int)  # IT energy, before PUE
+    estimated_mj: dict[tuple, int] = defaultdict(int)
     rated, params = _rated(db, rules, period)
-    for site, model, stream, allocated, price, per_s, pct, tariff, pue, n, mj in db.query(
+    for site, model, stream, allocated, price, per_s, pct, tariff, pue, n, mj, measured in db.query(
             _GROUPS_SQL.format(rated=rated), params):
         key = (site, model)
         if stream == "rent":  # revenue after contract discounts
@@ -75,6 +81,8 @@ def cost_share(db: Any, rules: Any, period: str) -> list[dict]:
         else:
             kwh[key] += billed_kwh(int(mj), pue)
             (billed if allocated else idle)[key] += energy_amount(int(mj), pue, tariff)
+            measured_mj[key] += int(measured)
+            estimated_mj[key] += int(mj) - int(measured)
     cards = {(site, model): int(n) for site, model, n in db.query(_CARDS_SQL.format(rated=rated), params)}
     rows = []
     for key in sorted(set(cards) | set(rent) | set(kwh)):
@@ -92,6 +100,8 @@ def cost_share(db: Any, rules: Any, period: str) -> list[dict]:
             "electricity_share": _ratio(electricity, rent[key]),
             "green_kwh": round_quantity(kwh[key] * green_share),
             "total_kwh": round_quantity(kwh[key]),
+            "measured_it_kwh": round_quantity(Fraction(measured_mj[key], MJ_PER_KWH)),
+            "estimated_it_kwh": round_quantity(Fraction(estimated_mj[key], MJ_PER_KWH)),
         })
     return rows
 

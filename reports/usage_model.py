@@ -12,6 +12,11 @@ Granularity ``"day"`` (the default) has one row per day × instance × GPU and `
 billing time zone as RFC 3339 with the zone's offset, ``"2026-03-05T14:00:00+08:00"``, and
 ``day`` the date of that start (``"2026-03-05"``). The report's ``time_zone`` names the
 zone (``"Asia/Shanghai"``).
+
+Energy is graded (SPEC §4): ``kwh`` is billed energy (after PUE), as on the invoice;
+``measured_it_kwh`` and ``estimated_it_kwh`` split the row's IT energy (before PUE) into what
+the cards' energy counters measured and what was estimated from power readings (six decimals,
+shared out of each grade's total so the rows add up to it).
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class UsageRow:
     rent: Decimal
     electricity: Decimal
     hour: str = ""  # hourly reports: "2026-03-05T14:00:00+08:00" (start, billing time zone); "" per day
+    measured_it_kwh: Decimal = Decimal(0)  # IT energy (before PUE) from the cards' counters
+    estimated_it_kwh: Decimal = Decimal(0)  # IT energy (before PUE) estimated from power_w
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,8 @@ class UsageTotals:
     kwh: Decimal
     rent: Decimal
     electricity: Decimal
+    measured_it_kwh: Decimal = Decimal(0)
+    estimated_it_kwh: Decimal = Decimal(0)
 
     @property
     def amount(self) -> Decimal:
@@ -80,4 +89,6 @@ class UsageReport:
             kwh=sum((r.kwh for r in self.rows), Decimal(0)),
             rent=sum((r.rent for r in self.rows), Decimal(0)),
             electricity=sum((r.electricity for r in self.rows), Decimal(0)),
+            measured_it_kwh=sum((r.measured_it_kwh for r in self.rows), Decimal(0)),
+            estimated_it_kwh=sum((r.estimated_it_kwh for r in self.rows), Decimal(0)),
         )

@@ -13,6 +13,10 @@ and kWh to 1e-6, so that the rows of every format add up to the invoice's lines 
 before credits, and no row is more than one fen (one millionth) from its exact value.
 Daily and hourly reports share out the same totals.
 
+Each row's IT energy (before PUE) is graded (SPEC §4): `measured_it_kwh` came from the cards'
+energy counters, `estimated_it_kwh` from power_w × 1 s. Each is shared out of its own exact
+total rounded half up to 1e-6 kWh, the same way, so the rows add up to the totals.
+
 Hourly rows come from the rated source's own grain (one row per UTC hour: `usage.rated`),
 so they cost no more to read than daily ones; an hour is named by its start in the billing
 time zone, ``2026-03-05T14:00:00+08:00``.
@@ -27,6 +31,7 @@ from fractions import Fraction
 from typing import Any
 
 from billing_rules import (
+    MJ_PER_KWH,
     EnergyUsage,
     InvoiceLine,
     RentUsage,
@@ -35,6 +40,7 @@ from billing_rules import (
     energy_amount,
     gpu_hours,
     rent_amount,
+    round_quantity,
 )
 from billing_rules.money import apportion
 from reports.usage_model import GRANULARITIES, UsageReport, UsageRow
@@ -44,7 +50,7 @@ from usage.rated import rated_source
 _SQL = """
 SELECT toString(day) AS day_text, {hour} AS hour_s, instance, gpu_uuid, gpu_model, stream,
        plan, rent_price, rent_per_s, discount_pct, site, band, tariff_per_kwh, pue,
-       sum(seconds) AS n, sum(util_sum) AS util, sum(energy_mj) AS mj
+       sum(seconds) AS n, sum(util_sum) AS util, sum(energy_mj) AS mj, sum(measured_mj) AS measured
 FROM {source}
 GROUP BY day_text, hour_s, instance, gpu_uuid, gpu_model, stream, plan, rent_price, rent_per_s, discount_pct,
          site, band, tariff_per_kwh, pue
@@ -71,10 +77,12 @@ def usage_report(db: Any, rules: Any, tenant: str, period: str, *, granularity: 
     rent: dict[tuple, Fraction] = defaultdict(Fraction)
     kwh: dict[tuple, Fraction] = defaultdict(Fraction)
     cost: dict[tuple, Fraction] = defaultdict(Fraction)
+    measured_kwh: dict[tuple, Fraction] = defaultdict(Fraction)  # IT energy, before PUE
+    estimated_kwh: dict[tuple, Fraction] = defaultdict(Fraction)
     rent_usage: list[RentUsage] = []
     energy_usage: list[EnergyUsage] = []
     for (day, hour_s, instance, gpu, model, stream, plan, price, per_s, pct, site, band, tariff, pue,
-         n, util_sum, mj) in db.query(sql, params):
+         n, util_sum, mj, measured) in db.query(sql, params):
         key = (day, int(hour_s), instance, gpu, model)
         if stream == "rent":  # after the contract's discount
             seconds[key] += int(n)
@@ -85,6 +93,8 @@ def usage_report(db: Any, rules: Any, tenant: str, period: str, *, granularity: 
         else:
             kwh[key] += billed_kwh(int(mj), pue)
             cost[key] += energy_amount(int(mj), pue, tariff)
+            measured_kwh[key] += Fraction(int(measured), MJ_PER_KWH)
+            estimated_kwh[key] += Fraction(int(mj) - int(measured), MJ_PER_KWH)
             energy_usage.append(EnergyUsage(site=site, band=band, tariff_per_kwh=plain(tariff), pue=plain(pue),
                                             energy_mj=int(mj)))
     # the invoice's lines before credits, adjustments and VAT: the totals every format adds up to
@@ -95,6 +105,8 @@ def usage_report(db: Any, rules: Any, tenant: str, period: str, *, granularity: 
         "rent": apportion([rent.get(k, Fraction(0)) for k in keys], _sum(lines, "amount", "rent", "discount"), 2),
         "kwh": apportion([kwh.get(k, Fraction(0)) for k in keys], _sum(lines, "quantity", "electricity"), 6),
         "cost": apportion([cost.get(k, Fraction(0)) for k in keys], _sum(lines, "amount", "electricity"), 2),
+        "measured": _graded(measured_kwh, keys),
+        "estimated": _graded(estimated_kwh, keys),
     }
     tz = rules.billing_tz
     rows = []
@@ -107,10 +119,18 @@ def usage_report(db: Any, rules: Any, tenant: str, period: str, *, granularity: 
             gpu_hours=shares["hours"][i], avg_util_pct=avg, kwh=shares["kwh"][i],
             rent=shares["rent"][i], electricity=shares["cost"][i],
             hour=hour_name(hour_s, tz) if hourly else "",
+            measured_it_kwh=shares["measured"][i], estimated_it_kwh=shares["estimated"][i],
         ))
     generated = (now or datetime.now(timezone.utc)).isoformat(timespec="seconds").replace("+00:00", "Z")
     return UsageReport(tenant=tenant, period=period, generated_at=generated, rows=tuple(rows),
                        granularity=granularity, time_zone=str(tz), lines=lines, seller=rules.seller)
+
+
+def _graded(kwh: dict[tuple, Fraction], keys: list[tuple]) -> list:
+    """The rows' share of one grade of IT energy: each within 1e-6 kWh of its exact value, and
+    together its exact total rounded half up to 1e-6 kWh (there is no invoice line to equal)."""
+    exact = [kwh.get(k, Fraction(0)) for k in keys]
+    return apportion(exact, round_quantity(sum(exact, Fraction(0))), 6)
 
 
 def _sum(lines: tuple[InvoiceLine, ...], field: str, *kinds: str) -> Decimal:

@@ -10,8 +10,10 @@ adjustments, cost share and what-if, usage reports and the audit all read throug
 
 Columns: period, tenant, hour, day (billing time zone), stream, gpu_uuid, instance,
 gpu_model, site, plan, rent_price, rent_per_s, discount_pct, band, tariff_per_kwh, pue —
-then seconds, util_sum, energy_mj, and with `minutes=True` minutes / minute_qty (per minute
-of the hour: rented seconds or mJ, for re-pricing under other rules).
+then seconds, util_sum, energy_mj, measured_mj (of energy_mj, the mJ that came from the
+cards' counters; energy_mj − measured_mj was estimated from power_w: SPEC §4), and with
+`minutes=True` minutes / minute_qty (per minute of the hour: rented seconds or mJ, for
+re-pricing under other rules).
 """
 
 from __future__ import annotations
@@ -29,8 +31,14 @@ _GRAIN_NAMES = (
     "period, tenant, hour, day, stream, gpu_uuid, instance, gpu_model, site, plan, rent_price, rent_per_s, "
     "discount_pct, band, tariff_per_kwh, pue"
 )
-# rated_seconds.energy_mj: the column, not the alias of its sum
-_QUANTITIES = "toUInt32(count()) AS seconds, sum(util_pct) AS util_sum, sum(rated_seconds.energy_mj) AS energy_mj"
+# rated_seconds.energy_mj: the column, not the alias of its sum. measured_mj: the grade of the
+# hour's energy (rated_seconds.measured = 1: the second's energy is its card counter's rise).
+_QUANTITIES = (
+    "toUInt32(count()) AS seconds, sum(util_pct) AS util_sum, sum(rated_seconds.energy_mj) AS energy_mj, "
+    "sumIf(rated_seconds.energy_mj, rated_seconds.measured = 1) AS measured_mj"
+)
+# the quantity columns of the rollup grain, in the order grouped_sql writes them
+QUANTITY_NAMES = "seconds, util_sum, energy_mj, measured_mj"
 _BY_MINUTE = (
     "(sumMap([toUInt8(toMinute(second))], [if(stream = 'rent', toUInt64(1), rated_seconds.energy_mj)]) AS by_minute).1 AS minutes, "
     "by_minute.2 AS minute_qty"
@@ -65,7 +73,8 @@ def hours_range(hours: Iterable[int], column: str = "second", *, margin: int = 0
 
 def grouped_sql(where: str, *, minutes: bool = False, relation: str = "rated_seconds FINAL") -> str:
     """The rated seconds matching `where`, grouped to the rollup grain (needs the {tz:String} parameter).
-    `relation` is another relation of rated_seconds' columns to group instead (a subquery)."""
+    `relation` is another relation of rated_seconds' columns to group instead (a subquery; it
+    needs `measured` too, the grade measured_mj is summed by)."""
     quantities = f"{_QUANTITIES}, {_BY_MINUTE}" if minutes else _QUANTITIES
     source = relation if relation == "rated_seconds FINAL" else f"({relation}) AS rated_seconds"
     return f"SELECT {_GRAIN}, {quantities} FROM {source} WHERE {where} GROUP BY {_GRAIN_NAMES}"
@@ -112,7 +121,7 @@ def rated_source(db: Any, rules: Any, period: str, tenant: str | None = None, *,
 def source_of(cov: Coverage, rules: Any, tenant: str | None = None, *, minutes: bool = False) -> tuple[str, dict]:
     params = {"period": cov.period, "tenant": tenant or "", "tz": str(rules.billing_tz)}
     own = " AND tenant = {tenant:String}" if tenant is not None else ""
-    columns = f"{_GRAIN_NAMES}, seconds, util_sum, energy_mj" + (", minutes, minute_qty" if minutes else "")
+    columns = f"{_GRAIN_NAMES}, {QUANTITY_NAMES}" + (", minutes, minute_qty" if minutes else "")
     runs = _runs(cov.live)
     live = " OR ".join(second_range(lo, hi) for lo, hi in runs)
     rolled = (

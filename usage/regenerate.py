@@ -49,7 +49,7 @@ from typing import Any
 
 from usage.corrections import Correction, stored_corrections
 from usage.failpoints import pause_at
-from usage.rated import _GRAIN_NAMES, coverage, grouped_sql, hours_range, rated_source, retained_periods
+from usage.rated import QUANTITY_NAMES, _GRAIN_NAMES, coverage, grouped_sql, hours_range, rated_source, retained_periods
 from usage.rerating import drop_run, rate_corrected
 from usage.rollup import drop_superseded, roll_up_hour
 from warehouse.writes import stamp_hours
@@ -63,14 +63,14 @@ _TERMS = ("plan", "rent_price", "rent_per_s", "discount_pct", "band", "tariff_pe
 _TERM_COLUMNS = ("run", "stream", "tenant", "gpu_model", "site", "hour", "lo", "hi", *_TERMS)
 _SECONDS_COLUMNS = ("stream, gpu_uuid, second, period, tenant, instance, gpu_model, site, node, plan, rent_price, "
                     "rent_per_s, discount_pct, util_pct, energy_mj, band, tariff_per_kwh, pue, version, src_partition, "
-                    "src_offset, rated_at")
-_HOURS_COLUMNS = f"{_GRAIN_NAMES}, seconds, util_sum, energy_mj, minutes, minute_qty"
+                    "src_offset, rated_at, measured")
+_HOURS_COLUMNS = f"{_GRAIN_NAMES}, {QUANTITY_NAMES}, minutes, minute_qty"
 _CONTENT = "tuple(tenant, instance, gpu_model, site, node, plan, rent_price, rent_per_s, discount_pct, util_pct, energy_mj, " \
-           "band, tariff_per_kwh, pue)"
+           "band, tariff_per_kwh, pue, measured)"
 _FINGERPRINT = (
     "SELECT toUnixTimestamp(hour) AS h, count() AS n, sum(cityHash64(toString(tuple(tenant, day, stream, gpu_uuid, "
     "instance, gpu_model, site, plan, rent_price, rent_per_s, discount_pct, band, tariff_per_kwh, pue, seconds, "
-    "util_sum, energy_mj, minutes, minute_qty)))) AS f FROM ({rows}) GROUP BY h"
+    "util_sum, energy_mj, measured_mj, minutes, minute_qty)))) AS f FROM ({rows}) GROUP BY h"
 )
 # One interval of a corrected card: (gpu, from, to, usage void, reattributed, tenant, instance given, instance, power void)
 _INTERVALS = "Array(Tuple(String, UInt32, UInt32, UInt8, UInt8, String, UInt8, String, UInt8))"
@@ -163,7 +163,7 @@ def new_source(db: Any, rules: Any, p: Plan, *, minutes: bool = False) -> tuple[
     """The period's rated data as re-rating makes it: unchanged hours as they are read now,
     changed hours as `_new_rows` builds them (a usage.rated source, rollup grain)."""
     source, params = rated_source(db, rules, p.period, minutes=minutes)
-    columns = _HOURS_COLUMNS if minutes else f"{_GRAIN_NAMES}, seconds, util_sum, energy_mj"
+    columns = _HOURS_COLUMNS if minutes else f"{_GRAIN_NAMES}, {QUANTITY_NAMES}"
     if not p.changed:
         return source, params
     sql = (f"(SELECT {columns} FROM {source} WHERE toUnixTimestamp(hour) NOT IN {{changed:Array(UInt32)}} "
@@ -426,7 +426,8 @@ def _mapped_rows(db: Any, rules: Any, p: Plan) -> str:
         f"r.gpu_uuid AS gpu_uuid, {instance} AS instance, {model} AS gpu_model, r.site AS site, "
         "t.plan AS plan, t.rent_price AS rent_price, t.rent_per_s AS rent_per_s, t.discount_pct AS discount_pct, "
         "t.band AS band, t.tariff_per_kwh AS tariff_per_kwh, t.pue AS pue, r.seconds AS seconds, "
-        "r.util_sum AS util_sum, r.energy_mj AS energy_mj, r.minutes AS minutes, r.minute_qty AS minute_qty "
+        "r.util_sum AS util_sum, r.energy_mj AS energy_mj, r.measured_mj AS measured_mj, r.minutes AS minutes, "
+        "r.minute_qty AS minute_qty "
         f"FROM (SELECT * FROM {source} WHERE toUnixTimestamp(hour) IN {{changed:Array(UInt32)}} "
         "AND toUnixTimestamp(hour) NOT IN {split:Array(UInt32)} "
         "AND (gpu_uuid, toUnixTimestamp(hour)) NOT IN {corrected:Array(Tuple(String, UInt32))}) AS r "
@@ -446,7 +447,7 @@ def _repriced_sql(hours: str, *, where: str = "1") -> str:
                "t.rent_price AS rent_price, t.rent_per_s AS rent_per_s, t.discount_pct AS discount_pct, "
                "s.util_pct AS util_pct, s.energy_mj AS energy_mj, t.band AS band, t.tariff_per_kwh AS tariff_per_kwh, "
                "t.pue AS pue, s.version AS version, s.src_partition AS src_partition, s.src_offset AS src_offset, "
-               "s.rated_at AS rated_at, "
+               "s.rated_at AS rated_at, s.measured AS measured, "
                f"tuple({', '.join('s.' + c for c in _TERMS)}) != tuple({', '.join('t.' + c for c in _TERMS)}) AS repriced")
     return (
         f"SELECT {columns} FROM (SELECT * FROM rated_seconds FINAL WHERE period = {{period:String}} "
@@ -483,7 +484,7 @@ def _rewrite_seconds(db: Any, rules: Any, p: Plan, params: dict, *, prices: bool
     if written:
         db.command(f"INSERT INTO rated_seconds ({_SECONDS_COLUMNS}) SELECT stream, gpu_uuid, second, period, tenant, "
                    "instance, gpu_model, site, node, plan, rent_price, rent_per_s, discount_pct, util_pct, energy_mj, "
-                   "band, tariff_per_kwh, pue, version + 1, src_partition, src_offset, now64(3, 'UTC') "
+                   "band, tariff_per_kwh, pue, version + 1, src_partition, src_offset, now64(3, 'UTC'), measured "
                    f"FROM ({repriced})", args)
     if not p.corrected:
         return written, deleted
@@ -494,14 +495,14 @@ def _rewrite_seconds(db: Any, rules: Any, p: Plan, params: dict, *, prices: bool
            f"AND gpu_uuid IN {{cgpus:Array(String)}} AND {pairs})")
     changed = (f"FROM ({target}) AS n LEFT JOIN {old} AS o ON o.os = n.stream AND o.og = n.gpu_uuid AND o.osec = n.second "
                f"WHERE o.hit = 0 OR o.ocontent != tuple(n.tenant, n.instance, n.gpu_model, n.site, n.node, n.plan, "
-               "n.rent_price, n.rent_per_s, n.discount_pct, n.util_pct, n.energy_mj, n.band, n.tariff_per_kwh, n.pue)")
+               "n.rent_price, n.rent_per_s, n.discount_pct, n.util_pct, n.energy_mj, n.band, n.tariff_per_kwh, n.pue, n.measured)")
     fresh = int(db.query(f"SELECT count() {changed}", params)[0][0])
     if fresh:
         db.command(f"INSERT INTO rated_seconds ({_SECONDS_COLUMNS}) SELECT n.stream, n.gpu_uuid, n.second, n.period, "
                    "n.tenant, n.instance, n.gpu_model, n.site, n.node, n.plan, n.rent_price, n.rent_per_s, "
                    "n.discount_pct, n.util_pct, n.energy_mj, n.band, n.tariff_per_kwh, n.pue, "
                    "if(o.hit = 1, greatest(o.oversion + 1, n.version), n.version), n.src_partition, n.src_offset, "
-                   f"n.rated_at {changed}", params)
+                   f"n.rated_at, n.measured {changed}", params)
     gone = (f"period = {{period:String}} AND gpu_uuid IN {{cgpus:Array(String)}} AND {pairs} AND "
             f"(stream, gpu_uuid, second) NOT IN (SELECT stream, gpu_uuid, second FROM ({target}))")
     deleted = int(db.query(f"SELECT count() FROM rated_seconds FINAL WHERE {gone}", params)[0][0])

@@ -36,7 +36,7 @@ log = logging.getLogger("gpubill.rollup")
 
 _COLUMNS = (
     "period, tenant, hour, day, stream, gpu_uuid, instance, gpu_model, site, plan, rent_price, rent_per_s, "
-    "discount_pct, band, tariff_per_kwh, pue, seconds, util_sum, energy_mj, minutes, minute_qty, generation"
+    "discount_pct, band, tariff_per_kwh, pue, seconds, util_sum, energy_mj, measured_mj, minutes, minute_qty, generation"
 )
 
 # (period, hour) with writes and no rollup at least as new as the last of them, settled.

@@ -3,6 +3,7 @@
 This module only assembles the commands; each group lives in its own module:
 
     gpubill simulate | replay                 producers.py
+    gpubill agent                             agent.py (the node agent, streams/agent/)
     gpubill worker | spend-tracker | up | scheduler   processes.py
     gpubill status                            running.py (and up's banner, its one-instance check)
     gpubill serve                             serve.py
@@ -15,7 +16,7 @@ This module only assembles the commands; each group lives in its own module:
     gpubill dlq list                          dlq.py
     gpubill rules check                       rules.py
     gpubill verify-log                        verify_log.py
-    gpubill bench pipeline | spend | rating | month | api | rerate | books | receivables   bench.py
+    gpubill bench pipeline | spend | rating | month | api | rerate | books | receivables | agent   bench.py
     gpubill db migrate, clickhouse serve      db.py
     gpubill demo                              demo.py
     gpubill archive [verify], retention apply archive.py
@@ -41,7 +42,7 @@ import sys
 import typer
 
 from gpubill.cli import (
-    archive, balance, bench, correct, credit_note, db, demo, dlq, dunning, events, invoice, kafka, key, payment,
+    agent, archive, balance, bench, correct, credit_note, db, demo, dlq, dunning, events, invoice, kafka, key, payment,
     processes, producers, rebuild, receivables, report, rerate, rollup, rules, running, serve, tenant, verify_log,
 )
 from gpubill.cli.common import err, terminal_text
@@ -62,6 +63,7 @@ app = typer.Typer(
 # In this order in `gpubill --help`: the commands, then the groups.
 app.command()(producers.simulate)
 app.command()(producers.replay)
+app.command()(agent.agent)
 app.command()(processes.worker)
 app.command()(processes.up)
 app.command()(running.status)

@@ -1,4 +1,4 @@
-"""`gpubill bench pipeline|spend|rating|month|api|rerate|books|receivables`: measured figures of the paths users run.
+"""`gpubill bench pipeline|spend|rating|month|api|rerate|books|receivables|agent`: measured figures of the paths users run.
 
 The benchmarks themselves are gpubill/bench/; docs/performance.md records their results.
 """
@@ -204,4 +204,20 @@ def bench_receivables_command(
     result = bench_receivables(tenants, months, runs=runs, command_runs=command_runs, as_of=check_date(as_of, "--as-of") if as_of else None,
                                keep=Path(keep) if keep else None,
                                say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
+    print_figures(result, as_json)
+
+
+@app.command("agent")
+def bench_agent_command(
+    cards: int = typer.Option(8, min=1, max=64, help="Cards of the node (a fake NVML: the machine needs none)."),
+    duration_s: int = typer.Option(60, min=5, help="How long the agent samples at 1 Hz for CPU and memory (s)."),
+    hours: float = typer.Option(1.0, min=0.01, help="Hours of readings spooled with Kafka away, then drained."),
+    port: int = typer.Option(28792, min=1024, max=65534, help="Port of the private broker (and port + 1)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
+) -> None:
+    """`gpubill agent` on a private broker: CPU % of one core and peak RSS at 1 Hz, and the time to drain an hour's spool."""
+    from gpubill.bench.agent import bench_agent
+
+    result = bench_agent(cards=cards, duration_s=duration_s, hours=hours, port=port,
+                         say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)

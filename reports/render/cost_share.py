@@ -2,13 +2,16 @@
 
 Rows are plain dicts, one per site and GPU model: ``site, gpu_model, cards,
 rented_gpu_hours, rent_revenue, electricity_billed, electricity_unallocated,
-electricity_share (a fraction: 0.0717 is 7.17 %), green_kwh, total_kwh``. What-if rows
+electricity_share (a fraction: 0.0717 is 7.17 %), green_kwh, total_kwh, measured_it_kwh,
+estimated_it_kwh`` (the cards' IT energy before PUE, graded: from their energy counters or
+estimated from power readings; total_kwh is after PUE). What-if rows
 carry the same keys plus ``what_if_site, what_if_electricity, saving``: the same usage
 priced under another site's rules.
 
 In CSV and JSON every Decimal is a string: money two decimals, GPU-hours and kWh six,
 the share six (a fraction), anything else as given. The table is for people: grouped
-thousands, the share as a percentage.
+thousands, the share as a percentage, and of the graded energy only the share measured
+("Measured energy": measured ÷ (measured + estimated) IT kWh; the kWh are in CSV and JSON).
 """
 
 from __future__ import annotations
@@ -48,11 +51,13 @@ COST_SHARE_COLUMNS = (
     "electricity_share",
     "green_kwh",
     "total_kwh",
+    "measured_it_kwh",
+    "estimated_it_kwh",
 )
 WHAT_IF_COLUMNS = ("what_if_site", "what_if_rent", "what_if_electricity", "saving")
 
 _MONEY = {"rent_revenue", "electricity_billed", "electricity_unallocated", "what_if_rent", "what_if_electricity", "saving"}
-_QUANTITY = {"rented_gpu_hours", "green_kwh", "total_kwh"}
+_QUANTITY = {"rented_gpu_hours", "green_kwh", "total_kwh", "measured_it_kwh", "estimated_it_kwh"}
 _FRACTION = {"electricity_share"}
 
 
@@ -103,6 +108,13 @@ def _sum(rows: Sequence[Mapping[str, Any]], key: str) -> Decimal:
     return sum((Decimal(r[key]) for r in rows if r.get(key) is not None), Decimal(0))
 
 
+def _measured_str(measured: Any, estimated: Any) -> str:
+    """The share of IT energy the cards' counters measured, as a percentage; "-" without energy."""
+    if measured is None or estimated is None or not Decimal(measured) + Decimal(estimated):
+        return "-"
+    return percent_str(Decimal(measured) / (Decimal(measured) + Decimal(estimated)))
+
+
 def render_cost_share_table(
     rows: list[dict[str, Any]], what_if: list[dict[str, Any]] | None = None
 ) -> Table:
@@ -138,6 +150,7 @@ def render_cost_share_table(
         ("Electricity\n/ rent", "right", share_total),
         ("Green\nkWh", "right", grouped(_sum(joined, "green_kwh"), 1)),
         ("Total\nkWh", "right", grouped(_sum(joined, "total_kwh"), 1)),
+        ("Measured\nenergy", "right", _measured_str(_sum(joined, "measured_it_kwh"), _sum(joined, "estimated_it_kwh"))),
     ]
     if has_what_if:
         columns += [
@@ -164,6 +177,7 @@ def render_cost_share_table(
             "-" if r.get("electricity_share") is None else percent_str(r["electricity_share"]),
             num(r, "green_kwh", 1),
             num(r, "total_kwh", 1),
+            _measured_str(r.get("measured_it_kwh"), r.get("estimated_it_kwh")),
         ]
         if has_what_if:
             cells += [terminal_text(r.get("what_if_site") or "-"), num(r, "what_if_rent", 2),

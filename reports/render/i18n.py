@@ -44,6 +44,8 @@ _LABELS: dict[str, dict[str, str]] = {
         "usage.electricity": "Electricity (CNY)",
         "usage.amount": "Total excl. VAT (CNY)",
         "usage.counts": "{gpus} GPU(s), {rows} row(s). VAT is added on the invoice.",
+        "usage.graded": ("IT energy before PUE: {measured} kWh measured by the cards' energy counters, "
+                         "{estimated} kWh estimated from power readings."),
         "usage.chart_day": "GPU-hours per day",
         "usage.chart_hour": "GPU-hours per day (from hourly rows)",
         "usage.chart_axis": "GPU-hours",
@@ -60,6 +62,7 @@ _LABELS: dict[str, dict[str, str]] = {
         "col.kwh": "kWh",
         "col.rent": "Rent",
         "col.electricity": "Electricity",
+        "col.measured": "Measured",
         "col.total": "Total",
         "page": "Page {page} / {pages}",
         # invoice
@@ -215,6 +218,7 @@ _LABELS: dict[str, dict[str, str]] = {
         "usage.electricity": "电费 (CNY)",
         "usage.amount": "不含税合计 (CNY)",
         "usage.counts": "{gpus} 张 GPU，{rows} 行。增值税在账单中计收。",
+        "usage.graded": "IT 电量（未计 PUE）：{measured} kWh 由 GPU 电能计数器计量，{estimated} kWh 按功率读数估算。",
         "usage.chart_day": "每日卡时",
         "usage.chart_hour": "每日卡时（由小时明细汇总）",
         "usage.chart_axis": "卡时",
@@ -231,6 +235,7 @@ _LABELS: dict[str, dict[str, str]] = {
         "col.kwh": "电量 kWh",
         "col.rent": "租金",
         "col.electricity": "电费",
+        "col.measured": "实测占比",
         "col.total": "合计",
         "page": "第 {page} / {pages} 页",
         "inv.doc_title": "账单 {number}",

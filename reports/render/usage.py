@@ -16,6 +16,12 @@ Hourly reports (``granularity == "hour"``) add an ``hour`` column after ``day``:
 start in the billing time zone, ``2026-03-05T14:00:00+08:00`` (RFC 3339 with the offset);
 their PDF table shows ``03-05 14:00`` under a heading naming the zone, and the chart still
 shows GPU-hours per day.
+
+Energy is graded (SPEC §4): after the existing columns, ``measured_it_kwh`` and
+``estimated_it_kwh`` split each row's IT energy (before PUE, six decimals; ``kwh`` is billed
+energy, after PUE) into what the cards' energy counters measured and what was estimated from
+power readings. JSON totals carry both; the PDF states both totals under its summary and, per row, the share
+measured (a "Measured" column: measured ÷ (measured + estimated), one decimal).
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ USAGE_COLUMNS = (
     "kwh",
     "rent",
     "electricity",
+    "measured_it_kwh",
+    "estimated_it_kwh",
 )
 # an hourly report: the hour's start after the day (``2026-03-05T14:00:00+08:00``)
 HOURLY_COLUMNS = (USAGE_COLUMNS[0], "hour", *USAGE_COLUMNS[1:])
@@ -80,6 +88,8 @@ def _row_strings(row: UsageRow, hourly: bool = False) -> dict[str, str]:
         "kwh": _q6(row.kwh),
         "rent": money_str(row.rent),
         "electricity": money_str(row.electricity),
+        "measured_it_kwh": _q6(row.measured_it_kwh),
+        "estimated_it_kwh": _q6(row.estimated_it_kwh),
     }
 
 
@@ -89,6 +99,8 @@ def _totals_strings(totals: UsageTotals) -> dict[str, str]:
         "kwh": _q6(totals.kwh),
         "rent": money_str(totals.rent),
         "electricity": money_str(totals.electricity),
+        "measured_it_kwh": _q6(totals.measured_it_kwh),
+        "estimated_it_kwh": _q6(totals.estimated_it_kwh),
     }
 
 
@@ -137,6 +149,8 @@ PARQUET_SCHEMA = pa.schema(
         pa.field("kwh", pa.decimal128(20, 6), nullable=False),
         pa.field("rent", pa.decimal128(18, 2), nullable=False),
         pa.field("electricity", pa.decimal128(18, 2), nullable=False),
+        pa.field("measured_it_kwh", pa.decimal128(20, 6), nullable=False),
+        pa.field("estimated_it_kwh", pa.decimal128(20, 6), nullable=False),
     ]
 )
 
@@ -158,6 +172,8 @@ def usage_parquet(report: UsageReport) -> bytes:
         "kwh": [round_half_up(r.kwh, 6) for r in rows],
         "rent": [round_half_up(r.rent, 2) for r in rows],
         "electricity": [round_half_up(r.electricity, 2) for r in rows],
+        "measured_it_kwh": [round_half_up(r.measured_it_kwh, 6) for r in rows],
+        "estimated_it_kwh": [round_half_up(r.estimated_it_kwh, 6) for r in rows],
     }
     metadata = {
         "tenant": report.tenant,
@@ -227,8 +243,11 @@ def _summary_box(pdf: ReportPDF, report: UsageReport) -> None:
     pdf.set_font("Helvetica", "", 7)
     pdf.set_text_color(*MUTED)
     pdf.cell(0, 4, pdf.txt(pdf.label("usage.counts", gpus=gpus, rows=len(report.rows))))
+    pdf.set_xy(x0, y0 + h + 5)
+    pdf.cell(0, 4, pdf.txt(pdf.label("usage.graded", measured=grouped(totals.measured_it_kwh, 6),
+                                     estimated=grouped(totals.estimated_it_kwh, 6))))
     pdf.set_text_color(33, 37, 41)
-    pdf.set_y(y0 + h + 8)
+    pdf.set_y(y0 + h + 12)
 
 
 def _outside_texts(report: UsageReport) -> list[str]:
@@ -237,6 +256,14 @@ def _outside_texts(report: UsageReport) -> list[str]:
     for r in report.rows:
         seen.update((r.instance, r.gpu_uuid, r.gpu_model))
     return sorted(seen)
+
+
+def _measured_share(measured: Decimal, estimated: Decimal) -> str:
+    """The share of a row's IT energy the cards' counters measured, ``"89.4 %"``, of its kWh as
+    written (six decimals, so a row of a few mJ may differ from the exact share); ``"-"`` without energy."""
+    if not measured + estimated:
+        return "-"
+    return f"{round_half_up(measured * 100 / (measured + estimated), 1):f} %"
 
 
 def _hour_cell(row: UsageRow) -> str:
@@ -285,18 +312,20 @@ def usage_pdf(report: UsageReport, *, lang: str = "en") -> bytes:
     draw_table(
         pdf,
         headings=tuple(pdf.label(k) for k in (first, "col.instance", "col.gpu", "col.model", "col.gpu_hours",
-                                              "col.util", "col.kwh", "col.rent", "col.electricity")),
+                                              "col.util", "col.kwh", "col.rent", "col.electricity", "col.measured")),
         rows=[
             (_hour_cell(r) if hourly else r.day, r.instance or "-", r.gpu_uuid, r.gpu_model, _q6(r.gpu_hours),
-             _util(r.avg_util_pct), _q6(r.kwh), money_str(r.rent), money_str(r.electricity))
+             _util(r.avg_util_pct), _q6(r.kwh), money_str(r.rent), money_str(r.electricity),
+             _measured_share(r.measured_it_kwh, r.estimated_it_kwh))
             for r in report.rows
         ],
-        col_widths=(first_w, 19, 35 - (first_w - 16), 25, 19, 11, 20, 17, 18),
-        align=("LEFT", "LEFT", "LEFT", "LEFT", "RIGHT", "RIGHT", "RIGHT", "RIGHT", "RIGHT"),
+        col_widths=(first_w, 16, 29 - (first_w - 16), 20, 19, 11, 20, 17, 18, 14),
+        align=("LEFT", "LEFT", "LEFT", "LEFT", "RIGHT", "RIGHT", "RIGHT", "RIGHT", "RIGHT", "RIGHT"),
         font_size=7.5,
-        keep_tail=(0, 0, 8, 0, 0, 0, 0, 0, 0),
+        keep_tail=(0, 0, 8, 0, 0, 0, 0, 0, 0, 0),
         total=(pdf.label("col.total"), "", "", "", _q6(totals.gpu_hours), "", _q6(totals.kwh),
-               money_str(totals.rent), money_str(totals.electricity)),
+               money_str(totals.rent), money_str(totals.electricity),
+               _measured_share(totals.measured_it_kwh, totals.estimated_it_kwh)),
     )
     return bytes(pdf.output())
 

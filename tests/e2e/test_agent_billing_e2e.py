@@ -9,7 +9,8 @@ and its measured / estimated split follow the counter rule of SPEC §4 walked he
 integers; the electricity lines of the invoices are those mJ × PUE × tariff with Fractions.
 
 The trace (May 2026, the e2e rules: gz-guian PUE 1.12, ¥330/kWh flat; acme A800 ¥1/s):
-  C1  A800  acme    counter throughout; its samples of seconds 1000–1002 are missing (a 3-second gap)
+  C1  A800  acme    counter throughout; its samples of seconds 1000–1002 are missing (a 3-second gap:
+                    the counter measures those seconds; without a usage reading they are nobody's)
   C2  A800  acme    its counter falls to 123 at second 3600 (a reset, same epoch)
   C3  RTX   beta    the driver reloads at second 5000: counter from 17, epoch boot-2
   C4  A800  nobody  counter throughout, no counter on every 50th sample (the card did not report it)
@@ -90,8 +91,14 @@ def expected(samples: list[dict]) -> dict[str, dict[str, int]]:
                   and s["energy_epoch"] == prev[1]["energy_epoch"] and i - prev[0] <= 10
                   and 0 <= s["energy_mj"] - prev[1]["energy_mj"] <= 5_000_000 * (i - prev[0]))
             if ok:
-                out[tenant]["energy"] += s["energy_mj"] - prev[1]["energy_mj"]  # split over the gap: same total
-                out[tenant]["measured"] += s["energy_mj"] - prev[1]["energy_mj"]
+                # split evenly over the seconds it covers, the remainder to the last; a second without
+                # a sample has no usage reading either: its share is nobody's (unallocated)
+                gap, rise = i - prev[0], s["energy_mj"] - prev[1]["energy_mj"]
+                for second in range(prev[0] + 1, i + 1):
+                    share = rise // gap + (rise % gap if second == i else 0)
+                    owner = tenant if second == i else ""
+                    out[owner]["energy"] += share
+                    out[owner]["measured"] += share
             else:
                 out[tenant]["energy"] += s["power_mw"]
             prev = (i, s)

@@ -95,7 +95,7 @@ def seed(db, seconds=MARCH_SECONDS + NEIGHBOUR_SECONDS, version: int = 1) -> Non
             usage.append({**common, "event_id": f"{card}-u-{second}", "gpu_model": model, "tenant": tenant,
                           "instance": f"i-{tenant}" if tenant else None, "util_pct": Decimal("90.5"),
                           "mem_used_mib": 40960})
-            power.append({**common, "event_id": f"{card}-p-{second}", "power_mw": mw})
+            power.append({**common, "event_id": f"{card}-p-{second}", "power_mw": mw, "energy_mj": 0, "energy_epoch": ""})
             base = {c: 0 for c in RATED_SECONDS} | {
                 "gpu_uuid": card, "second": _at(second), "period": period, "tenant": tenant or "",
                 "instance": f"i-{tenant}" if tenant else "", "site": "gz-guian", "node": "gz-n1", "plan": "",

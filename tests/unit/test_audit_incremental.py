@@ -127,8 +127,10 @@ def test_a_clean_audit_is_stored_and_an_untouched_period_recomputes_no_hour(db) 
 def test_a_change_that_changes_no_figure_recomputes_its_hour_only_and_stores_it_again(db) -> None:
     audit_period(db, RULES, PERIOD)
     # a second power reading of a second G1 already has, later in the partition: the first counts
+    # (a second more than 10 s from the hour's edges: a power reading counts in every hour within
+    # 10 s of it, counter energy reads that far)
     db.command("INSERT INTO readings_power SELECT * REPLACE ('again' AS event_id, src_offset + 100000 AS src_offset, "
-               f"power_mw * 3 AS power_mw) FROM readings_power WHERE gpu_uuid = 'G1' AND second = toDateTime({H0 + 7}, 'UTC')")
+               f"power_mw * 3 AS power_mw) FROM readings_power WHERE gpu_uuid = 'G1' AND second = toDateTime({H0 + 37}, 'UTC')")
     found = audit_period(db, RULES, PERIOD)
     assert (found.recomputed, found.taken, found.stored, found.differences) == (1, HOURS - 1, 1, [])
     assert audit_period(db, RULES, PERIOD).recomputed == 0
@@ -141,7 +143,7 @@ def _usage_reattributed_in_place(db) -> None:
 
 def _power_doubled_in_place(db) -> None:
     db.command(f"ALTER TABLE readings_power UPDATE power_mw = power_mw * 2 WHERE gpu_uuid = 'G2' "
-               f"AND second = toDateTime({H1}, 'UTC') SETTINGS mutations_sync = 1")
+               f"AND second = toDateTime({H1 + 30}, 'UTC') SETTINGS mutations_sync = 1")
 
 
 def _rated_second_added(db) -> None:
@@ -251,3 +253,12 @@ def test_the_command_says_which_mode_ran(tmp_path, monkeypatch) -> None:
         "audit mode: full — 744 of 744 hours recomputed; 744 stored as clean",
     ]
     assert all("audit of 2026-03: clean" in r.stdout for r in runs)
+
+
+def test_a_power_reading_within_10_s_of_an_hours_edge_recomputes_both_hours(db) -> None:
+    # counter energy: the energy of H1's last seconds before it may come from a reading at H1 + 3
+    audit_period(db, RULES, PERIOD)
+    db.command(f"ALTER TABLE readings_power UPDATE power_mw = power_mw + 1 WHERE gpu_uuid = 'G2' "
+               f"AND second = toDateTime({H1 + 3}, 'UTC') SETTINGS mutations_sync = 1")
+    found = audit_period(db, RULES, PERIOD)
+    assert (found.recomputed, found.taken) == (2, HOURS - 2)

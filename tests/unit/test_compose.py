@@ -665,11 +665,11 @@ def test_dockerfile_installs_the_project_as_non_root_with_gpubill_entrypoint() -
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
     stages = [ln for ln in lines if ln.startswith("FROM ")]
     assert stages[-1] == "FROM python:3.11-slim"  # the image; a Rust stage before it builds native/
-    assert re.search(r"pip install (/src|\.)\b", text)
+    assert re.search(r'pip install "?(/src|\.)(\[agent\])?\b', text)  # with the agent's extra: one image runs both
     # the native wheel is built from native/ and installed into the image
     assert any(ln.startswith("FROM rust:") and ln.endswith(" AS native") for ln in stages[:-1])
     assert "COPY native /native" in lines and "COPY --from=native /wheels /wheels" in lines
-    assert re.search(r"pip install /src /wheels/\*\.whl", text)
+    assert re.search(r'pip install "/src\[agent\]" /wheels/\*\.whl', text)
     users = [ln.split(None, 1)[1] for ln in lines if ln.startswith("USER ")]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     assert 'ENTRYPOINT ["gpubill"]' in lines

@@ -12,6 +12,9 @@ embedded ClickHouse and then:
   rent line = round½↑(Σ seconds × price / per_s) per (model, plan, price);
   discount line = −round½↑(Σ seconds × price / per_s × pct / 100);
   electricity line = round½↑(Σ mJ × PUE / 3.6e9 × tariff);
+- each report's graded IT energy (an energy row is measured here when its mJ are odd) adds up
+  in every format to Σ measured mJ ÷ 3.6e9 and Σ estimated mJ ÷ 3.6e9, each rounded half up
+  to 1e-6 kWh here;
 - the month to date the API shows at the period's last second (billing.current_usage) is
   the same figures.
 
@@ -75,7 +78,8 @@ def _row(stream, tenant, gpu, at, terms, pct, mj):
         "rent_per_s": per_s if stream == "rent" else 0, "discount_pct": pct if stream == "rent" else D(0),
         "util_pct": D("37.5"), "energy_mj": mj, "band": "flat" if stream == "energy" else "",
         "tariff_per_kwh": TARIFF if stream == "energy" else D(0), "pue": PUE if stream == "energy" else D(0),
-        "version": 1, "src_partition": 0, "src_offset": at, "measured": 0, "rated_at": datetime(2026, 4, 1, tzinfo=timezone.utc),
+        "version": 1, "src_partition": 0, "src_offset": at, "rated_at": datetime(2026, 4, 1, tzinfo=timezone.utc),
+        "measured": int(stream == "energy" and mj % 2 == 1),  # measured by the card's counter: odd mJ, here
     }
     return [values[c] for c in RATED_SECONDS]
 
@@ -91,7 +95,7 @@ def _write(db, tenant, cards):
     """Rated rows of `cards`; returns the expected invoice figures, computed here with Fractions."""
     rows, hours = [], set()
     rent, discount, seconds_by_terms = defaultdict(F), defaultdict(F), defaultdict(int)
-    energy_mj = 0
+    energy_mj = measured_mj = 0
     for i, c in enumerate(cards):
         gpu = f"{tenant}-gpu{i}"
         seconds = sorted({MARCH_1 + start + k for start, length in c["spans"] for k in range(length)})
@@ -101,6 +105,7 @@ def _write(db, tenant, cards):
             rows.append(_row("energy", tenant, gpu, at, c["terms"], c["pct"], mj))
             hours.add((PERIOD, at - at % 3600))
             energy_mj += mj
+            measured_mj += mj if mj % 2 == 1 else 0
         model, plan, price, per_s = c["terms"]
         key = (model, plan, F(price) * 3600 / per_s)
         seconds_by_terms[key] += len(seconds)
@@ -115,23 +120,29 @@ def _write(db, tenant, cards):
         "rent": rent_total,
         "kwh": _half_up(F(energy_mj) * F(PUE) / 3_600_000_000, 6) if energy_mj else D(0),
         "electricity": _half_up(F(energy_mj) * F(PUE) * F(TARIFF) / 3_600_000_000, 2) if energy_mj else D(0),
+        "measured_it_kwh": _half_up(F(measured_mj, 3_600_000_000), 6),  # before PUE
+        "estimated_it_kwh": _half_up(F(energy_mj - measured_mj, 3_600_000_000), 6),
     }
     return expected
 
 
+# what the invoice's lines say, then the graded IT energy (no line: its own totals)
+FIGURES = ("gpu_hours", "kwh", "rent", "electricity", "measured_it_kwh", "estimated_it_kwh")
+
+
 def _sums_of_csv(data: bytes) -> dict[str, D]:
     rows = list(csv.DictReader(io.StringIO(data.decode())))
-    return {k: sum((D(r[k]) for r in rows), D(0)) for k in ("gpu_hours", "kwh", "rent", "electricity")}
+    return {k: sum((D(r[k]) for r in rows), D(0)) for k in FIGURES}
 
 
 def _sums_of_parquet(data: bytes) -> dict[str, D]:
     table = pq.read_table(io.BytesIO(data))
-    return {k: sum((D(v) for v in table.column(k).to_pylist()), D(0)) for k in ("gpu_hours", "kwh", "rent", "electricity")}
+    return {k: sum((D(v) for v in table.column(k).to_pylist()), D(0)) for k in FIGURES}
 
 
 def _sums_of_json(data: bytes) -> dict[str, D]:
     doc = orjson.loads(data)
-    rows = {k: sum((D(r[k]) for r in doc["rows"]), D(0)) for k in ("gpu_hours", "kwh", "rent", "electricity")}
+    rows = {k: sum((D(r[k]) for r in doc["rows"]), D(0)) for k in FIGURES}
     assert rows == {k: D(doc["totals"][k]) for k in rows}, "the JSON's totals are its rows' sums"
     return rows
 
@@ -153,12 +164,11 @@ def _check(db, tenant, expected):
         "kwh": sum((l.quantity for l in lines["electricity"]), D(0)),
         "electricity": sum((l.amount for l in lines["electricity"]), D(0)),
     }
-    assert from_invoice == expected, "the invoice's lines are the independently computed figures"
+    assert from_invoice == {k: expected[k] for k in from_invoice}, "the invoice's lines are the independently computed figures"
     for granularity in ("day", "hour"):
         report = usage_report(db, RULES, tenant, PERIOD, granularity=granularity)
         totals = report.totals
-        assert {"gpu_hours": totals.gpu_hours, "rent": totals.rent, "kwh": totals.kwh,
-                "electricity": totals.electricity} == expected, granularity
+        assert {k: getattr(totals, k) for k in FIGURES} == expected, granularity
         for read, fmt in ((_sums_of_csv, "csv"), (_sums_of_json, "json"), (_sums_of_parquet, "parquet")):
             assert read(render_usage(report, fmt)) == expected, (granularity, fmt)
     now = datetime.fromtimestamp(MARCH_END - 1, timezone.utc)  # the period's last second

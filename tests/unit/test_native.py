@@ -31,7 +31,7 @@ ROWS = {
     ],
     "readings_power": [
         ("p-1", "2026-03-01T00:00:05Z", T0 + 5, "gz-guian", "node-01", "GPU-1", 312_457, 3, 18, 0, "", NOW),
-        ("p-2", "2026-03-01T00:00:06Z", T0 + 6, "gz-guian", "node-01", LONG, 5_000_000, 7, 0, (1 << 63) - 1, "boot-1",
+        ("p-2", "2026-03-01T00:00:06Z", T0 + 6, "gz-guian", "node-01", LONG, 5_000_000, 7, 0, (1 << 63) - 1, "boot-节点",
          NOW),
     ],
     "rated_seconds": [
@@ -39,7 +39,8 @@ ROWS = {
          Decimal("3600"), 3600, Decimal("10"), Decimal("87.5000"), 0, "", Decimal(0), Decimal(0),
          (1 << 48) - 18, 3, 17, 0, NOW),
         ("energy", LONG, T0 + 6, "2026-03", "", "", "", "gz-guian", "node-01", "", Decimal(0), 0, Decimal(0),
-         Decimal(0), 5_000_000, "valley", Decimal("0.330000"), Decimal("1.12"), (1 << 50) + 7, 7, 0, 1, NOW),
+         Decimal(0), 5_000_000, "valley", Decimal("0.330000"), Decimal("1.12"), (10 << 51) + (1 << 50) + 7, 7, 0, 1,
+         NOW),
     ],
 }
 COLUMNS = {"readings_usage": tables.READINGS_USAGE, "readings_power": tables.READINGS_POWER,
@@ -75,6 +76,9 @@ def test_values_read_back_as_sent(database) -> None:
     # 312 457 + 5 000 000 mW; the long card name survives; 00:00:07.123 kept to the millisecond
     assert database.query("SELECT sum(power_mw), max(length(gpu_uuid)), min(ingested_at) FROM check_power") == [
         (5_312_457, 300, datetime(2026, 3, 1, 0, 0, 7, 123000))]  # naive UTC, as the client returns it
+    # the counter: 2^63 − 1 mJ survives to the unit; the epoch's UTF-8 too; '' is no counter
+    assert database.query("SELECT max(energy_mj), max(energy_epoch), countIf(energy_epoch = '') FROM check_power") == [
+        ((1 << 63) - 1, "boot-节点", 1)]
 
 
 def test_leb128_lengths() -> None:
@@ -87,21 +91,21 @@ def test_stored_readings_are_found_by_key_in_narrow_and_wide_ranges(database) ->
 
     far = T0 + 86_400  # a day later: the keys then span more than an hour (asked for pair by pair)
     rows = [
-        ("p-a", "ts", T0 + 5, "gz-guian", "n", "GPU-A", 100, 2, 7, 5_000, "boot-1", NOW),
-        ("p-a2", "ts", T0 + 5, "gz-guian", "n", "GPU-A", 999, 2, 9, 6_000, "boot-2", NOW),  # a conflict, later offset
-        ("p-b", "ts", T0 + 6, "gz-guian", "n", "GPU-B", 200, 2, 8, 0, "", NOW),  # without a counter
-        ("p-c", "ts", far, "gz-guian", "n", "GPU-A", 300, 3, 1, 7_000, "boot-1", NOW),
+        ("p-a", "ts", T0 + 5, "gz-guian", "n", "GPU-A", 100, 2, 7, 5, "b1", NOW),
+        ("p-a2", "ts", T0 + 5, "gz-guian", "n", "GPU-A", 999, 2, 9, 0, "", NOW),  # a conflict, later offset
+        ("p-b", "ts", T0 + 6, "gz-guian", "n", "GPU-B", 200, 2, 8, 0, "", NOW),
+        ("p-c", "ts", far, "gz-guian", "n", "GPU-A", 300, 3, 1, 0, "", NOW),
     ]
     database.command("TRUNCATE TABLE readings_power")
     database.insert_native("readings_power", tables.READINGS_POWER, NATIVE_TABLES["readings_power"].block(rows))
     lookup = StoredLookup(database)
     # narrow: GPU-B at T0 + 5 is not asked for, so not returned although inside the range
     _, power = lookup(set(), {("GPU-A", T0 + 5), ("GPU-B", T0 + 6)})
-    assert sorted(power) == [("GPU-A", T0 + 5, "p-a", "gz-guian", "n", 100, 2, 7, 5_000, "boot-1"),  # the first offset
+    assert sorted(power) == [("GPU-A", T0 + 5, "p-a", "gz-guian", "n", 100, 2, 7, 5, "b1"),  # the first offset
                              ("GPU-B", T0 + 6, "p-b", "gz-guian", "n", 200, 2, 8, 0, "")]
     _, power = lookup(set(), {("GPU-A", T0 + 5), ("GPU-A", far), ("GPU-B", far)})
-    assert sorted(power) == [("GPU-A", T0 + 5, "p-a", "gz-guian", "n", 100, 2, 7, 5_000, "boot-1"),
-                             ("GPU-A", far, "p-c", "gz-guian", "n", 300, 3, 1, 7_000, "boot-1")]
+    assert sorted(power) == [("GPU-A", T0 + 5, "p-a", "gz-guian", "n", 100, 2, 7, 5, "b1"),
+                             ("GPU-A", far, "p-c", "gz-guian", "n", 300, 3, 1, 0, "")]
     # once per card: does ClickHouse hold any of its readings from `since` on?
     held = lookup.stored_since({"power": {"GPU-A": T0 + 6, "GPU-B": T0 + 6, "GPU-C": T0}, "usage": {}})
     assert held == {"power": {"GPU-A", "GPU-B"}}  # A: at `far`; B: at T0 + 6 itself; C: none

@@ -226,14 +226,16 @@ def test_lookup_asked_for_counterparts_and_preloaded_rows_attribute() -> None:
         # (gpu, second, event_id, tenant, instance, gpu_model, offset): stored by an earlier process
         usage_rows=[("G1", T, "u-stored", "acme", "i-stored", "A800-80G", 8)],
         # (gpu, second, event_id, site, node, power_mw, partition, offset)
-        power_rows=[("G2", T + 1, "p-stored", "gz-guian", "node-02", 250_000, 1, 40)],
+        power_rows=[("G2", T + 1, "p-stored", "gz-guian", "node-02", 250_000, 1, 40, 0, "")],
     )
     result = run([
         msg(TOPIC_POWER, 0, 9, power_bytes("G1", T, "p-new", 400)),
         msg(TOPIC_USAGE, 1, 41, usage_bytes("G2", T + 1, "u-new", "tenant-x")),
     ], lookup=lookup)
     # a fresh process has seen nothing of either gpu: both streams of both keys are asked for, once
-    assert lookup.calls == [({("G1", T), ("G2", T + 1)}, {("G1", T), ("G2", T + 1)})]
+    # (and for counter energy the cards' power readings 10 s around, with the usage of those seconds
+    # for a power reading)
+    assert lookup.calls == [({("G2", T + 1)} | around("G1", T), around("G1", T) | around("G2", T + 1))]
     by_key = {(r["stream"], r["gpu_uuid"]): r for r in rows(result)}
     assert sorted(by_key) == [("energy", "G1"), ("energy", "G2"), ("rent", "G2")]
     g1 = by_key[("energy", "G1")]
@@ -249,16 +251,16 @@ def test_lookup_not_called_when_memory_answers() -> None:
     run([msg(TOPIC_USAGE, 0, i, usage_bytes("G1", T + i, f"u-{i}")) for i in range(3)]
         + [msg(TOPIC_POWER, 0, 0, power_bytes("G1", T, "p-0"))], rater, lookup)
     assert len(lookup.calls) == 1
-    # Two horizons (1,800 s) after the first seconds seen, no other process can have G1's
-    # readings: memory alone decides (its usage is in memory; its power has not arrived).
+    # Two horizons (1,800 s) and the 10 s counter energy reads after the first seconds seen, no
+    # other process can have G1's readings: memory alone decides (its usage is in memory; its power has not arrived).
     result = run([
-        msg(TOPIC_USAGE, 0, 3, usage_bytes("G1", T + 1801, "u-1801")),
-        msg(TOPIC_POWER, 0, 1, power_bytes("G1", T + 1801, "p-1801")),
-        msg(TOPIC_USAGE, 0, 4, usage_bytes("G1", T + 1802, "u-1802")),
+        msg(TOPIC_USAGE, 0, 3, usage_bytes("G1", T + 1811, "u-1811")),
+        msg(TOPIC_POWER, 0, 1, power_bytes("G1", T + 1811, "p-1811")),
+        msg(TOPIC_USAGE, 0, 4, usage_bytes("G1", T + 1812, "u-1812")),
     ], rater, lookup)
     assert len(lookup.calls) == 1
     assert [(r["stream"], r["second"], r["tenant"]) for r in rows(result)] == [
-        ("rent", T + 1801, "acme"), ("rent", T + 1802, "acme"), ("energy", T + 1801, "acme"),
+        ("rent", T + 1811, "acme"), ("rent", T + 1812, "acme"), ("energy", T + 1811, "acme"),
     ]  # usage is rated before power within a batch
 
 
@@ -280,13 +282,20 @@ def test_a_card_clickhouse_holds_nothing_of_is_checked_once_and_never_looked_up_
         rater, lookup)
     # since = the card's oldest second in the batch − one horizon (900 s)
     assert lookup.asked == [{"usage": {"G1": T + 5 - 900, "G2": T - 900}, "power": {"G1": T + 5 - 900, "G2": T - 900}}]
-    assert lookup.calls == [({("G2", T)}, {("G2", T)})]  # nothing of G1 is asked for
+    assert lookup.calls == [({("G2", T)}, around("G2", T))]  # nothing of G1 is asked for
     run([msg(TOPIC_POWER, 0, 0, power_bytes("G1", T + 5, "p-g1")), msg(TOPIC_POWER, 0, 1, power_bytes("G1", T - 899, "p-late")),
          msg(TOPIC_POWER, 0, 2, power_bytes("G2", T + 1, "p-g2"))], rater, lookup)
     assert len(lookup.asked) == 1  # each card once
-    # G1 from T + 5 − 900 on needs nothing, but T − 899 is older: asked for as before, as is
+    # G1 from T + 5 − 900 on needs nothing, but T − 899 is older: asked for as before, with the
+    # seconds around it older than T + 5 − 900 (counter energy reads 10 s either side), as is
     # every key of G2, which ClickHouse holds readings of
-    assert lookup.calls[1] == ({("G1", T - 899), ("G2", T + 1)}, {("G1", T - 899), ("G2", T + 1)})
+    older = {("G1", s) for s in range(T - 909, T + 5 - 900)}
+    assert lookup.calls[1] == (older | around("G2", T + 1) - {("G2", T)}, older | around("G2", T + 1))  # G2's usage at T is held
+
+
+def around(gpu: str, second: int) -> set[tuple[str, int]]:
+    """(gpu, s) for every s within 10 s of `second`, itself included."""
+    return {(gpu, s) for s in range(second - 10, second + 11)}
 
 
 def test_power_before_its_usage_in_one_batch_gives_one_joined_row() -> None:

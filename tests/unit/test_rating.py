@@ -353,28 +353,38 @@ def test_lookups_ask_clickhouse_only_where_another_process_may_have_been() -> No
     feed(rater, (power("G1", T + 300, "p-300"), 0, 0))
     # First seconds this process saw of G1: usage T + 100, power T + 300. Another process may
     # hold readings up to two horizons (1,800 s) past those: usage ≤ T + 1,900, power ≤ T + 2,100.
+    # Counter energy also needs the card's power readings 10 s around each reading, and a power
+    # reading the usage of those seconds (billing_rules/counters.py): asked where unsure too.
     need_usage, need_power = rater.lookups([
-        power("G1", T + 2000, "a"),  # own stream asked (≤ T + 2,100); its usage not (> T + 1,900)
+        power("G1", T + 2000, "a"),  # own stream and its neighbours asked (≤ T + 2,100); usage not (> T + 1,900)
         power("G1", T + 2500, "b"),  # past both windows: memory decides, not yet arrived
-        usage("G1", T + 100, "c"),  # own in memory; its power (T + 100 ≤ T + 2,100) asked
-        usage("G1", T + 300, "d"),  # own asked (≤ T + 1,900); its power is in memory
-        power("G3", T + 5000, "e"),  # G3 never seen: both streams asked
+        usage("G1", T + 100, "c"),  # own in memory; its power and neighbours (≤ T + 2,100) asked
+        usage("G1", T + 300, "d"),  # own asked (≤ T + 1,900); its power is in memory, its neighbours asked
+        power("G3", T + 5000, "e"),  # G3 never seen: both streams asked, and both streams' neighbours
     ])
-    assert need_usage == {("G1", T + 300), ("G3", T + 5000)}
-    assert need_power == {("G1", T + 2000), ("G1", T + 100), ("G3", T + 5000)}
+    assert need_usage == {("G1", T + 300)} | around("G3", T + 5000)
+    assert need_power == (around("G1", T + 2000) | around("G1", T + 100) | around("G1", T + 300) - {("G1", T + 300)}
+                          | around("G3", T + 5000))
+
+
+def around(gpu: str, second: int) -> set[tuple[str, int]]:
+    """(gpu, s) for every s within 10 s of `second`, itself included."""
+    return {(gpu, s) for s in range(second - 10, second + 11)}
 
 
 def test_lookups_of_a_fresh_process_ask_for_everything() -> None:
     readings = [usage("G1", T, "u"), power("G2", T + 1, "p")]
-    assert Rater(RULES).lookups(readings) == ({("G1", T), ("G2", T + 1)}, {("G1", T), ("G2", T + 1)})
+    assert Rater(RULES).lookups(readings) == ({("G1", T)} | around("G2", T + 1), around("G1", T) | around("G2", T + 1))
 
 
 def test_a_forgetting_rater_asks_again() -> None:
     rater = Rater(RULES)
     feed(rater, (usage("G1", T, "u-0"), 0, 0), (power("G1", T, "p-0"), 0, 0))
-    assert rater.lookups([usage("G1", T, "u-0")]) == (set(), set())  # memory answers both
+    # memory answers both; the card's other power readings 10 s around T may be another
+    # process's (its first seconds here): counter energy reads them
+    assert rater.lookups([usage("G1", T, "u-0")]) == (set(), around("G1", T) - {("G1", T)})
     rater.forget()  # a rebalance: another worker may rate G1 meanwhile
-    assert rater.lookups([usage("G1", T, "u-0")]) == ({("G1", T)}, {("G1", T)})
+    assert rater.lookups([usage("G1", T, "u-0")]) == ({("G1", T)}, around("G1", T))
 
 
 def test_preloaded_usage_attributes_power() -> None:
@@ -394,8 +404,8 @@ def test_preloaded_usage_attributes_power() -> None:
 
 def test_preloaded_power_is_joined_when_its_usage_arrives() -> None:
     rater = Rater(RULES)
-    # (gpu, second, event_id, site, node, power_mw, partition, offset)
-    rater.preload_power([("G1", T, "p-stored", "gz-guian", "node-01", 250_500, 6, 90)])
+    # (gpu, second, event_id, site, node, power_mw, partition, offset, energy_mj, energy_epoch)
+    rater.preload_power([("G1", T, "p-stored", "gz-guian", "node-01", 250_500, 6, 90, 0, "")])
     out = feed(rater, (usage("G1", T, "u-1", "tenant-x", "i-3"), 6, 91))
     energy = [row(r) for r in out.rated if row(r)["stream"] == "energy"]
     assert len(energy) == 1
@@ -457,7 +467,7 @@ def batch_join(grid: dict, items: list[tuple]) -> dict[tuple, dict]:
                 "stream": "rent", "gpu_uuid": gpu, "second": second, "period": "2026-03", "tenant": tenant,
                 "instance": instance, "gpu_model": model, "site": "gz-guian", "node": "node-01", "plan": plan,
                 "rent_price": price, "rent_per_s": per_s, "discount_pct": 0, "util_pct": i * 10, "energy_mj": 0, "band": "",
-                "tariff_per_kwh": 0, "pue": 0, "src_partition": p, "src_offset": o,
+                "tariff_per_kwh": 0, "pue": 0, "src_partition": p, "src_offset": o, "measured": 0,
             }
         if mw is not None:
             p, o = position[("power", gpu, second)]
@@ -468,6 +478,7 @@ def batch_join(grid: dict, items: list[tuple]) -> dict[tuple, dict]:
                 "gpu_model": "" if tenant == NO_USAGE else model, "site": "gz-guian", "node": "node-01",
                 "plan": "", "rent_price": 0, "rent_per_s": 0, "discount_pct": 0, "util_pct": 0, "energy_mj": mw, "band": "flat",
                 "tariff_per_kwh": TARIFF, "pue": PUE, "src_partition": p, "src_offset": o,
+                "measured": 0,  # no counters here: each second its own power_w (test_counter_energy.py has them)
             }
     return expected
 
@@ -541,4 +552,4 @@ def test_a_reading_that_cannot_be_priced_changes_nothing() -> None:
         rater.rate(power("G1", before_rules, "p-old"), 0, 0, NOW, Outcome())
     assert rater.state_size == 0 and rater.newest_second == 0
     # G1's power clock did not start in 2024: a usage of G1 still asks ClickHouse for its power
-    assert rater.lookups([usage("G1", T + 4000, "u-1")]) == ({("G1", T + 4000)}, {("G1", T + 4000)})
+    assert rater.lookups([usage("G1", T + 4000, "u-1")]) == ({("G1", T + 4000)}, around("G1", T + 4000))

@@ -36,7 +36,8 @@ def pdf_page_count(data: bytes) -> int:
 
 
 def usage_row(day: int = 5, gpu: int = 0, hours: str = "24", util: str = "87.5") -> UsageRow:
-    # 24 GPU-h × ¥12.50 = ¥300.00 rent; 24 h × 0.7 kW × PUE 1.12 = 18.816 kWh × ¥0.60 = ¥11.2896 → ¥11.29
+    # 24 GPU-h × ¥12.50 = ¥300.00 rent; 24 h × 0.7 kW × PUE 1.12 = 18.816 kWh × ¥0.60 = ¥11.2896 → ¥11.29;
+    # the IT energy, 24 h × 0.7 kW = 16.8 kWh: 18 h measured by the counter (12.6 kWh), 6 h estimated (4.2 kWh)
     return UsageRow(
         day=f"2026-03-{day:02d}",
         instance="inst-a" if gpu % 2 else "",
@@ -47,6 +48,8 @@ def usage_row(day: int = 5, gpu: int = 0, hours: str = "24", util: str = "87.5")
         kwh=D("18.816"),
         rent=D("300"),
         electricity=D("11.29"),
+        measured_it_kwh=D("12.6"),
+        estimated_it_kwh=D("4.2"),
     )
 
 
@@ -124,6 +127,7 @@ def test_usage_csv_parses_back_without_a_total_row():
     assert len(parsed) == 3
     assert list(parsed[0]) == [
         "day", "instance", "gpu_uuid", "gpu_model", "gpu_hours", "avg_util_pct", "kwh", "rent", "electricity",
+        "measured_it_kwh", "estimated_it_kwh",
     ]
     assert parsed[1] == {
         "day": "2026-03-02",
@@ -135,6 +139,8 @@ def test_usage_csv_parses_back_without_a_total_row():
         "kwh": "18.816000",
         "rent": "300.00",
         "electricity": "11.29",
+        "measured_it_kwh": "12.600000",
+        "estimated_it_kwh": "4.200000",
     }
     assert not any("TOTAL" in v.upper() for row in parsed for v in row.values())
 
@@ -145,7 +151,8 @@ def test_usage_json_has_rows_and_totals_as_strings():
     assert (doc["tenant"], doc["period"], doc["generated_at"]) == ("acme", "2026-03", "2026-04-02T03:00:00Z")
     assert doc["rows"][0]["gpu_hours"] == "24.000000"
     assert doc["rows"][0]["rent"] == "300.00"
-    assert doc["totals"] == {"gpu_hours": "48.000000", "kwh": "37.632000", "rent": "600.00", "electricity": "22.58"}
+    assert doc["totals"] == {"gpu_hours": "48.000000", "kwh": "37.632000", "rent": "600.00", "electricity": "22.58",
+                             "measured_it_kwh": "25.200000", "estimated_it_kwh": "8.400000"}  # 2 × 12.6, 2 × 4.2
 
 
 def test_usage_parquet_reads_back_with_decimal_columns():
@@ -158,6 +165,10 @@ def test_usage_parquet_reads_back_with_decimal_columns():
     assert schema.field("rent").type == pa.decimal128(18, 2)
     assert schema.field("electricity").type == pa.decimal128(18, 2)
     assert schema.field("avg_util_pct").type == pa.decimal128(5, 1)
+    assert schema.field("measured_it_kwh").type == schema.field("estimated_it_kwh").type == pa.decimal128(20, 6)
+    assert schema.names[-2:] == ["measured_it_kwh", "estimated_it_kwh"]  # after the columns there were
+    assert table.column("measured_it_kwh").to_pylist() == [D("12.600000")] * 3
+    assert table.column("estimated_it_kwh").to_pylist() == [D("4.200000")] * 3
     assert schema.metadata[b"tenant"] == b"acme"
     assert schema.metadata[b"period"] == b"2026-03"
     assert table.column("rent").to_pylist() == [D("300.00")] * 3

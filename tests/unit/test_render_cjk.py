@@ -37,17 +37,18 @@ from reports.usage_model import UsageReport, UsageRow
 
 # --- a PDF text reader ---------------------------------------------------------------------
 
-_STREAM = re.compile(rb"stream\r?\n(.*?)\r?\nendstream", re.S)
+# Not `\r?\nendstream`: a compressed stream may end in the byte \r, which that would take away.
+_STREAM = re.compile(rb"stream\r?\n(.*?)\nendstream", re.S)
 _ESCAPES = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"b": b"\b", b"f": b"\f", b"(": b"(", b")": b")", b"\\": b"\\"}
 
 
 def _streams(data: bytes) -> list[bytes]:
     out = []
     for m in _STREAM.finditer(data):
-        try:
-            out.append(zlib.decompress(m.group(1)))
+        try:  # a decompressor leaves the end-of-line before `endstream` unused
+            out.append(zlib.decompressobj().decompress(m.group(1)))
         except zlib.error:
-            out.append(m.group(1))
+            out.append(m.group(1).removesuffix(b"\r"))
     return out
 
 

@@ -10,6 +10,8 @@ killed after writing their rows and before publishing. Whatever happened:
 - the invoices built from it equal, line by line, those built from the per-second rows
   alone, and so do usage reports and cost share;
 - finance's view v_usage_by_tenant agrees with the same independent figures;
+- every hour's energy keeps its grade (an energy row is measured here when its mJ are odd):
+  measured mJ per tenant through the rollups and in v_energy_graded equal the same count;
 - the audit's check of every published hour against the per-second rows finds nothing.
 """
 
@@ -106,9 +108,24 @@ def _row(v: tuple) -> list:
         "plan": plan, "rent_price": Decimal(price), "rent_per_s": per_s, "discount_pct": Decimal(pct),
         "util_pct": Decimal(util), "energy_mj": mj, "band": band, "tariff_per_kwh": Decimal(tariff),
         "pue": Decimal(pue), "version": version, "src_partition": 0, "src_offset": at,
-        "measured": 0, "rated_at": datetime.now(timezone.utc),
+        "rated_at": datetime.now(timezone.utc), "measured": _measured(v),
     }
     return [values[c] for c in RATED_SECONDS]
+
+
+def _measured(v: tuple) -> int:
+    """1 when the row's energy is graded measured: here, an energy row whose mJ are odd."""
+    return int(v[0] == "energy" and v[10] % 2 == 1)
+
+
+def _graded(final: list[tuple]) -> dict[str, tuple[int, int]]:
+    """(energy mJ, measured mJ) per tenant ('' unallocated), counted here in Python."""
+    graded: dict[str, tuple[int, int]] = {}
+    for v in final:
+        if v[0] == "energy":
+            energy, measured = graded.get(v[3], (0, 0))
+            graded[v[3]] = (energy + v[10], measured + v[10] * _measured(v))
+    return graded
 
 
 def _write(database, versions: list[tuple]) -> None:
@@ -194,6 +211,13 @@ def test_reads_through_rollups_equal_the_per_second_rows_whatever_happened(datab
     view = {(t, int(s), int(mj)) for t, s, mj in database.query(
         "SELECT tenant, sum(rented_seconds), sum(energy_mj_total) FROM v_usage_by_tenant WHERE period = {p:String} "
         "AND tenant != '' GROUP BY tenant", {"p": PERIOD})}
+    source, params = rated.rated_source(database, RULES, PERIOD)
+    graded = {t: (int(e), int(m)) for t, e, m in database.query(
+        f"SELECT tenant, sum(energy_mj), sum(measured_mj) FROM {source} WHERE stream = 'energy' GROUP BY tenant",
+        params)}
+    assert graded == _graded(_final(versions))
+    assert {t: (int(e), int(m)) for t, e, m in database.query(
+        "SELECT tenant, sum(energy_mj), sum(measured_mj) FROM v_energy_graded GROUP BY tenant")} == graded
     tenants = {k[0] for k in rent} | {k[0] for k in energy}
     assert view == {(t, sum(n for k, n in rent.items() if k[0] == t), sum(mj for k, mj in energy.items() if k[0] == t))
                     for t in tenants}

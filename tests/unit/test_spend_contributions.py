@@ -60,7 +60,7 @@ def power(partition: int, offset: int, gpu: str, second: int, watts: int = 300) 
 
 class Stored:
     """A ClickHouse that holds `usage` rows (gpu, second, event_id, tenant, instance, model,
-    offset) and `power` rows (gpu, second, event_id, site, node, power_mw, partition, offset)
+    offset) and `power` rows (gpu, second, event_id, site, node, power_mw, partition, offset, energy_mj, epoch)
     written by a worker before this one (no per-card check: every key is looked up)."""
 
     stored_since = None
@@ -185,7 +185,7 @@ def _stored_usage(offset: int, tenant: str = "acme") -> tuple:
 
 
 def _stored_power(offset: int, watts: int = 300) -> tuple:
-    return ("G1", T, f"p-G1-{T}", "gz-guian", "node-01", watts * 1000, 0, offset, 0, "")  # no counter
+    return ("G1", T, f"p-G1-{T}", "gz-guian", "node-01", watts * 1000, 0, offset, 0, "")
 
 
 def test_a_replayed_usage_reading_counts_its_rent_once(rater):
