@@ -89,8 +89,9 @@ def _topic_records(bootstrap: str) -> int:
     from kafka import KafkaConsumer, TopicPartition
 
     from schemas.topics import TOPIC_POWER, TOPIC_USAGE
+    from streams.kafka.settings import committed_only
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = KafkaConsumer(**committed_only({"bootstrap_servers": bootstrap}), enable_auto_commit=False)
     try:
         partitions = [TopicPartition(topic, p) for topic in (TOPIC_USAGE, TOPIC_POWER)
                       for p in consumer.partitions_for_topic(topic) or ()]
