@@ -218,7 +218,7 @@ _LABELS: dict[str, dict[str, str]] = {
         "usage.electricity": "电费 (CNY)",
         "usage.amount": "不含税合计 (CNY)",
         "usage.counts": "{gpus} 张 GPU，{rows} 行。增值税在账单中计收。",
-        "usage.graded": "IT 电量（未计 PUE）：{measured} kWh 由 GPU 电能计数器计量，{estimated} kWh 按功率读数估算。",
+        "usage.graded": "设备电量（未计 PUE）：{measured} kWh 由 GPU 电能计数器计量，{estimated} kWh 按功率读数估算。",
         "usage.chart_day": "每日卡时",
         "usage.chart_hour": "每日卡时（由小时明细汇总）",
         "usage.chart_axis": "卡时",

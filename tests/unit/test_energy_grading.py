@@ -197,7 +197,7 @@ def test_the_usage_report_splits_each_hour_into_measured_and_estimated_it_kwh(db
     # the PDF states both totals, in each language
     assert "IT energy before PUE: 0.002819 kWh measured by the cards' energy counters, 0.000333 kWh estimated" \
         in pdf_text(render_usage(daily, "pdf"))
-    assert "IT 电量（未计 PUE）：0.002819 kWh 由 GPU 电能计数器计量，0.000333 kWh 按功率读数估算" \
+    assert "设备电量（未计 PUE）：0.002819 kWh 由 GPU 电能计数器计量，0.000333 kWh 按功率读数估算" \
         in pdf_text(render_usage(daily, "pdf", lang="zh-CN"))
     # and per row the share measured, of the row's kWh as written: 0.002819 / (0.002819 + 0.000333) = 0.89435… → 89.4 %;
     # per hour 0.002125 / 0.002458 = 0.86452… → 86.5 % and 0.000694 / 0.000694 → 100.0 %

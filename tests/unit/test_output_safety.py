@@ -321,7 +321,8 @@ def seed(db) -> None:
             if tenant is not None:  # the unknown site's card has no raw readings: the audit cannot price them
                 usage.append({**common, "event_id": f"{card}-u-{second}", "gpu_model": "A800-80G", "tenant": tenant,
                               "instance": "i-1", "util_pct": Decimal("90.5"), "mem_used_mib": 1})
-                power.append({**common, "event_id": f"{card}-p-{second}", "power_mw": 1_000_000})
+                power.append({**common, "event_id": f"{card}-p-{second}", "power_mw": 1_000_000, "energy_mj": 0,
+                              "energy_epoch": ""})
                 rated.append(base | {"stream": "rent", "plan": "hourly", "rent_price": Decimal(3600),
                                      "rent_per_s": 3600, "util_pct": Decimal("90.5")})
             rated.append(base | {"stream": "energy", "energy_mj": 1_000_000, "band": "flat",
