@@ -30,6 +30,7 @@ from decimal import Decimal
 from typing import Any
 
 from billing_rules.counters import MAX_GAP_S, Sample, card_energy, rank
+from billing_rules.errors import BillingRulesError
 
 __all__ = ["SCRATCH_COLUMNS", "drop_run", "rate_corrected"]
 
@@ -106,7 +107,7 @@ def _rent_row(rules: Any, run: int, gpu: str, second: int, period: str, used: tu
     tenant, instance, model, site, node, util, partition, offset = used
     try:
         rate = rules.rent_rate(tenant, model, second)
-    except Exception:  # billing_rules' NoRuleInForce / UnknownModel: nothing to price, as the rater refuses it
+    except BillingRulesError:  # NoRuleInForce / UnknownModel: nothing to price, as the rater refuses it
         return None
     return [run, "rent", gpu, _dt(second), period, tenant, instance, model, site, node, rate.plan, rate.list_price,
             rate.per_s, rate.discount_pct, util, 0, "", _ZERO, _ZERO, _NATURAL - int(offset), int(partition),
@@ -123,7 +124,7 @@ def _energy_row(rules: Any, run: int, gpu: str, second: int, period: str, share:
     mw, site, node, partition, offset, _, _ = power[cover]
     try:
         rate = rules.energy_rate(site, second)
-    except Exception:  # a second with no price at its site: no row, as the rater writes none
+    except BillingRulesError:  # a second with no price at its site: no row, as the rater writes none
         return None
     version = (grade << _RANK_SHIFT) + _NATURAL - int(offset)
     if used is not None:

@@ -11,7 +11,10 @@ ReplacingMergeTree, see schemas/migrations/0001_init.sql):
 
 - a usage reading with a tenant gives a `rent` row for (gpu, second);
 - a power reading gives an `energy` row for (gpu, second), attributed to the tenant of
-  the same second's usage reading, or unallocated (tenant '') when none is known yet;
+  the same second's usage reading, or unallocated (tenant '') when none is known yet; with
+  the card's counter, also rows for the seconds since the card's previous reading that the
+  counter measured, and the next reading's rows again (billing_rules/counters.py: a row's
+  version carries the rank of the interval that covers it, so the final interval's wins);
 - a usage reading whose power reading was already rated re-writes that energy row,
   joined, with a higher version: that is the "correcting delta" that moves energy from
   unallocated to the tenant. Versions only grow with information (joined beats unjoined,
@@ -24,7 +27,7 @@ partition order counts, when (a) the event_id is held with other content — `ev
 reused` — or (b) another event_id already has the reading of its (gpu, second) — `second
 taken`. "Content" is what the Rust core holds of a reading (native/src/held.rs), so both
 raters judge alike: the (gpu_uuid, second), and for usage the tenant, instance and
-gpu_model, for power the site, node and power_mw (whole milliwatts). Not compared: the ts
+gpu_model, for power the site, node, power_mw (whole milliwatts) and counter. Not compared: the ts
 text beyond its second, util_pct, mem_used_mib, and a usage reading's site and node; a
 reading differing from the held one only there is a duplicate. State is kept for `horizon_s` behind the newest second seen and evicted
 after that, so memory is bounded by fleet size × horizon, not by the length of the run.
