@@ -65,7 +65,7 @@ def test_the_jdbc_driver_reads_what_finance_reads(jdbc, billed_gateway, billed, 
     steps = run_check(jdbc, billed_gateway, tmp_path, *(("?compress=0", "v1") if mode == "v1" else ()))
     failed = {name: seen for name, (status, seen) in steps.items() if status != "OK"}
     assert not failed, failed
-    assert len(steps) == 33  # connect, 11 metadata, 5 statements, 15 queries, close
+    assert len(steps) == 34  # connect, 11 metadata, 5 statements, 16 queries, close
     # the metadata a BI tool's tree shows
     assert "v_invoices" in steps["getTables views"][1] and "v_usage_by_tenant" in steps["getTables views"][1]
     assert steps["getColumns v_invoices"][1].startswith("19 rows: id,number,year,seq,tenant,period,status")
