@@ -46,3 +46,13 @@ H_LINE = "gpubill-source-line"
 H_INDEX = "gpubill-source-index"
 H_TRUNCATED = "gpubill-truncated-from"  # the original was larger than a Kafka record may be
 MAX_DEADLETTER_VALUE = 512 * 1024  # bytes of the original kept in the Kafka record (ClickHouse keeps all)
+
+
+def replication_for(brokers: int) -> tuple[int, int]:
+    """(replication factor, min.insync.replicas) of the topics of a cluster of `brokers`:
+    three copies where there are three brokers or more, and each write on two of them before
+    it is acknowledged (the producers' acks=all), so that any one broker may be lost at any
+    moment and nothing acknowledged with it; fewer brokers keep a copy on each and take a
+    write on one (a development broker, or a cluster too small to lose one)."""
+    replication = min(3, max(1, brokers))
+    return replication, (2 if replication >= 3 else 1)

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from gpubill.devenv.kafka_config import (
     LOG4J2_PROPERTIES,
+    Quorum,
     SaslSetup,
     new_cluster_id,
     render_server_properties,
@@ -143,9 +144,13 @@ class LocalBroker:
         java: str = "java",
         mvn: str = "mvn",
         sasl: SaslSetup | None = None,
+        quorum: Quorum = Quorum(),
+        cluster_id: str | None = None,
     ) -> None:
         self.home = Path(home).resolve()
         self.sasl = sasl
+        self.quorum = quorum
+        self.cluster_id = cluster_id  # every node of a cluster is formatted with the same one
         if bootstrap is None or (port is not None and bootstrap == DEFAULT_BOOTSTRAP):
             bootstrap = f"localhost:{port or 9092}"
         self.bootstrap = bootstrap
@@ -233,21 +238,35 @@ class LocalBroker:
         """
         if self.is_up():
             return False
+        launched = self.launch(progress)
+        self.await_up(launched, time.monotonic() + wait_s)
+        return True
+
+    def launch(self, progress: Callable[[str], None] | None = None) -> tuple[int, int]:
+        """Start the broker's process, or find it still starting, without waiting for it to
+        answer (a node of a cluster answers only once a majority of its quorum runs):
+        (pid, size of its log before) for `await_up`."""
         self._check_format_matches()  # before waiting on a running broker started the other way
-        deadline = time.monotonic() + wait_s
         log_offset = self.log_file.stat().st_size if self.log_file.exists() else 0
         pid = self.running_pid()
         if pid is None:
             pid = self._start(progress)
         elif progress:
             progress(f"Kafka broker (pid {pid}) is still starting; waiting")
+        return pid, log_offset
+
+    def await_up(self, launched: tuple[int, int], deadline: float) -> None:
+        """Wait until the broker `launch` started answers, until `deadline` (time.monotonic);
+        BrokerStartFailed when it exits or the deadline passes (it is stopped again then)."""
+        pid, log_offset = launched
+        wait_s = max(0.0, deadline - time.monotonic())
         while time.monotonic() < deadline:
             if not _pid_alive(pid):
                 self.pid_file.unlink(missing_ok=True)
                 report = _failure_report(_log_since(self.log_file, log_offset))
                 raise BrokerStartFailed(f"the Kafka broker exited during start-up (log: {self.log_file}): {report}")
             if self.is_up(timeout_s=min(2.0, max(0.1, deadline - time.monotonic()))):
-                return True
+                return
             time.sleep(0.25)
         report = _failure_report(_log_since(self.log_file, log_offset))
         self.down(wait_s=15.0)
@@ -268,7 +287,8 @@ class LocalBroker:
         self.home.mkdir(parents=True, exist_ok=True)
         self._check_format_matches()
         properties = render_server_properties(
-            log_dir=self.data_dir, port=self.port, controller_port=self.controller_port, sasl=self.sasl
+            log_dir=self.data_dir, port=self.port, controller_port=self.controller_port, sasl=self.sasl,
+            quorum=self.quorum,
         )
         # 0600 from the first byte: with SASL the file holds the broker's passwords.
         self.properties_file.unlink(missing_ok=True)
@@ -313,7 +333,7 @@ class LocalBroker:
             )
 
     def _format(self, java: str, classpath: str) -> None:
-        cluster_id = new_cluster_id()
+        cluster_id = self.cluster_id or new_cluster_id()
         # The SCRAM users go into the metadata log here: the only way to have them before
         # the broker first starts. (Their passwords are on this short-lived command line.)
         users = scram_arguments(self.sasl) if self.sasl is not None else []

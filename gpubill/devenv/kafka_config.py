@@ -24,6 +24,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from schemas.topics import replication_for
+
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 # Passwords go into JAAS lines and StorageTool's `[name=…,password=…]`: keep to characters
 # neither quotes nor separates there.
@@ -105,19 +107,42 @@ def _sasl_properties(sasl: SaslSetup) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class Quorum:
+    """Where a node stands in its cluster: its id and every node's controller port.
+
+    One node (the default) is the single broker of development; three are the smallest
+    cluster that survives one node's loss with `min.insync.replicas` 2 (`replication`)."""
+
+    node_id: int = 1
+    controller_ports: tuple[int, ...] = ()  # of nodes 1…n, in order; () = this node alone
+
+    def voters(self, host: str, controller_port: int) -> str:
+        ports = self.controller_ports or (controller_port,)
+        return ",".join(f"{number}@{host}:{port}" for number, port in enumerate(ports, start=1))
+
+    @property
+    def size(self) -> int:
+        return max(1, len(self.controller_ports))
+
+
 def render_server_properties(
     *, log_dir: Path, port: int, controller_port: int, host: str = "localhost", num_partitions: int = 8,
-    sasl: SaslSetup | None = None,
+    sasl: SaslSetup | None = None, quorum: Quorum = Quorum(),
 ) -> str:
-    """server.properties of a combined broker+controller node, replication 1 everywhere.
+    """server.properties of a combined broker+controller node of `quorum` (alone by default).
 
-    With `sasl` the client listener is SASL_PLAINTEXT (SCRAM) and ACLs are enforced; the
-    file then holds the broker's and the controller's passwords (the caller makes it 0600).
+    Its internal topics and the topics it creates by default get `replication_for` the
+    quorum's size; an unclean leader election (a replica that missed acknowledged writes
+    becoming leader) is never allowed. With `sasl` the client listener is SASL_PLAINTEXT
+    (SCRAM) and ACLs are enforced; the file then holds the broker's and the controller's
+    passwords (the caller makes it 0600).
     """
+    replication, min_insync = (str(n) for n in replication_for(quorum.size))
     lines = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@{host}:{controller_port}",
+        "node.id": str(quorum.node_id),
+        "controller.quorum.voters": quorum.voters(host, controller_port),
         "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://{host}:{port}",
         "controller.listener.names": "CONTROLLER",
@@ -125,11 +150,14 @@ def render_server_properties(
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": str(log_dir),
         "num.partitions": str(num_partitions),
-        "offsets.topic.replication.factor": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        "offsets.topic.replication.factor": replication,
+        "transaction.state.log.replication.factor": replication,
+        "transaction.state.log.min.isr": min_insync,
+        "share.coordinator.state.topic.replication.factor": replication,
+        "share.coordinator.state.topic.min.isr": min_insync,
+        "default.replication.factor": replication,
+        "min.insync.replicas": min_insync,
+        "unclean.leader.election.enable": "false",
         "group.initial.rebalance.delay.ms": "0",
     }
     if sasl is not None:

@@ -14,7 +14,7 @@ from typing import Iterable
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
-from schemas.topics import PIPELINE_TOPICS, TOPIC_BILLING_EVENTS, spend_changelog_topic, spend_topic
+from schemas.topics import PIPELINE_TOPICS, TOPIC_BILLING_EVENTS, replication_for, spend_changelog_topic, spend_topic
 from streams.errors import KafkaUnreachable, TopicsNotCreated
 from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options, consumer_options
 
@@ -110,9 +110,14 @@ def nothing_listens(bootstrap: str, timeout_s: float = 2.0) -> bool:
 
 def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.0, *,
                   options: dict | None = None, configs: dict[str, dict[str, str]] | None = None) -> dict[str, int]:
-    """Create the topics that do not exist yet ({name: partitions}, replication 1).
+    """Create the topics that do not exist yet ({name: partitions}), replicated for the cluster.
 
-    Existing topics are left as they are, whatever their partition count. Returns each
+    A topic is created with `topic_replication` of the brokers the cluster has: three
+    replicas and `min.insync.replicas` 2 where there are three brokers or more (with the
+    producers' acks=all, an acknowledged record is on two brokers: any one may be lost),
+    one each on a single development broker; an unclean leader election, which would let
+    a replica that missed acknowledged records lead, is refused either way. Existing topics
+    are left as they are, whatever their partition count or replication. Returns each
     one's partition count once every topic is visible in the cluster metadata; raises
     KafkaUnreachable when no broker answers within `timeout_s`. `options`: the client's
     security (`client_options`); `configs`: topic configs of the topics created here
@@ -135,10 +140,12 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.
         raise KafkaUnreachable(bootstrap, type(exc).__name__) from exc
     try:
         existing = set(admin.list_topics())
+        absent = {name: partitions for name, partitions in topics.items() if name not in existing}
+        replication, durable = topic_replication(len(admin.describe_cluster()["brokers"])) if absent else (1, {})
         missing = {
-            name: {"num_partitions": partitions, "replication_factor": 1, "configs": (configs or {}).get(name, {})}
-            for name, partitions in topics.items()
-            if name not in existing
+            name: {"num_partitions": partitions, "replication_factor": replication,
+                   "configs": {**durable, **(configs or {}).get(name, {})}}
+            for name, partitions in absent.items()
         }
         if missing:
             result = admin.create_topics(missing, timeout_ms=timeout_ms, raise_errors=False)
@@ -163,6 +170,13 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.
     finally:
         with contextlib.suppress(Exception):
             admin.close()
+
+
+def topic_replication(brokers: int) -> tuple[int, dict[str, str]]:
+    """(replication factor, topic configs) of a topic gpubill creates on a cluster of
+    `brokers` (`schemas.topics.replication_for`), unclean leader election off."""
+    replication, min_insync = replication_for(brokers)
+    return replication, {"min.insync.replicas": str(min_insync), "unclean.leader.election.enable": "false"}
 
 
 def _partition_counts(admin, topics: list[str]) -> dict[str, int]:

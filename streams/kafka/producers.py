@@ -32,11 +32,15 @@ MAX_MESSAGE_BYTES = 1_000_000  # the producer's and broker's default limit, less
 
 
 def make_producer(settings: KafkaSettings) -> KafkaProducer:
-    """A producer that waits for all replicas and batches for throughput."""
+    """A producer of readings and corrections that batches for throughput and waits for
+    every in-sync replica (acks=all: with min.insync.replicas 2, a record acknowledged is on
+    two brokers); idempotent, so that the client's own retries after a leader change add
+    no duplicate and keep each partition's order."""
     try:
         return KafkaProducer(
             bootstrap_servers=settings.kafka.split(","),
             acks="all",
+            enable_idempotence=True,
             linger_ms=20,
             batch_size=256 * 1024,
             compression_type=None,
