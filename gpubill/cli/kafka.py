@@ -112,16 +112,25 @@ def kafka_up(
 def kafka_status(
     as_json: bool = typer.Option(False, "--json", help="One JSON object: nodes, and the partitions short of replicas."),
 ) -> None:
-    """Each local node (id, port, pid, alive), and the partitions that are under-replicated
-    (fewer in-sync replicas than replicas) or below min.insync.replicas (writes with acks=all
-    wait there). Exits 1 when a node is down or a partition is below min.insync."""
+    """Each node (id, port, pid, alive), and the partitions that are under-replicated (fewer
+    in-sync replicas than replicas) or below min.insync.replicas (writes with acks=all wait
+    there). The nodes are those `kafka up --brokers N` started, else the servers GPUBILL_KAFKA
+    names (no pid: not started here). Exits 1 when a node is down or a partition is below
+    min.insync."""
     from gpubill.devenv.kafka_cluster import NodeStatus, partition_health
-    from streams.kafka.settings import client_options
+    from streams.kafka.settings import client_options, kafka_security
 
     settings = load_settings()
     cluster = _local_cluster(settings)
     if cluster is not None:
         nodes, bootstrap = cluster.status(), cluster.bootstrap
+    elif "," in settings.kafka:  # a cluster not started here: its servers as GPUBILL_KAFKA names them
+        from gpubill.devenv.kafka_probe import probe_kafka, split_bootstrap
+
+        bootstrap = settings.kafka
+        sasl = kafka_security(settings).sasl
+        nodes = [NodeStatus(number, port, 0, None, probe_kafka(host, port, 1.0, before_auth=sasl))
+                 for number, (host, port) in enumerate(split_bootstrap(bootstrap), start=1)]
     else:
         broker = _local_broker(settings)
         nodes = [NodeStatus(1, broker.port, broker.controller_port, broker.running_pid(), broker.is_up(timeout_s=1.0))]
@@ -130,7 +139,8 @@ def kafka_status(
     health = []
     if alive:
         try:
-            health = partition_health(",".join(f"localhost:{n.port}" for n in alive) if cluster else bootstrap,
+            health = partition_health(",".join(f"localhost:{n.port}" for n in alive) if cluster is not None
+                                      else bootstrap,
                                       client_options(settings, client="kafka-python"))
         except Exception as exc:  # noqa: BLE001 — any client failure is "cannot tell", said once
             raise ConfigError(f"the brokers at {bootstrap} answer but could not be described: "
