@@ -299,7 +299,7 @@ def _alter(walk: _Walk, match: re.Match) -> list[str]:
     if table is None:
         raise _Refused(f"ALTER of {name}, which does not exist at this point of the migrations")
     local_commands, column_commands = [], []
-    for command in _split_top(match.group("commands")):
+    for command in _alter_commands(match.group("commands")):
         kind = next((kind for kind, pattern in _ALTER_COMMANDS if pattern.match(command)), None)
         if kind is None:
             raise _Refused(f"ALTER command {command.split()[0:2]} (only ADD/MODIFY/DROP/RENAME/COMMENT COLUMN, "
@@ -324,6 +324,17 @@ def _alter(walk: _Walk, match: re.Match) -> list[str]:
     if column_commands:  # a Distributed table has the columns of its local one, and nothing else
         out.append(f"ALTER TABLE {name} {on}\n    " + ",\n    ".join(column_commands))
     return out
+
+
+def _alter_commands(text: str) -> list[str]:
+    """An ALTER's commands: its comma-separated parts, with `MODIFY SETTING a = 1, b = 2` kept whole."""
+    commands: list[str] = []
+    for part in _split_top(text):
+        if commands and re.match(r"^MODIFY\s+SETTING\b", commands[-1], re.I) and re.match(r"^\w+\s*=", part):
+            commands[-1] += f", {part}"
+        else:
+            commands.append(part)
+    return commands
 
 
 def _translate_settings(command: str) -> str | None:
