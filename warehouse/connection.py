@@ -127,10 +127,10 @@ class Database:
     def embedded(self) -> bool:
         return self.dsn.startswith("chdb:")
 
-    def command(self, sql: str, parameters: dict | None = None) -> Any:
+    def command(self, sql: str, parameters: dict | None = None, settings: dict | None = None) -> Any:
         try:
             with self._turns:
-                return self.client.command(sql, parameters=parameters)
+                return self.client.command(sql, parameters=parameters, settings=settings)
         except ClickHouseError as exc:
             raise refused(exc, f"ClickHouse refused a statement: {_first_line(exc)}") from exc
 

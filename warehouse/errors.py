@@ -2,6 +2,7 @@
 
     WarehouseError           base; the CLI prints str(exc) and exits 1
     ├── DsnInvalid           GPUBILL_CLICKHOUSE is not a DSN we can open (scheme, host, path)
+    ├── ClusterSchemaError   the schema cannot be rendered for a cluster (warehouse/cluster.py)
     └── DatabaseError        ClickHouse refused a statement or could not be reached (`permanent` False:
         │                    a retry may succeed — connection refused, timeout, too many parts, memory)
         ├── StatementRefused ClickHouse refused it for good (`permanent` True: PERMANENT_CODES)
@@ -21,6 +22,11 @@ class WarehouseError(Exception):
 
 class DsnInvalid(WarehouseError):
     """Raised by `normalize_dsn` / `open_database` for a DSN that names no usable database."""
+
+
+class ClusterSchemaError(WarehouseError):
+    """Raised by warehouse/cluster.py for a cluster name it cannot use, or a migration statement it
+    does not know how to render for a cluster (named, with the migration): never rendered wrong."""
 
 
 class DatabaseError(WarehouseError):

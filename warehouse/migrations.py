@@ -13,6 +13,12 @@ from typing import Any
 
 MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
+# The record of applied migrations; warehouse/cluster.py renders the same statement for a cluster.
+SCHEMA_MIGRATIONS_DDL = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, "
+    "applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = ReplacingMergeTree ORDER BY version"
+)
+
 
 def migrations() -> list[tuple[int, str, str]]:
     """(version, file name, SQL) of every shipped migration, in order."""
@@ -32,10 +38,7 @@ def split_statements(sql: str) -> list[str]:
 
 def apply(database: Any) -> list[str]:
     """Apply the shipped migrations `database` has not recorded yet; returns the names applied."""
-    database.command(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String, "
-        "applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = ReplacingMergeTree ORDER BY version"
-    )
+    database.command(SCHEMA_MIGRATIONS_DDL)
     done = {row[0] for row in database.query("SELECT version FROM schema_migrations")}
     applied = []
     for version, name, sql in migrations():
@@ -46,5 +49,27 @@ def apply(database: Any) -> list[str]:
         # A statement, not the client's insert(): that would import pandas (≈ 0.3 s) first.
         database.command("INSERT INTO schema_migrations (version, name) SELECT {version:UInt32}, {name:String}",
                          {"version": version, "name": name})
+        applied.append(name)
+    return applied
+
+
+def apply_cluster(database: Any, cluster: str) -> list[str]:
+    """Apply, ON CLUSTER `cluster`, the shipped migrations rendered for it (warehouse/cluster.py)
+    that `database`'s server has not recorded; returns the names applied. Idempotent like `apply`:
+    the record is schema_migrations, itself replicated on every server."""
+    from warehouse.cluster import MIGRATION_SETTINGS, render_migrations
+
+    rendered = render_migrations(cluster)  # all of it first: a migration it cannot render stops nothing half-way
+    for statement in rendered[0][2]:
+        database.command(statement, settings=MIGRATION_SETTINGS)
+    done = {row[0] for row in database.query("SELECT version FROM schema_migrations FINAL")}
+    applied = []
+    for version, name, statements in rendered[1:]:
+        if version in done:
+            continue
+        for statement in statements:
+            database.command(statement, settings=MIGRATION_SETTINGS)
+        database.command("INSERT INTO schema_migrations (version, name) SELECT {version:UInt32}, {name:String}",
+                         {"version": version, "name": name}, settings=MIGRATION_SETTINGS)
         applied.append(name)
     return applied

@@ -6,6 +6,8 @@ the gateway that serves the embedded database is gpubill/devenv/ch_gateway.py.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
 
 from gpubill.cli.common import out
@@ -18,7 +20,14 @@ clickhouse_app = typer.Typer(help="Share the embedded ClickHouse (chDB) between 
 
 
 @app.command("migrate")
-def db_migrate() -> None:
+def db_migrate(
+    cluster: Optional[str] = typer.Option(
+        None, "--cluster", metavar="NAME",
+        help="Apply the schema for the ClickHouse cluster NAME (remote_servers): ON CLUSTER, replicated "
+             "tables, Distributed tables in front of the sharded ones (docs/deployment.md)."),
+    print_ddl: bool = typer.Option(
+        False, "--print", help="With --cluster: write the rendered statements to stdout, connect to nothing."),
+) -> None:
     """Create or update gpubill's tables and views in the database GPUBILL_CLICKHOUSE names.
 
     Applies, oldest first, each schema migration (a numbered SQL file in schemas/migrations/)
@@ -30,7 +39,17 @@ def db_migrate() -> None:
     this one after installing or upgrading gpubill, before several processes start against
     one ClickHouse server, so that a single process changes the schema (compose.yaml's
     `migrate` service does this once, before the workers start).
+
+    With --cluster NAME the server is one of the cluster NAME's: every statement runs ON
+    CLUSTER NAME, so every server gets the schema (docs/deployment.md, "A ClickHouse cluster").
+    Add --print to review the statements first.
     """
+    if cluster is not None:
+        _migrate_cluster(cluster, print_ddl)
+        return
+    if print_ddl:
+        raise typer.BadParameter("--print shows the statements rendered for a cluster: add --cluster NAME",
+                                 param_hint="--print")
     from warehouse.connection import open_database, redact
     from warehouse.migrations import migrations
 
@@ -45,6 +64,36 @@ def db_migrate() -> None:
         return
     shipped = [name for _version, name, _sql in migrations()]
     _say(f"schema up to date at {where}: all {len(shipped)} migrations applied, the latest {shipped[-1]}")
+
+
+def _migrate_cluster(cluster: str, print_ddl: bool) -> None:
+    """`db migrate --cluster NAME [--print]`: render every migration for the cluster, then print or apply."""
+    from warehouse.cluster import render_migrations
+    from warehouse.connection import open_database, redact
+    from warehouse.errors import ClusterSchemaError
+    from warehouse.migrations import apply_cluster
+
+    rendered = render_migrations(cluster)  # refuses a statement it cannot render before anything runs
+    if print_ddl:
+        for _version, name, statements in rendered:
+            _say(f"-- {name}")
+            for statement in statements:
+                _say(f"{statement};")
+        return
+    settings = load_settings()
+    if settings.clickhouse.startswith("chdb:"):
+        raise ClusterSchemaError(f"--cluster {cluster}: the embedded database (chDB) has no cluster; point "
+                             "GPUBILL_CLICKHOUSE at one of the cluster's servers (http://user:pass@host:8123/gpubill)")
+    with open_database(settings.clickhouse, migrate=False) as database:
+        applied = apply_cluster(database, cluster)
+        where = redact(database.dsn)
+    if applied:
+        _say(f"applied {len(applied)} migration{'s' if len(applied) != 1 else ''} on cluster {cluster} via {where}:")
+        for name in applied:
+            _say(f"  {name}")
+        return
+    _say(f"schema up to date on cluster {cluster} via {where}: all {len(rendered) - 1} migrations applied, "
+         f"the latest {rendered[-1][1]}")
 
 
 def _say(line: str) -> None:
