@@ -482,6 +482,8 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
         # What was rated and not written is read again by whoever runs next — this process too,
         # in `gpubill up`: its in-memory state goes, exactly as with a new process.
         _forget(pipeline)
+        if pipeline.metrics is not None:  # the stalled worker is gone; the next one's watchdog reports afresh
+            pipeline.metrics.liveness(liveness.OK)
     return outcome["code"]
 
 

@@ -263,7 +263,6 @@ def up(
     from gpubill.cli.running import UP_COMMAND, refuse_second_up
     from streams.kafka.admin import ensure_pipeline_topics
     from streams.metrics import Metrics
-    from streams.worker import run_worker
 
     settings = load_settings()
     human = _human_logs(log_format or settings.log_format)
@@ -340,6 +339,8 @@ def _up_workers(settings: Settings, pipeline, database, target, api_task) -> int
     would do the same and drop the gateway's and the API's connections each time.) Returns the
     exit code of the last run."""
     import signal
+
+    from streams.worker import run_worker
 
     log = logging.getLogger("gpubill.up")
     asked_to_stop: list[int] = []
