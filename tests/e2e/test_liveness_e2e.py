@@ -111,3 +111,39 @@ def test_a_stalled_worker_is_reported_and_restarted_in_up_and_rates_every_readin
     rated = count_rows(dsn, "SELECT count() FROM rated_seconds FINAL")
     assert rated > 0 and count_rows(dsn, "SELECT count() FROM rated_seconds") == rated
     assert stored_figures(dsn) == truth_figures(truth)
+
+
+def test_a_stalled_gpubill_worker_exits_75_after_committing_what_it_wrote(gpubill, broker, tmp_path):
+    """`gpubill worker` (a supervisor restarts it: compose's `restart: unless-stopped`, systemd's
+    `Restart=on-failure`) stops cleanly and exits 75, distinct from the crash path's 3; the worker
+    started after it (no hook: a new process) rates the rest, every reading once."""
+    readings = make_readings(SECONDS)
+    first, second = readings[: len(readings) // 2], readings[len(readings) // 2:]
+    gpubill.env |= {"GPUBILL_STALL_S": "5", "GPUBILL_FAULT_STALL_AFTER": "1", "GPUBILL_METRICS_PORT": "0"}
+    gpubill.run("replay", str(write_ndjson(tmp_path / "first.ndjson", [dumps(r) for r in first])))
+    log = tmp_path / "worker.log"
+    with open(log, "w") as sink:
+        worker = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "worker"], env=gpubill.env, cwd=gpubill.cwd,
+                                  stdout=sink, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_until(lambda: worker.poll() is not None or committed_total(broker.bootstrap, broker.group) > 0,
+                          60), log.read_text()[-3000:]
+        before_stall = committed_total(broker.bootstrap, broker.group)
+        gpubill.run("replay", str(write_ndjson(tmp_path / "second.ndjson", [dumps(r) for r in second])))
+        assert worker.wait(timeout=60) == 75, log.read_text()[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    text = log.read_text()
+    assert "the worker is stalled" in text and "exiting 75 for its supervisor to restart it" in text, text[-3000:]
+    # what it wrote is committed, what it fetched and never handed on is not
+    assert before_stall <= committed_total(broker.bootstrap, broker.group) < len(readings)
+
+    del gpubill.env["GPUBILL_FAULT_STALL_AFTER"]  # the supervisor's next start: a new process
+    assert "drained:" in gpubill.run("worker", "--drain", timeout=120).stdout
+    assert committed_total(broker.bootstrap, broker.group) == len(readings)
+    dsn = gpubill.env["GPUBILL_CLICKHOUSE"]
+    for table in ("readings_usage", "readings_power", "rated_seconds"):
+        assert count_rows(dsn, f"SELECT count() FROM {table}") == count_rows(dsn, f"SELECT count() FROM {table} FINAL")
+    assert stored_figures(dsn) == truth_figures(truth_of(readings))
