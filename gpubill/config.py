@@ -59,6 +59,10 @@ class Settings(BaseSettings):
     http_port: int = Field(8080, ge=0, le=65535, description="port of the tenant API and web page "
                            "(`gpubill serve`, `gpubill up`; on 127.0.0.1 unless --listen says otherwise)")
     group: str = Field("gpubill-rating", description="consumer group of the workers")
+    stall_s: float = Field(120.0, ge=0, le=86400, description="a long-running worker whose committed offsets have "
+                           "not moved for this long while it has lag is stalled: logged, counted "
+                           "(gpubill_worker_stalled), and stopped to be restarted — `gpubill worker` exits 75, "
+                           "`gpubill up` restarts its worker in place (s; 0: no check)")
     # How gpubill's Kafka clients authenticate (streams/kafka/settings.py turns these into
     # client arguments): PLAINTEXT for the local broker, SASL_* with SCRAM for a real cluster.
     kafka_security_protocol: str = Field("PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")

@@ -45,6 +45,7 @@ REASONS = frozenset({
     "spend-takeover",  # the spend topic, or the tracker's changelog, could not be read at an assignment
     "feeder-failed",  # a Kafka feeder stopped (the rating worker's or the tracker's)
     "tracker-failed",  # the spend tracker failed on a record or an evaluation
+    "stalled-stop-hung",  # a stalled worker's clean stop did not end (streams/liveness.py, issue 40)
 })
 _NAME, _HELP = "gpubill_crashes", "Exits with status 3 (state unknown, restart), by reason"
 CRASHES = Counter(_NAME, _HELP, ["reason"], registry=REGISTRY)

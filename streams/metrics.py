@@ -55,6 +55,26 @@ class Metrics:
             registry=registry,
         )
 
+        # liveness (issue 40, streams/liveness.py)
+        self.worker_stalled = Gauge(
+            "gpubill_worker_stalled",
+            "1 while some assigned partition has lag and its committed offset has not moved for GPUBILL_STALL_S",
+            registry=registry,
+        )
+        self.worker_stalled_seconds = Gauge(
+            "gpubill_worker_stalled_seconds",
+            "Seconds the longest-stalled partition's committed offset has not moved while it had lag (0: not stalled)",
+            registry=registry,
+        )
+        self.worker_stalls = Counter(
+            "gpubill_worker_stalls_total", "Stalls detected, by what the worker was waiting on "
+            "(clickhouse, batches, kafka, rebalance)", ["waiting_on"], registry=registry,
+        )
+        self.worker_restarts = Counter(
+            "gpubill_worker_restarts_total", "Restarts of the worker inside `gpubill up` after a stall",
+            registry=registry,
+        )
+
         # live spend (issue 15, streams/spend/)
         self.spend_freshness = Histogram(
             "gpubill_spend_freshness_seconds",
@@ -88,6 +108,13 @@ class Metrics:
         """Set the lag of each assigned (topic, partition) from its high water mark."""
         for (topic, partition), highwater in highwaters.items():
             self.consumer_lag.labels(topic, str(partition)).set(max(highwater - positions.get((topic, partition), 0), 0))
+
+    def liveness(self, verdict) -> None:
+        """Set the stall gauges from a streams.liveness `Verdict`; count a new stall once."""
+        self.worker_stalled.set(int(verdict.stalled))
+        self.worker_stalled_seconds.set(round(verdict.stalled_s, 1) if verdict.stalled else 0)
+        if verdict.new:
+            self.worker_stalls.labels(verdict.waiting_on).inc()
 
     def unregistered(self, counts: dict[str, tuple[int, int]], current: str, previous: str) -> None:
         """Set the unregistered-tenant gauges from `unregistered_counts` (0 for a period without any)."""

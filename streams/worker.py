@@ -28,6 +28,8 @@ import gc
 import logging
 import os
 import signal
+import threading
+import time
 from concurrent.futures import Executor
 from datetime import datetime
 from pathlib import Path
@@ -48,6 +50,8 @@ from streams.kafka.corrections import read_corrections
 from streams.kafka.feeder import Batch, Feeder
 from streams.kafka.logs import latest_spend_records
 from streams.kafka.spend_producer import SpendProducer
+from streams import liveness
+from streams.liveness import Observation, Watchdog
 from streams.kafka.record_sets import expand
 from streams.kafka.settings import KafkaSettings, client_options
 from streams.metrics import unregistered_counts
@@ -63,6 +67,8 @@ LAG_POLL_S = 5.0
 UNREGISTERED_POLL_S = 60.0
 CORRECTIONS_POLL_S = 5.0
 STOP_WAIT_S = 10.0  # a stop waits this long for the batches in flight (then leaves them uncommitted)
+STALL_COMMIT_S = 10.0  # a stalled worker's last commit of what it wrote waits at most this long
+STALL_STOP_S = 60.0  # a stalled worker whose clean stop takes longer leaves through the crash path
 
 
 def _tune_garbage_collector() -> None:
@@ -309,7 +315,8 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
                on_progress: Callable[[int, int], None] | None = None, rules_dir: Path | None = None,
                tracker: SpendTracker | None = None, refresh_contexts: Callable[[], dict] | None = None,
                publish_positions: Callable[[list], None] | None = None, context_every_s: float = 10.0,
-               tracker_executor: Executor | None = None) -> int:
+               tracker_executor: Executor | None = None, stall_s: float = 0.0,
+               fault_stall_after: int | None = None) -> int:
     """Run the Faust worker until interrupted, or with `drain_targets` until they are reached.
 
     `drain_targets` maps (topic, partition) to (committed, end) offsets; `on_progress` is
@@ -318,10 +325,16 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
     of the spend tracker (streams/spend/app.py), which reads the warehouse with
     `refresh_contexts` and stores positions with `publish_positions`, both in
     `tracker_executor` (default: the writer thread). With a sink, the log of corrections is
-    synced at start and every CORRECTIONS_POLL_S; a drain ends after its first sync. Returns the
-    process exit code (0 when a drain completed).
+    synced at start and every CORRECTIONS_POLL_S; a drain ends after its first sync. With `stall_s`
+    > 0 the worker watches its committed offsets (streams/liveness.py): a stall is logged and
+    counted, and one that a restart can end stops the worker cleanly with status
+    liveness.EXIT_STATUS (75) for its supervisor — or `gpubill up` — to start it again.
+    `fault_stall_after`: the test-only hook of the feeder (GPUBILL_FAULT_STALL_AFTER). Returns the
+    process exit code (0 when a drain completed). May run again in the same process once it returned.
     """
+    _fresh_event_loop()
     app = build_app(settings, pipeline)
+    app.gpubill_feeder.fault_stall_after = fault_stall_after
     tracker_app = None if tracker is None else build_tracker_app(
         settings, tracker, refresh_contexts=refresh_contexts,
         executor=tracker_executor or pipeline.writer, context_every_s=context_every_s, publish=publish_positions)
@@ -414,6 +427,36 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
             """New messages of gpu.corrections.v1 into the database (streams/corrections_sync.py)."""
             await corrections.sync()
 
+    stop_deadline: list[threading.Timer] = []
+    if stall_s > 0:
+        watchdog = Watchdog(stall_s)
+
+        @app.timer(liveness.CHECK_EVERY_S)
+        async def watch_liveness() -> None:
+            """Is the worker still consuming (streams/liveness.py)? A stall is logged and counted;
+            one that a restart can end stops the worker, cleanly, with liveness.EXIT_STATUS."""
+            if outcome["code"] == liveness.EXIT_STATUS:
+                return  # stopping already
+            try:
+                ends = await asyncio.wait_for(feeder.lag(), timeout=liveness.CHECK_EVERY_S * 5)
+                # partitions never committed count from the log's start (retention), not from 0
+                never = [tp for tp in ends if tp not in pipeline.positions]
+                starts = await asyncio.wait_for(feeder.starts(never), timeout=liveness.CHECK_EVERY_S * 5)
+            except (KafkaError, asyncio.TimeoutError):  # the broker does not answer: not this worker's stall
+                watchdog.pause()
+                return
+            verdict = watchdog.observe(Observation(
+                ends=ends, committed={**starts, **pipeline.positions}, rebalancing=feeder.rebalancing,
+                sink_retries=pipeline.sink.stats.retries if pipeline.sink is not None else 0,
+                batches_in_flight=feeder.in_flight), time.monotonic())
+            if pipeline.metrics is not None:
+                pipeline.metrics.liveness(verdict)
+            if verdict.new:
+                _log_stall(verdict)
+            if verdict.restart:
+                outcome["code"] = liveness.EXIT_STATUS
+                await _stop_stalled(feeder, stop_deadline)
+
     for task in extra_tasks or []:
         app.task(task)
 
@@ -432,7 +475,56 @@ def run_worker(settings: KafkaSettings, pipeline: Pipeline, *,
     except SystemExit as exc:
         if exc.code not in (0, None):
             outcome["code"] = int(exc.code) if isinstance(exc.code, int) else 1
+    finally:
+        for timer in stop_deadline:  # the stop ended in time
+            timer.cancel()
+    if outcome["code"] == liveness.EXIT_STATUS:
+        # What was rated and not written is read again by whoever runs next — this process too,
+        # in `gpubill up`: its in-memory state goes, exactly as with a new process.
+        _forget(pipeline)
+        if pipeline.metrics is not None:  # the stalled worker is gone; the next one's watchdog reports afresh
+            pipeline.metrics.liveness(liveness.OK)
     return outcome["code"]
+
+
+def _fresh_event_loop() -> None:
+    """A new event loop when the last worker of this process closed its own (mode closes the
+    loop at a stop): `gpubill up` runs the worker again after a stall."""
+    try:
+        closed = asyncio.get_event_loop_policy().get_event_loop().is_closed()
+    except RuntimeError:  # no loop at all: mode makes one
+        return
+    if closed:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+
+
+def _log_stall(verdict: liveness.Verdict) -> None:
+    """One structured line per stall: the partitions, their lag, how long, what the worker waits on."""
+    parts = [f"{topic}:{partition}" for topic, partition, _ in verdict.partitions]
+    log.error("the worker is stalled: committed offsets have not moved for %.0f s while there is lag "
+              "(%d messages on %s); waiting on %s; %s", verdict.stalled_s, verdict.lag, ", ".join(parts) or "no partition",
+              liveness.WAITING_SAYS[verdict.waiting_on],
+              "stopping it cleanly to be restarted" if verdict.restart else "not restarting it",
+              extra={"stalled_partitions": {f"{t}:{p}": lag for t, p, lag in verdict.partitions},
+                     "lag": verdict.lag, "stalled_s": round(verdict.stalled_s, 1), "waiting_on": verdict.waiting_on,
+                     "restart": verdict.restart})
+
+
+async def _stop_stalled(feeder: Feeder, deadline: list[threading.Timer]) -> None:
+    """Stop a stalled worker cleanly: commit what it wrote (at most STALL_COMMIT_S: the stall may be
+    Kafka's), then stop as at SIGTERM. Should that stop itself hang, the process leaves through
+    the crash path after STALL_STOP_S (a thread's timer: this loop may be what hangs)."""
+    try:
+        await asyncio.wait_for(feeder.commit(), timeout=STALL_COMMIT_S)
+    except (KafkaError, asyncio.TimeoutError) as exc:  # what is not committed is read again: idempotent
+        log.warning("a stalled worker could not commit what it wrote before stopping: %r", exc)
+    timer = threading.Timer(STALL_STOP_S, crash, ("stalled-stop-hung",
+                                                  f"a stalled worker did not stop within {STALL_STOP_S:.0f} s"),
+                            {"with_exception": False})
+    timer.daemon = True
+    timer.start()
+    deadline.append(timer)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def run_tracker(settings: KafkaSettings, tracker: SpendTracker, *, refresh_contexts: Callable[[], dict],

@@ -26,6 +26,7 @@ from gpubill.errors import GpubillError
 from gpubill.config import Settings, load_settings
 from gpubill.logs import setup_logging
 from schemas.topics import PIPELINE_TOPICS
+from streams.liveness import EXIT_STATUS as STALLED_EXIT
 
 
 def _pipeline(settings: Settings, rules, database, *, metrics: bool):
@@ -143,6 +144,23 @@ def _start_from_committed(settings: Settings, pipeline) -> None:
     pipeline.record({tp: committed for tp, (committed, _) in group_offsets(settings, PIPELINE_TOPICS).items()})
 
 
+# TEST ONLY (tests/e2e/test_liveness_e2e.py): the feeder hangs after handing on this many fetch rounds
+# (streams/kafka/feeder.py `fault_stall_after`), as the reported aiokafka/Faust bugs do. Unset in
+# every real deployment; ignored by `--drain`; in `gpubill up` only its first worker run hangs.
+FAULT_STALL_AFTER = "GPUBILL_FAULT_STALL_AFTER"
+
+
+def _fault_stall_after() -> int | None:
+    value = os.environ.get(FAULT_STALL_AFTER, "")
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise GpubillError(f"{FAULT_STALL_AFTER}={value!r}: a whole number of fetch rounds (a test hook; "
+                           "unset it outside tests)") from None
+
+
 def worker(
     drain: bool = typer.Option(False, "--drain", help="Process everything up to the end offsets at start (and the dead letters this produces), flush, exit 0."),
 ) -> None:
@@ -191,8 +209,13 @@ def worker(
         spend = _track_spend(settings, pipeline, database, inline=inline)
         report = os.environ.get("GPUBILL_BENCH_SPEND")  # set by `gpubill bench spend`
         tasks = [_spend_reporter(spend["tracker"], Path(report))] if report and spend else []
-        code = run_worker(settings, pipeline, rules_dir=Path(settings.rules), extra_tasks=tasks, **spend)
+        code = run_worker(settings, pipeline, rules_dir=Path(settings.rules), extra_tasks=tasks,
+                          stall_s=settings.stall_s, fault_stall_after=_fault_stall_after(), **spend)
     database.close()
+    if code == STALLED_EXIT:
+        logging.getLogger("gpubill.worker").warning(
+            "the worker stopped after a stall (what it wrote is committed); exiting %d for its supervisor to "
+            "restart it", code)
     if code:
         raise typer.Exit(code)
     if drain:
@@ -240,7 +263,6 @@ def up(
     from gpubill.cli.running import UP_COMMAND, refuse_second_up
     from streams.kafka.admin import ensure_pipeline_topics
     from streams.metrics import Metrics
-    from streams.worker import run_worker
 
     settings = load_settings()
     human = _human_logs(log_format or settings.log_format)
@@ -268,16 +290,18 @@ def up(
         pipeline = _pipeline(settings, rules, database, metrics=True)
         _start_from_committed(settings, pipeline)
 
+        api_started = []
+
         async def api_task() -> None:
             # Started as a task of the worker, once its signal handlers are in place: from the first
             # answer on, SIGTERM stops the whole process cleanly (before them, it would kill it).
-            await asyncio.get_running_loop().run_in_executor(None, _start_api, settings, api, database, pipeline)
+            # Once: the API's thread serves on when the worker is restarted after a stall.
+            if not api_started:
+                await asyncio.get_running_loop().run_in_executor(None, _start_api, settings, api, database, pipeline)
+                api_started.append(True)
             await asyncio.Event().wait()
 
-        jobs, scheduler_task = _scheduler(settings, database, pipeline)
-
-        webhooks, webhook_records = _webhook_task(settings, target, database)
-        parts = ["worker", "scheduler"] + (["tenant API"] if api else []) + (["webhooks"] if webhooks else []) \
+        parts = ["worker", "scheduler"] + (["tenant API"] if api else []) + (["webhooks"] if target else []) \
             + (["database gateway"] if gateway else [])
         # a log line like every other line of `up` (one format: gpubill/logs.py)
         logging.getLogger("gpubill.up").info(
@@ -294,22 +318,62 @@ def up(
                                     settings=settings, log_file=log_file))
             sys.stdout.flush()
         try:
-            code = run_worker(settings, pipeline, loglevel="INFO", rules_dir=Path(settings.rules),
-                              extra_tasks=[scheduler_task] + ([api_task] if api is not None else [])
-                              + ([webhooks] if webhooks else []),
-                              **_track_spend(settings, pipeline, database, inline=True))
+            code = _up_workers(settings, pipeline, database, target, api_task if api is not None else None)
         finally:
             if api is not None:
                 api.stop()  # requests in flight finish and the access records are written, then the database closes
-            jobs.stop()  # a billing run or rollup in flight finishes first
-            if webhook_records is not None:
-                webhook_records.shutdown(wait=True)  # and a delivery attempt being recorded
     finally:
         _stop_serving(settings, gateway, database)
     database.close()
     if human:
         sys.stdout.write(f"gpubill up stopped (exit {code})\n")
     raise typer.Exit(code)
+
+
+def _up_workers(settings: Settings, pipeline, database, target, api_task) -> int:
+    """Run `up`'s worker — and what lives on its event loop: the scheduler's triggers, the webhook
+    deliverer, the API's start — until it stops; start it again, in this process, when it stopped
+    after a stall (streams/liveness.py, exit status 75). The database, its gateway and the API's
+    thread serve on meanwhile: only the Faust app, its Kafka clients, its event loop and the
+    rater's in-memory state are new, as in a new worker process. (A re-exec of the whole process
+    would do the same and drop the gateway's and the API's connections each time.) Returns the
+    exit code of the last run."""
+    import signal
+
+    from streams.worker import run_worker
+
+    log = logging.getLogger("gpubill.up")
+    asked_to_stop: list[int] = []
+    restarts = 0
+    while True:
+        jobs, scheduler_task = _scheduler(settings, database, pipeline)
+        webhooks, webhook_records = _webhook_task(settings, target, database)
+
+        async def stop_if_asked() -> None:
+            # a SIGTERM between two runs (no handler of the worker's then) stops this run at once
+            if asked_to_stop:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        try:
+            code = run_worker(settings, pipeline, loglevel="INFO", rules_dir=Path(settings.rules),
+                              extra_tasks=[scheduler_task, stop_if_asked] + ([api_task] if api_task else [])
+                              + ([webhooks] if webhooks else []),
+                              stall_s=settings.stall_s, fault_stall_after=_fault_stall_after() if not restarts else None,
+                              **_track_spend(settings, pipeline, database, inline=True))
+        finally:
+            # mode closed the worker's loop and gave SIGTERM and SIGINT back to their defaults: until
+            # the next run has its own, a signal is remembered, not fatal (the database stays whole)
+            for number in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(number, lambda signum, _frame: asked_to_stop.append(signum))
+            jobs.stop()  # a billing run or rollup in flight finishes first
+            if webhook_records is not None:
+                webhook_records.shutdown(wait=True)  # and a delivery attempt being recorded
+        if code != STALLED_EXIT or asked_to_stop:
+            return 0 if code == STALLED_EXIT else code
+        restarts += 1
+        if pipeline.metrics is not None:
+            pipeline.metrics.worker_restarts.inc()
+        log.warning("restarting the worker after a stall", extra={"restarts": restarts})
 
 
 def _human_logs(log_format: str) -> bool:

@@ -96,6 +96,12 @@ class Feeder:
     # record as aiokafka's ConsumerRecord (the spend tracker: a few hundred rounds a second).
     record_sets: bool = True
     generation: int = 0
+    # TEST ONLY (GPUBILL_FAULT_STALL_AFTER, tests/e2e/test_liveness_e2e.py): after handing on this
+    # many fetch rounds the feeder hangs — heartbeating, holding its partitions, consuming nothing —
+    # as the reported aiokafka/Faust bugs do, so that the liveness check (streams/liveness.py) can
+    # be shown to work. None (every real run): never.
+    fault_stall_after: int | None = None
+    _rounds: int = 0  # fetch rounds handed on
     _pending: deque = field(default_factory=deque)
     _slots: asyncio.Semaphore | None = None
     _committer: asyncio.Future | None = None
@@ -148,11 +154,26 @@ class Feeder:
                     generation = self.generation
                     await self._assigned.wait()  # the assignment's state is loaded (on_assigned)
                     self._check_assignment()
+                    if self.fault_stall_after is not None and self._rounds >= self.fault_stall_after:
+                        log.warning("test fault GPUBILL_FAULT_STALL_AFTER=%d: the feeder hangs now",
+                                    self.fault_stall_after)
+                        await asyncio.Event().wait()  # until cancelled (the worker stops)
                     await self._send(fetched, generation)
+                    self._rounds += 1
         finally:
             self._closing = True  # leaving the group revokes: nothing in flight will finish now
             self._committer.cancel()
             await self.consumer.stop()
+
+    @property
+    def rebalancing(self) -> bool:
+        """True while partitions change hands (revoked, and the new assignment not yet loaded)."""
+        return self._assigned is not None and not self._assigned.is_set()
+
+    @property
+    def in_flight(self) -> int:
+        """Batches handed to the agents and not yet settled (written, and moved to be committed)."""
+        return len(self._pending)
 
     def _check_committer(self) -> None:
         """Raise what stopped the commit loop, if it stopped: without it nothing is committed."""
@@ -246,6 +267,15 @@ class Feeder:
             if end > committed:
                 behind[tp] = (committed, end)
         return behind
+
+    async def starts(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """(topic, partition) → the first offset still on the log, for `partitions`: where a group
+        never committed, retention may have deleted everything before the end (nothing to read)."""
+        partitions = [TopicPartition(*tp) for tp in partitions]
+        if not partitions or self.consumer is None:
+            return {}
+        starts = await self.consumer.beginning_offsets(partitions)
+        return {(tp.topic, tp.partition): start for tp, start in starts.items()}
 
     async def lag(self) -> dict[tuple[str, int], int]:
         """(topic, partition) → end offset, for the partitions assigned now (consumer lag gauge)."""

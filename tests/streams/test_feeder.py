@@ -180,3 +180,35 @@ def test_a_failed_take_over_stops_the_feeder_instead_of_handing_records_on() -> 
 
     handed, raised = asyncio.run(scenario())
     assert handed == [] and isinstance(raised, RuntimeError) and isinstance(raised.__cause__, OSError)
+
+
+def test_what_the_liveness_check_reads_and_the_test_only_stall_hook() -> None:
+    # streams/liveness.py reads `rebalancing` and `in_flight`; GPUBILL_FAULT_STALL_AFTER=1 makes the
+    # feeder hand on one fetch round and then hang with the next one fetched (the reported bugs)
+    async def scenario():
+        consumer = FakeConsumer([fetch(U0, 0, 3), fetch(U0, 3, 2), fetch(U0, 5, 1)])
+        handed: list[Batch] = []
+
+        async def route(batch: Batch) -> None:
+            handed.append(batch)
+
+        feeder = Feeder("unused:9092", "g", {TOPIC_USAGE: route}, consumer=consumer, fault_stall_after=1)
+        task = asyncio.ensure_future(feeder.run())
+        await until(lambda: consumer.listener is not None and handed)
+        seen = [(feeder.rebalancing, feeder.in_flight)]  # one batch handed on, not done
+        handed[0].finish()
+        await until(lambda: consumer.commits)
+        seen.append((feeder.rebalancing, feeder.in_flight))
+        await consumer.listener.on_partitions_revoked(set())  # partitions change hands
+        seen.append((feeder.rebalancing, feeder.in_flight))
+        await consumer.listener.on_partitions_assigned([U0])
+        seen.append((feeder.rebalancing, feeder.in_flight))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        return seen, len(handed), consumer.fetches, consumer.commits
+
+    seen, handed, left, commits = asyncio.run(scenario())
+    assert seen == [(False, 1), (False, 0), (True, 0), (False, 0)]
+    assert handed == 1  # the second round was fetched and never handed on
+    assert len(left) == 1  # nor was a third fetched: the feeder hangs
+    assert {k: v for commit in commits for k, v in commit.items()} == {(TOPIC_USAGE, 0): 3}
