@@ -777,6 +777,156 @@ def test_finance_user_is_read_only_limited_and_cannot_lift_its_limits(services: 
     assert _password_var(services, user) == "GPUBILL_FINANCE_PASSWORD"
 
 
+# ------------------------------------------------------------------------------ ClickHouse cluster
+
+
+def _xml(name: str) -> ET.Element:
+    root = ET.parse(CLUSTER / name).getroot()
+    assert root.tag == "clickhouse", name
+    return root
+
+
+def _resolved(element: ET.Element, service: dict) -> str:
+    """An XML value as the container sees it: its text, or its from_env variable's value."""
+    if element.get("from_env"):
+        values = env(service)
+        assert element.get("from_env") in values, f"{element.tag} reads {element.get('from_env')}, which is not set"
+        return values[element.get("from_env")]
+    return (element.text or "").strip()
+
+
+def _mounted(service: dict, source: str) -> str:
+    targets = [t for s_, t in volume_mounts(service) if s_ == source]
+    assert len(targets) == 1, f"{source} is not mounted once"
+    return targets[0]
+
+
+def test_the_cluster_profile_is_the_cluster_and_nothing_else(services: dict) -> None:
+    profiled = {name for name, svc in services.items() if svc.get("profiles")}
+    assert profiled == {*CH_NODES, *KEEPERS, "migrate-cluster"}
+    assert all(services[name]["profiles"] == ["cluster"] for name in profiled)
+    for name, svc in services.items():
+        if name not in profiled:  # a default service waiting for a profiled one would not start
+            assert not set(depends_on(svc)) & profiled, name
+    image, _, version = services["clickhouse"]["image"].partition(":")
+    for name in CH_NODES:
+        assert services[name]["image"] == services["clickhouse"]["image"], name
+        assert services[name]["hostname"] == name
+    for name in KEEPERS:
+        assert services[name]["image"] == f"clickhouse/clickhouse-keeper:{version}", name
+        assert services[name]["hostname"] == name
+
+
+def test_each_node_has_its_shard_and_a_replica_name_unique_in_the_cluster(services: dict) -> None:
+    macros = _xml("clickhouse.xml").find("macros")
+    seen = {}
+    for name in CH_NODES:
+        node = services[name]
+        assert _mounted(node, "./deploy/clickhouse/cluster/clickhouse.xml").startswith("/etc/clickhouse-server/config.d/")
+        shard, replica = _resolved(macros.find("shard"), node), _resolved(macros.find("replica"), node)
+        assert shard in {"1", "2"}, f"{name}: shard {shard!r}"
+        assert name.startswith(f"ch-s{shard}r"), f"{name} is in shard {shard}"
+        # the replica macro is the node's name in the whole cluster, not its number in the
+        # shard: tables replicated whole on every node share one path across both shards
+        assert replica == name and replica not in seen.values(), f"{name}: replica {replica!r}"
+        seen[name] = replica
+    shards = [_resolved(macros.find("shard"), services[name]) for name in CH_NODES]
+    assert sorted(shards) == ["1", "1", "2", "2"]
+    assert _resolved(_xml("clickhouse.xml").find("interserver_http_host"), services["ch-s2r1"]) == "ch-s2r1"
+
+
+def test_remote_servers_name_the_four_nodes_in_their_two_shards(services: dict) -> None:
+    root = _xml("clickhouse.xml")
+    clusters = root.find("remote_servers")
+    assert [c.tag for c in clusters] == ["gpubill"]
+    cluster = clusters.find("gpubill")
+    macros = root.find("macros")
+    shards = cluster.findall("shard")
+    assert len(shards) == 2
+    named = []
+    for number, shard in enumerate(shards, start=1):
+        assert shard.findtext("internal_replication") == "true", "the replicated tables copy a row, not the Distributed one"
+        hosts = [r.findtext("host") for r in shard.findall("replica")]
+        assert len(hosts) == 2
+        for replica in shard.findall("replica"):
+            host = replica.findtext("host")
+            assert host in CH_NODES, host
+            assert _resolved(macros.find("shard"), services[host]) == str(number), f"{host} is listed in shard {number}"
+            assert replica.findtext("port") == "9000"
+            # the secret, not a user and password per replica (those would run every forwarded
+            # query as one user, whoever sent it)
+            assert replica.find("user") is None and replica.find("password") is None
+        named += hosts
+    assert sorted(named) == sorted(CH_NODES)
+    secret = cluster.find("secret")
+    assert secret is not None and secret.get("from_env") and not (secret.text or "").strip()
+    credentials = root.find("interserver_http_credentials")
+    assert credentials.find("password").get("from_env") == secret.get("from_env")
+    for name in CH_NODES:
+        assert referenced(raw_env(services[name])[secret.get("from_env")]) == {"GPUBILL_CH_INTERSERVER_PASSWORD"}, name
+
+
+def test_every_node_reaches_the_three_keepers(services: dict) -> None:
+    nodes = _xml("clickhouse.xml").findall("zookeeper/node")
+    keeper_port = _xml("keeper.xml").findtext("keeper_server/tcp_port")
+    assert sorted(n.findtext("host") for n in nodes) == sorted(KEEPERS)
+    assert {n.findtext("port") for n in nodes} == {keeper_port}
+    for name in CH_NODES:  # one file for the four: each node lists every keeper
+        assert depends_on(services[name]) == {k: {"condition": "service_healthy"} for k in KEEPERS}, name
+
+
+def test_the_keepers_are_one_raft_quorum_with_distinct_ids(services: dict) -> None:
+    root = _xml("keeper.xml")
+    server = root.find("keeper_server")
+    raft = {s.findtext("id"): (s.findtext("hostname"), s.findtext("port")) for s in server.findall("raft_configuration/server")}
+    assert len(raft) == len(server.findall("raft_configuration/server")) == 3, "a raft id twice"
+    ids = []
+    for name in KEEPERS:
+        keeper = services[name]
+        assert _mounted(keeper, "./deploy/clickhouse/cluster/keeper.xml") == "/etc/clickhouse-keeper/keeper_config.xml"
+        server_id = _resolved(server.find("server_id"), keeper)
+        assert raft.get(server_id, ("",))[0] == name, f"{name} runs as raft id {server_id}, which is {raft.get(server_id)}"
+        ids.append(server_id)
+        data = [t for s_, t in volume_mounts(keeper) if s_ == f"{name}-data"]
+        assert data and server.findtext("log_storage_path").startswith(data[0] + "/"), f"{name}: its log is not on its volume"
+        assert server.findtext("snapshot_storage_path").startswith(data[0] + "/")
+        hc = " ".join(keeper["healthcheck"]["test"])
+        assert f"/dev/tcp/127.0.0.1/{server.findtext('tcp_port')}" in hc and "leader|follower" in hc
+        assert not keeper.get("ports"), "the keepers are reached on the compose network only"
+    assert sorted(ids) == ["1", "2", "3"]
+    assert len({port for _, port in raft.values()}) == 1
+    assert root.findtext("listen_host") == "0.0.0.0"
+
+
+def test_cluster_nodes_have_the_single_nodes_users(services: dict) -> None:
+    single = services["clickhouse"]
+    users = {s_: t for s_, t in volume_mounts(single) if "/users.d/" in t}
+    assert users
+    for name in CH_NODES:
+        node = services[name]
+        assert {s_: t for s_, t in volume_mounts(node) if "/users.d/" in t} == users, name
+        for key in ("CLICKHOUSE_DB", "CLICKHOUSE_USER", "GPUBILL_CLIENT_NETWORK", "FINANCE_NETWORK"):
+            assert env(node)[key] == env(single)[key], f"{name}: {key}"
+        for key in ("CLICKHOUSE_PASSWORD", "GPUBILL_APP_PASSWORD", "GPUBILL_MIGRATE_PASSWORD", "FINANCE_PASSWORD"):
+            assert referenced(raw_env(node)[key]) == referenced(raw_env(single)[key]), f"{name}: {key}"
+        assert node["healthcheck"]["test"] == single["healthcheck"]["test"]
+        assert any(t == "/var/lib/clickhouse" and s_ == f"{name}-data" for s_, t in volume_mounts(node)), name
+
+
+def test_migrate_cluster_applies_the_schema_to_the_cluster_as_the_migrate_user(services: dict) -> None:
+    migrate = services["migrate-cluster"]
+    assert command(migrate) == ["db", "migrate", "--cluster", "gpubill"]
+    assert "gpubill" in [c.tag for c in _xml("clickhouse.xml").find("remote_servers")]
+    assert migrate.get("restart", "no") == "no" and migrate["image"] == services["migrate"]["image"]
+    dsn = urlsplit(env(migrate)["GPUBILL_CLICKHOUSE"])
+    assert (dsn.hostname, dsn.port, dsn.path, dsn.username) == ("ch-s1r1", 8123, "/gpubill", "gpubill_migrate")
+    assert unquote(dsn.password or "") == fake_secret("GPUBILL_CH_MIGRATE_PASSWORD")
+    assert depends_on(migrate) == {n: {"condition": "service_healthy"} for n in CH_NODES}
+    # the application stays on the single node: the profile never moves where invoices are kept
+    for name in APP_SERVICES:
+        assert urlsplit(env(services[name])["GPUBILL_CLICKHOUSE"]).hostname == "clickhouse", name
+
+
 # ------------------------------------------------------------------------------ workers
 
 
