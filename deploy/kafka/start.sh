@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The compose `kafka` service: one KRaft node (broker + controller) with SASL/SCRAM and ACLs.
+# A compose Kafka service (kafka-1, kafka-2, kafka-3): one node of a three-node KRaft cluster,
+# each node both broker and controller, with SASL/SCRAM and ACLs.
 #
 # 1. Checks that every password is set and safe to put in a JAAS line (no quotes).
 # 2. Writes server.properties and the healthcheck's client.properties into a private
@@ -8,12 +9,14 @@
 #    node-agent) in the metadata log: the only way they exist before the first start.
 # 4. Starts the broker with the client users' passwords removed from its environment.
 #
-# Listeners, advertised addresses and the quorum come from compose.yaml (KAFKA_*).
+# The node id, listeners, advertised addresses and the quorum come from compose.yaml (KAFKA_*).
+# Every node is formatted with the same cluster id and the same SCRAM users, so whichever
+# controller is elected first writes the same users into the metadata log.
 set -euo pipefail
 
-conf_dir=/tmp/gpubill-kafka
+conf_dir="${KAFKA_CONF_DIR:-/tmp/gpubill-kafka}"  # the healthcheck reads client.properties here
 data_dir="${KAFKA_DATA_DIR:-/var/lib/kafka/data}"
-kafka_bin="${KAFKA_BIN:-/opt/kafka/bin}"  # both overridable for a smoke test outside the image
+kafka_bin="${KAFKA_BIN:-/opt/kafka/bin}"  # all three overridable for a smoke test outside the image
 
 for name in KAFKA_BROKER_PASSWORD KAFKA_CONTROLLER_PASSWORD KAFKA_ADMIN_PASSWORD \
             KAFKA_WORKER_PASSWORD KAFKA_NODE_AGENT_PASSWORD; do
@@ -23,6 +26,10 @@ for name in KAFKA_BROKER_PASSWORD KAFKA_CONTROLLER_PASSWORD KAFKA_ADMIN_PASSWORD
         exit 2
     fi
 done
+if [[ ! "${KAFKA_NODE_ID:-}" =~ ^[1-9][0-9]*$ || ",${KAFKA_CONTROLLER_QUORUM_VOTERS:-}" != *",${KAFKA_NODE_ID}@"* ]]; then
+    echo "start.sh: KAFKA_NODE_ID must be a positive number named in KAFKA_CONTROLLER_QUORUM_VOTERS (id@host:port,...)" >&2
+    exit 2
+fi
 
 umask 077
 mkdir -p "$conf_dir"
@@ -31,7 +38,7 @@ plain="org.apache.kafka.common.security.plain.PlainLoginModule required"
 
 cat > "$conf_dir/server.properties" <<PROPERTIES
 process.roles=broker,controller
-node.id=1
+node.id=${KAFKA_NODE_ID}
 controller.quorum.voters=${KAFKA_CONTROLLER_QUORUM_VOTERS}
 listeners=${KAFKA_LISTENERS}
 advertised.listeners=${KAFKA_ADVERTISED_LISTENERS}
@@ -54,14 +61,18 @@ listener.name.controller.plain.sasl.jaas.config=${plain} username="controller" p
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:broker;User:controller;User:admin
 allow.everyone.if.no.acl.found=false
-# One broker: every internal topic has a single replica.
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-default.replication.factor=1
-min.insync.replicas=1
+# Three nodes: every partition (the internal topics' and, by default, every other) has three
+# replicas, and a write with acks=all is acknowledged once two of them have it, so one node
+# may be down without losing an acknowledged record or refusing writes. Never elect a leader
+# that is not in sync (it would drop acknowledged records).
+offsets.topic.replication.factor=3
+transaction.state.log.replication.factor=3
+transaction.state.log.min.isr=2
+share.coordinator.state.topic.replication.factor=3
+share.coordinator.state.topic.min.isr=2
+default.replication.factor=3
+min.insync.replicas=2
+unclean.leader.election.enable=false
 group.initial.rebalance.delay.ms=0
 num.partitions=8
 # Only kafka-init (admin) creates topics.
