@@ -42,7 +42,7 @@ from gpubill.bench.processes import cpu_s
 from gpubill.devenv.ch_gateway import spawn as spawn_gateway
 from gpubill.config import Settings
 from schemas.topics import READING_TOPICS, TOPIC_POWER, TOPIC_USAGE
-from gpubill.devenv.kafka_broker import LocalBroker
+from gpubill.devenv.kafka_cluster import LocalCluster
 from streams.kafka.admin import ensure_pipeline_topics, group_offsets
 from streams.kafka.producers import make_producer
 from streams.kafka.settings import consumer_options
@@ -52,18 +52,22 @@ Say = Callable[[str], None]
 
 
 def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, freshness_s: int = 10,
-                   port: int = 39192, gateway: bool = False, counters: bool = False,
+                   port: int = 39192, gateway: bool = False, counters: bool = False, brokers: int = 1,
                    say: Say = lambda _: None) -> dict:
     """Run the benchmark; returns the fields `gpubill bench pipeline --json` prints.
 
     With `gateway` the chDB database is served by `gpubill clickhouse serve` (port + 2) and
     the worker reaches it over HTTP, as it would a ClickHouse server. With `counters` the
-    power readings carry the cards' energy counters.
+    power readings carry the cards' energy counters. With `brokers` 3 the private Kafka is a
+    three-node cluster (ports port … port + 5; the gateway then on port + 6) whose topics have
+    three replicas and min.insync.replicas 2, so that every acknowledged write is on two
+    brokers: scripts/bench-pairs --vary brokers sets it beside one broker.
     """
     with tempfile.TemporaryDirectory(prefix="gpubill-bench-") as tmp:
         work = Path(tmp)
-        broker = LocalBroker(work / "kafka", bootstrap=f"localhost:{port}", port=port, controller_port=port + 1)
+        broker = LocalCluster(work / "kafka", brokers, port)
         broker.up(progress=say)
+        gateway_port = port + 2 * brokers
         server = tracker = None
         try:
             embedded = f"chdb://{work / 'ch'}"
@@ -75,8 +79,8 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
                    "GPUBILL_KAFKA": settings.kafka, "GPUBILL_CLICKHOUSE": settings.clickhouse,
                    "GPUBILL_HOME": str(work), "GPUBILL_GROUP": settings.group, "GPUBILL_METRICS_PORT": "0"}
             if gateway:
-                say(f"serving the private chDB on 127.0.0.1:{port + 2} (gpubill clickhouse serve)")
-                server = spawn_gateway(env, port + 2)
+                say(f"serving the private chDB on 127.0.0.1:{gateway_port} (gpubill clickhouse serve)")
+                server = spawn_gateway(env, gateway_port)
                 env["GPUBILL_CLICKHOUSE"] = server.dsn  # with the password spawn gave the gateway
             ensure_pipeline_topics(settings)
             env["GPUBILL_SPEND_TRACKER"] = "separate"
@@ -140,6 +144,7 @@ def bench_pipeline(gpus: int, seconds: int, *, freshness_rate: int = 20_000, fre
         "tracker_cpu_s": round(tracker_cpu, 3) if tracker_cpu is not None else None,
         "gateway_cpu_s": round(gateway_cpu, 3) if gateway_cpu is not None else None,
         "counters": counters,
+        "brokers": brokers,
     }
 
 

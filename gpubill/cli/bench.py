@@ -18,20 +18,24 @@ def bench_pipeline_command(
     seconds: int = typer.Option(60, min=1, help="Seconds of readings per GPU (usage and power each)."),
     freshness_rate: int = typer.Option(20_000, min=100, help="Readings/s of the steady producer for freshness."),
     freshness_s: int = typer.Option(10, min=1, help="How long the steady producer runs."),
-    port: int = typer.Option(39192, min=1024, max=65534, help="Port of the private broker (and port + 1)."),
+    port: int = typer.Option(39192, min=1024, max=65534, help="Port of the private broker (and port + 1; "
+                             "with --brokers N, port … port + 2N - 1)."),
     gateway: bool = typer.Option(False, "--gateway", help=(
         "Serve the private chDB from its own process (`gpubill clickhouse serve`) and point the worker "
         "at it, as at a ClickHouse server: the worker's memory is then the worker's alone.")),
     counters: bool = typer.Option(False, "--counters", help=(
         "Power readings carry the cards' energy counters (energy_mj, energy_epoch): the rater computes "
         "counter energy. scripts/bench-counters compares runs with and without, alternating.")),
+    brokers: int = typer.Option(1, "--brokers", min=1, max=9, help=(
+        "Nodes of the private Kafka: 3 is a cluster with three replicas and min.insync.replicas 2 (ports port "
+        "… port + 5). scripts/bench-pairs --vary brokers compares 1 and 3, alternating.")),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
 ) -> None:
-    """Pipeline vs plain consumer on a private broker and chDB: throughput, freshness, worker memory."""
+    """Pipeline vs plain consumer on a private broker (or cluster) and chDB: throughput, freshness, worker memory."""
     from gpubill.bench.pipeline import bench_pipeline
 
     result = bench_pipeline(gpus, seconds, freshness_rate=freshness_rate, freshness_s=freshness_s, port=port,
-                            gateway=gateway, counters=counters,
+                            gateway=gateway, counters=counters, brokers=brokers,
                             say=lambda msg: err.print(f"[dim]{terminal_text(msg)}[/dim]"))
     print_figures(result, as_json)
 

@@ -28,8 +28,8 @@ def test_bench_pipeline_prints_its_fields(tmp_path, where):
     figures = json.loads(done.stdout)
     assert list(figures) == ["raw_consume_per_s", "pipeline_per_s", "ratio", "freshness_p50_s", "freshness_p99_s",
                              "worker_rss_mb", "spend_tracker", "pipeline_s", "worker_cpu_s", "tracker_cpu_s",
-                             "gateway_cpu_s", "counters"]
-    assert figures["counters"] is False  # the cards' energy counters in the readings only with --counters
+                             "gateway_cpu_s", "counters", "brokers"]
+    assert figures["counters"] is False and figures["brokers"] == 1  # the cards' energy counters in the readings only with --counters
     assert figures["spend_tracker"] is (where == "gateway")  # a tracker process beside the worker
     assert figures["worker_cpu_s"] > 0 and figures["pipeline_s"] > 0
     assert (figures["tracker_cpu_s"] is not None) is figures["spend_tracker"]

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from decimal import Decimal
 
 import pytest
 
@@ -96,7 +97,8 @@ class Producer:
     """Produces readings second by second from a thread, acks=all and idempotent; keeps
     exactly the readings Kafka acknowledged."""
 
-    def __init__(self, bootstrap: str, readings: list[dict], pace_s: float, tail: int = 0) -> None:
+    def __init__(self, bootstrap: str, readings: list[dict], pace_s: float, tail: int = 0,
+                 gates: dict[int, tuple[threading.Event, float]] | None = None) -> None:
         from kafka import KafkaProducer
 
         self.readings, self.pace_s = readings, pace_s
@@ -105,8 +107,10 @@ class Producer:
         self.futures: list = []
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
-        # the last `tail` seconds wait for `release`: the faults all happen while readings are produced
+        # the last `tail` seconds wait for `release`: the faults all happen while readings are produced;
+        # `gates`: before second index k, wait for its event, then produce at its pace
         self.tail, self.release = tail, threading.Event()
+        self.gates = gates or {}
 
     def _run(self) -> None:
         try:
@@ -117,6 +121,9 @@ class Producer:
             for index, second in enumerate(seconds):
                 if index == len(seconds) - self.tail:
                     self.release.wait(timeout=600)
+                if index in self.gates:
+                    gate, self.pace_s = self.gates[index]
+                    gate.wait(timeout=600)
                 started = time.monotonic()
                 for reading in by_second[second]:
                     topic = TOPIC_USAGE if reading["kind"] == "usage" else TOPIC_POWER
@@ -133,6 +140,8 @@ class Producer:
 
     def acknowledged(self) -> list[dict]:
         self.release.set()
+        for gate, _pace in self.gates.values():
+            gate.set()
         self.thread.join(timeout=300)
         assert not self.thread.is_alive() and self.error is None, f"the producer failed: {self.error!r}"
         self.producer.close(timeout=30)
@@ -243,3 +252,134 @@ def test_leader_killed_five_times_during_a_drain(cluster, on_cluster, tmp_path):
     assert_stored_once(on_cluster, acked)
     assert_billed_exactly(on_cluster, truth_of(acked))
     phase("billed exactly")
+
+
+BROKER_DOWN_S = float(os.environ.get("GPUBILL_FAULTS_BROKER_DOWN_S", "120"))
+
+
+def test_a_worker_and_a_broker_killed_together_then_a_broker_stopped_two_minutes(cluster, on_cluster, tmp_path):
+    """320 cards × 90 s produced throughout. (1) The worker and the readings' leader SIGKILLed at
+    the same moment; the node restarted and a new worker started. (2) A broker stopped cleanly
+    (SIGTERM) for two minutes while readings are produced and rated on the other two — its
+    partitions under-replicated, none below min.insync.replicas — then started again. Every
+    acknowledged reading rated once."""
+    began = time.monotonic()
+    phase = lambda name: print(f"{time.monotonic() - began:6.1f} s  {name}")  # noqa: E731
+    readings = make_readings(90, big_fleet(40))
+    assert len(readings) == 90 * (320 + 280)
+    on_cluster.many(("worker", "--drain"))  # the topics, replication 3
+    during_stop, after_stop = threading.Event(), threading.Event()
+    pace_during = max(0.5, BROKER_DOWN_S / 50)  # seconds 30…79 spread over the broker's absence
+    producer = Producer(cluster.bootstrap, readings, pace_s=0.5,
+                        gates={30: (during_stop, pace_during), 80: (after_stop, 0.2)}).start()
+    progress = Progress(cluster.bootstrap, on_cluster.env["GPUBILL_GROUP"]).start()
+    logs = [tmp_path / "worker-1.log", tmp_path / "worker-2.log"]
+    worker = start_long_worker(on_cluster, logs[0])
+    try:
+        assert wait_until(lambda: progress.latest() > 0, 120, 0.3), logs[0].read_text()[-3000:]
+        time.sleep(1.0)
+        node = leaders(cluster.bootstrap, READING_TOPICS).most_common(1)[0][0]
+        os.killpg(worker.pid, signal.SIGKILL)  # (1) both at once
+        cluster.kill(node)
+        worker.wait(timeout=30)
+        at_kill = progress.latest()
+        phase(f"worker and node {node} SIGKILLed at {at_kill:,} committed")
+        time.sleep(2.0)
+        cluster.start_node(node)
+        worker = start_long_worker(on_cluster, logs[1])
+        wait_in_sync(cluster.bootstrap)
+        assert wait_until(lambda: progress.latest() > at_kill, 120, 0.3), logs[1].read_text()[-3000:]
+        phase("node back, the new worker commits")
+
+        stopped = leaders(cluster.bootstrap, READING_TOPICS).most_common(1)[0][0]  # (2)
+        assert cluster.stop_node(stopped)
+        during_stop.set()
+        phase(f"node {stopped} stopped for {BROKER_DOWN_S:.0f} s")
+        time.sleep(min(15.0, BROKER_DOWN_S))
+        status = json.loads(on_cluster.run("kafka", "status", "--json", check=False).stdout)
+        assert status["under_replicated"] and not status["below_min_insync"], status
+        assert not [n for n in status["nodes"] if n["alive"] != (n["port"] != cluster.node(stopped).port)], status
+        time.sleep(max(0.0, BROKER_DOWN_S - 15.0))
+        before_back = progress.latest()
+        cluster.start_node(stopped)
+        wait_in_sync(cluster.bootstrap)
+        phase(f"node {stopped} back and in sync; {before_back:,} committed while it was away")
+        after_stop.set()
+        assert worker.poll() is None, logs[1].read_text()[-3000:]
+        acked = producer.acknowledged()
+        assert wait_until(lambda: progress.latest() >= len(acked), 240, 0.5), logs[1].read_text()[-3000:]
+        phase("every acknowledged reading committed")
+    finally:
+        progress.stop()
+        if worker.poll() is None:
+            stop_worker(worker, logs[1])
+    assert at_kill < before_back < len(acked) == len(readings)
+    assert_stored_once(on_cluster, acked)
+    assert_billed_exactly(on_cluster, truth_of(acked))
+    phase("billed exactly")
+
+
+def test_spend_tracker_and_books_writer_through_a_leader_change(cluster, on_cluster, tmp_path):
+    """(1) Live spend: the leader of the spend topic SIGKILLed while a worker drains (its spend
+    producer, acks=all and idempotent, rides through), then the leader of the billing events
+    while the tracker folds the rounds: every event due emitted once, none twice, and the
+    tracker's table holds every second and millijoule once. (2) The books: a host numbering
+    invoices every 0.2 s while the leader of gpu.books.v1 (its one partition) is SIGKILLed:
+    every number on the log once, gap-free, and the host's database equal to the log."""
+    from schemas.topics import TOPIC_BILLING_EVENTS, TOPIC_BOOKS, spend_changelog_topic, spend_topic
+    from tests.chdb_template import migrated_dsn
+    from tests.e2e.faults_helpers import start_worker
+    from tests.e2e.test_books_faults_e2e import caught_up, issued_on_log, on_the_log, series, writer
+    from tests.e2e.test_spend_e2e import assert_emitted_once, assert_table_holds, ten_minutes_crossing_four_thresholds
+
+    group = on_cluster.env["GPUBILL_GROUP"]
+    failpoints = tmp_path / "failpoints"
+    failpoints.mkdir()
+    (failpoints / "clickhouse-slow").write_text("0.1")  # every insert 0.1 s slower: the drain lasts
+    on_cluster.env["GPUBILL_FAILPOINTS"] = str(failpoints)
+    _start, _cards, truth, period, expected = ten_minutes_crossing_four_thresholds(on_cluster, tmp_path)
+    progress = Progress(cluster.bootstrap, group).start()
+    log = tmp_path / "drain.log"
+    try:
+        drain = start_worker(on_cluster, "--drain", log=log)
+        assert wait_until(lambda: progress.latest() > 0 or drain.poll() is not None, 120, 0.2), log.read_text()
+        node = leaders(cluster.bootstrap, (spend_topic(group),)).most_common(1)[0][0]
+        assert drain.poll() is None, "the drain ended before the spend topic's leader could be killed"
+        cluster.kill(node)
+        time.sleep(2.0)
+        cluster.start_node(node)
+        assert drain.wait(timeout=240) == 0, log.read_text()[-3000:]
+    finally:
+        progress.stop()
+    wait_in_sync(cluster.bootstrap)
+
+    tracker_log = tmp_path / "tracker.log"
+    with tracker_log.open("wb") as handle:
+        tracker = subprocess.Popen([sys.executable, "-m", "gpubill.cli", "spend-tracker", "--drain"], env=on_cluster.env,
+                                   cwd=on_cluster.cwd, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+    node = leaders(cluster.bootstrap, (TOPIC_BILLING_EVENTS, spend_changelog_topic(group))).most_common(1)[0][0]
+    time.sleep(3.0)  # the tracker has imported and joined its group
+    assert tracker.poll() is None, f"the tracker ended before the leader could be killed\n{tracker_log.read_text()}"
+    cluster.kill(node)
+    time.sleep(2.0)
+    cluster.start_node(node)
+    assert tracker.wait(timeout=240) == 0, tracker_log.read_text()[-3000:]
+    wait_in_sync(cluster.bootstrap)
+    del on_cluster.env["GPUBILL_FAILPOINTS"]
+    assert_emitted_once(cluster.bootstrap, expected, period)
+    assert_table_holds(on_cluster, truth, period)
+
+    dsn = migrated_dsn(tmp_path / "books-host")
+    numbers = tmp_path / "numbers.txt"
+    host = writer(on_cluster, dsn, "w", 30, 0.2, numbers)
+    assert wait_until(lambda: numbers.exists() and len(numbers.read_text().split()) >= 5, 120, 0.05), \
+        host.communicate(timeout=5)
+    node = leaders(cluster.bootstrap, (TOPIC_BOOKS,)).most_common(1)[0][0]
+    cluster.kill(node)
+    time.sleep(2.0)
+    cluster.start_node(node)
+    _, err = host.communicate(timeout=240)
+    assert host.returncode == 0, err
+    on_log = issued_on_log(on_the_log(on_cluster))
+    assert on_log == [(n, f"w-{i}") for i, n in enumerate(series("GB", 30))]  # once each, gap-free
+    assert caught_up(on_cluster, dsn) == [(n, t, Decimal("10.60")) for n, t in on_log]
