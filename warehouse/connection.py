@@ -17,6 +17,7 @@ import re
 import sys
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,9 +233,13 @@ def insert_settings(token: str | None) -> dict[str, Any]:
     window of recent inserts — migration 0031 — store a repeat of one of them once; `BLOCKING`
     pinned). Without: not deduplicated at all — on such a table ClickHouse would otherwise drop
     any insert whose bytes equal a recent one's, even one re-inserting rows deleted since (a
-    correction undone): the default is off, and only a writer that names what it inserts turns it on."""
+    correction undone): the default is off, and only a writer that names what it inserts turns it on.
+
+    Off is said twice: insert_deduplicate = 0 (a server takes it from the request), and a token
+    never used before — chDB 26.9 ignores insert_deduplicate in an INSERT's own SETTINGS clause,
+    where its backend puts it, but honours the token (tests/unit/test_sink_dedup.py)."""
     if token is None:
-        return {"insert_deduplicate": 0}
+        return {"insert_deduplicate": 0, "insert_deduplication_token": f"once:{uuid.uuid4().hex}"}
     return {"insert_deduplicate": 1, "insert_deduplication_token": token, **BLOCKING}
 
 
