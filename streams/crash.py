@@ -39,6 +39,7 @@ EXIT_STATUS = 3
 TEXTFILE_VARIABLE = "GPUBILL_CRASH_METRICS"
 REASONS = frozenset({
     "clickhouse-refused",  # a statement refused for good (warehouse.errors.StatementRefused)
+    "disk-full",  # ClickHouse's disk is full (warehouse.errors.DiskFull): free space, then restart
     "clickhouse-unavailable",  # the sink gave up retrying (ClickHouse down or failing for too long)
     "batch-failed",  # rating or writing a batch raised something else: a bug
     "spend-not-produced",  # a batch's spend records could not be produced

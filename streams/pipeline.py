@@ -17,6 +17,7 @@ from typing import Any
 
 from streams.crash import crash
 from streams.freshness import Freshness
+from streams.kafka.positions import Positions
 from streams.lookup import StoredLookup
 from streams.metrics import Metrics
 from schemas.spend import SpendRound
@@ -25,7 +26,7 @@ from streams.sink import ClickHouseSink
 from streams.spend.ledger import SpendLedger
 from usage.corrections import stored_corrections
 from usage.regenerate import correct_card_hours
-from warehouse.errors import DatabaseError, StatementRefused
+from warehouse.errors import DatabaseError, DiskFull, StatementRefused
 
 
 @dataclass
@@ -71,12 +72,13 @@ class Pipeline:
         result.rules_revision = revision
         return result, now
 
-    def persist(self, result: BatchResult, now: datetime) -> BatchResult:
-        """Write a rated batch to ClickHouse, in the writer thread; returns once acknowledged."""
+    def persist(self, result: BatchResult, now: datetime, source: Positions | None = None) -> BatchResult:
+        """Write a rated batch to ClickHouse, in the writer thread; returns once acknowledged.
+        `source`: the offsets it spans, which name its inserts (streams/sink.py)."""
         if self.sink:
             started = time.monotonic()
             rows = [letter.row(now) for letter in result.deadletters]
-            self.sink.write(result.outcome, rows, result.rules_revision)
+            self.sink.write(result.outcome, rows, result.rules_revision, source)
             if self.corrections:
                 correct_card_hours(self.sink.database, self.rules, result.outcome.hours, self.corrections)
             if self.metrics:
@@ -91,11 +93,11 @@ class Pipeline:
             self.corrections = stored_corrections(self.sink.database, 0, 2**32 - 1)
         return len(self.corrections)
 
-    def write(self, result: BatchResult, now: datetime) -> list[SpendRound]:
+    def write(self, result: BatchResult, now: datetime, source: Positions | None = None) -> list[SpendRound]:
         """`persist`, then account the batch's spend: the spend rounds to produce now, in batch
         order (both in the writer thread). The batch is in ClickHouse before its spend leaves
         the worker: see streams/spend/ledger.py for why that order."""
-        self.persist(result, now)
+        self.persist(result, now, source)
         if self.spend is None:
             return []
         oldest_ms = min(result.timestamps, default=0)
@@ -120,14 +122,17 @@ class Pipeline:
         return await self.in_thread(self.writer, func, *args)
 
     async def in_thread(self, executor: ThreadPoolExecutor, func, *args):
-        """Run `func` in `executor`'s thread. If it fails — ClickHouse refused a statement for good
-        or stayed unavailable past the sink's retries, or a bug — the process exits at once
+        """Run `func` in `executor`'s thread. If it fails — ClickHouse's disk is full, ClickHouse refused
+        a statement for good or stayed unavailable past the sink's retries, or a bug — the process exits at once
         through streams/crash.py, the batch never marked done and so never
         committed: a crashed agent would otherwise leave a worker that consumes nothing (and a
         drain that never ends)."""
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(executor, func, *args)
+        except DiskFull as exc:  # no retry frees a disk: stop now, say where, and what to do
+            crash("disk-full", f"no space left on {exc.path} ({exc.detail}): free space on {exc.path}, then restart "
+                  "the worker; nothing after the last committed batch was committed", with_exception=False)
         except StatementRefused as exc:  # retrying cannot help: stop, uncommitted, and say why in one line
             crash("clickhouse-refused", f"{exc} (ClickHouse error code {exc.code}: retrying cannot help); the "
                   "batch's offsets are not committed", with_exception=False)

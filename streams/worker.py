@@ -125,7 +125,7 @@ def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
         # 2. the spend records produced, after the batch before's, and acknowledged;
         # 3. the dead letters; then the feeder may commit. A crash before 3 re-reads the batch:
         #    rows rewrite themselves, spend already produced is filtered by its marks.
-        records = await pipeline.in_writer_thread(pipeline.write, result, now)
+        records = await pipeline.in_writer_thread(pipeline.write, result, now, batch.source)
         if before is not None:
             await before
         try:
@@ -150,7 +150,7 @@ def build_app(settings: KafkaSettings, pipeline: Pipeline) -> faust.App:
             now, messages = utcnow(), expand(batch.take())
             if pipeline.sink:
                 rows = [deadletter_row_from_record(m, now) for m in messages]
-                await pipeline.in_writer_thread(pipeline.sink.write, EncodedOutcome(), rows)
+                await pipeline.in_writer_thread(pipeline.sink.write, EncodedOutcome(), rows, "", batch.source)
             batch.finish(len(messages))
             yield len(messages)
 

@@ -17,6 +17,7 @@ import re
 import sys
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,8 @@ import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError, DataError, ProgrammingError
 
 from warehouse import migrations, served
-from warehouse.errors import PERMANENT_CODES, DatabaseBusy, DatabaseError, DsnInvalid, StatementRefused
+from warehouse.errors import (ENOSPC_TEXTS, NOT_ENOUGH_SPACE, PERMANENT_CODES, DatabaseBusy, DatabaseError, DiskFull,
+                              DsnInvalid, StatementRefused)
 
 
 def normalize_dsn(dsn: str) -> str:
@@ -127,26 +129,32 @@ class Database:
     def embedded(self) -> bool:
         return self.dsn.startswith("chdb:")
 
+    @property
+    def location(self) -> str:
+        """Where the data lies, for messages: the embedded database's directory, else the DSN
+        (its password replaced)."""
+        return self.dsn[len("chdb://"):] if self.embedded else redact(self.dsn)
+
     def command(self, sql: str, parameters: dict | None = None, settings: dict | None = None) -> Any:
         try:
             with self._turns:
                 return self.client.command(sql, parameters=parameters, settings=settings)
         except ClickHouseError as exc:
-            raise refused(exc, f"ClickHouse refused a statement: {_first_line(exc)}") from exc
+            raise refused(exc, f"ClickHouse refused a statement: {_first_line(exc)}", where=self.location) from exc
 
     def query(self, sql: str, parameters: dict | None = None) -> list[tuple]:
         try:
             with self._turns:
                 return self.client.query(sql, parameters=parameters).result_rows
         except ClickHouseError as exc:
-            raise refused(exc, f"ClickHouse refused a query: {_first_line(exc)}") from exc
+            raise refused(exc, f"ClickHouse refused a query: {_first_line(exc)}", where=self.location) from exc
 
     def query_dicts(self, sql: str, parameters: dict | None = None) -> list[dict]:
         try:
             with self._turns:
                 result = self.client.query(sql, parameters=parameters)
         except ClickHouseError as exc:
-            raise refused(exc, f"ClickHouse refused a query: {_first_line(exc)}") from exc
+            raise refused(exc, f"ClickHouse refused a query: {_first_line(exc)}", where=self.location) from exc
         names = result.column_names
         return [dict(zip(names, row)) for row in result.result_rows]
 
@@ -157,21 +165,25 @@ class Database:
             with self._turns:
                 return self.client.raw_query(sql, parameters=parameters, fmt=fmt)
         except ClickHouseError as exc:
-            raise refused(exc, f"ClickHouse refused a query: {_first_line(exc)}") from exc
+            raise refused(exc, f"ClickHouse refused a query: {_first_line(exc)}", where=self.location) from exc
 
-    def insert(self, table: str, rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> None:
-        """Insert rows; raises DatabaseError when ClickHouse does not acknowledge them."""
+    def insert(self, table: str, rows: Sequence[Sequence[Any]], columns: Sequence[str], *,
+               token: str | None = None) -> None:
+        """Insert rows; raises DatabaseError when ClickHouse does not acknowledge them. With a
+        `token`, an insert that repeats one of the table's last inserts with the same token is
+        stored once (`insert_settings`); without one, every insert is stored."""
         if not rows:
             return
         _failpoint("clickhouse-down", "ClickHouse unavailable (failpoint clickhouse-down)")
         try:
             with self._turns:
-                self.client.insert(table, rows, column_names=list(columns))
+                self.client.insert(table, rows, column_names=list(columns), settings=insert_settings(token))
         except ClickHouseError as exc:
-            raise refused(exc, f"ClickHouse refused an insert into {table}: {_first_line(exc)}") from exc
+            raise refused(exc, f"ClickHouse refused an insert into {table}: {_first_line(exc)}", where=self.location) from exc
 
-    def insert_native(self, table: str, columns: Sequence[str], block: bytes) -> None:
-        """Insert one ready-made block in ClickHouse's Native format (see warehouse/native_format.py)."""
+    def insert_native(self, table: str, columns: Sequence[str], block: bytes, *, token: str | None = None) -> None:
+        """Insert one ready-made block in ClickHouse's Native format (see warehouse/native_format.py);
+        `token` as for `insert`."""
         _failpoint("clickhouse-down", "ClickHouse unavailable (failpoint clickhouse-down)")
         _slowpoint("clickhouse-slow")
         try:
@@ -179,9 +191,10 @@ class Database:
             # (merges and FINAL do, and the pipeline's blocks hold one row per key anyway):
             # a sixth of the insert's CPU.
             with self._turns:
-                self.client.raw_insert(table, list(columns), block, fmt="Native", settings={"optimize_on_insert": 0})
+                self.client.raw_insert(table, list(columns), block, fmt="Native",
+                                       settings={"optimize_on_insert": 0, **insert_settings(token)})
         except ClickHouseError as exc:
-            raise refused(exc, f"ClickHouse refused an insert into {table}: {_first_line(exc)}") from exc
+            raise refused(exc, f"ClickHouse refused an insert into {table}: {_first_line(exc)}", where=self.location) from exc
 
     def migrate(self) -> list[str]:
         """Apply the shipped migrations not yet recorded; idempotent. Returns the names applied."""
@@ -208,6 +221,28 @@ class Database:
         self.close()
 
 
+# What decides how ClickHouse cuts one insert into blocks (each block deduplicated under the
+# token with _0, _1 … appended): pinned at ClickHouse's defaults on every tokened insert, so that a
+# retry is cut exactly as its first attempt was, whatever a server's profile says meanwhile.
+BLOCKING = {"max_insert_block_size": 1_048_449, "min_insert_block_size_rows": 1_048_449,
+            "min_insert_block_size_bytes": 268_402_944}
+
+
+def insert_settings(token: str | None) -> dict[str, Any]:
+    """The settings of a data insert. With a token: deduplicated by it (the tables that keep a
+    window of recent inserts — migration 0031 — store a repeat of one of them once; `BLOCKING`
+    pinned). Without: not deduplicated at all — on such a table ClickHouse would otherwise drop
+    any insert whose bytes equal a recent one's, even one re-inserting rows deleted since (a
+    correction undone): the default is off, and only a writer that names what it inserts turns it on.
+
+    Off is said twice: insert_deduplicate = 0 (a server takes it from the request), and a token
+    never used before — chDB 26.9 ignores insert_deduplicate in an INSERT's own SETTINGS clause,
+    where its backend puts it, but honours the token (tests/unit/test_sink_dedup.py)."""
+    if token is None:
+        return {"insert_deduplicate": 0, "insert_deduplication_token": f"once:{uuid.uuid4().hex}"}
+    return {"insert_deduplicate": 1, "insert_deduplication_token": token, **BLOCKING}
+
+
 def open_database(dsn: str, *, migrate: bool = True, follow: bool = True, wait_s: float | None = None) -> Database:
     """Open ClickHouse at `dsn` and bring its schema up to date.
 
@@ -232,7 +267,8 @@ def open_database(dsn: str, *, migrate: bool = True, follow: bool = True, wait_s
     except ClickHouseError as exc:
         if lock_fd is not None:
             os.close(lock_fd)
-        raise refused(exc, f"cannot open ClickHouse at {redact(dsn)}: {_first_line(exc)}") from exc
+        where = dsn[len("chdb://"):] if dsn.startswith("chdb:") else redact(dsn)
+        raise refused(exc, f"cannot open ClickHouse at {redact(dsn)}: {_first_line(exc)}", where=where) from exc
     except BaseException:
         if lock_fd is not None:
             os.close(lock_fd)
@@ -326,12 +362,34 @@ def _slowpoint(name: str) -> None:
         time.sleep(delay_s)
 
 
-def refused(exc: BaseException, message: str) -> DatabaseError:
-    """The warehouse's error for a ClickHouse client error: StatementRefused when no retry can
-    pass it (`is_permanent`), else a DatabaseError that a retry may pass. Either carries
-    ClickHouse's error code (None when it gave none)."""
+def refused(exc: BaseException, message: str, *, where: str = "") -> DatabaseError:
+    """The warehouse's error for a ClickHouse client error: DiskFull when the database's disk is
+    full (`is_disk_full`; its path: the file ClickHouse's message names, else `where` — the
+    database's directory or DSN), StatementRefused when no retry can pass it (`is_permanent`),
+    else a DatabaseError that a retry may pass. Each carries ClickHouse's error code (None when
+    it gave none)."""
     code = error_code(exc)
+    if is_disk_full(exc):
+        path = _named_path(exc) or where or "the ClickHouse server's disk"
+        return DiskFull(f"{message}; no space left on {path}: free space there (or give the database a larger "
+                        "disk), then run the command again", code=code, path=path, detail=message)
     return (StatementRefused if is_permanent(exc) else DatabaseError)(message, code=code)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ClickHouse failed for want of disk space: NOT_ENOUGH_SPACE (243: chDB 26.x's and a
+    server's answer when a part's space cannot be reserved — tests/unit/test_sink_dedup.py's full
+    tmpfs), or an ENOSPC that a write itself met (under whichever code ClickHouse wrapped it)."""
+    if error_code(exc) == NOT_ENOUGH_SPACE:
+        return True
+    text = str(exc)
+    return any(marker in text for marker in ENOSPC_TEXTS)
+
+
+def _named_path(exc: BaseException) -> str:
+    """The file or directory a disk-full message names ("Cannot write to file /var/lib/…: "), or ''."""
+    match = re.search(r"(?:file|path|directory|disk) ['`]?(/[^\s'`,:]+)", str(exc))
+    return match.group(1) if match else ""
 
 
 def is_permanent(exc: BaseException) -> bool:

@@ -6,6 +6,7 @@
     └── DatabaseError        ClickHouse refused a statement or could not be reached (`permanent` False:
         │                    a retry may succeed — connection refused, timeout, too many parts, memory)
         ├── StatementRefused ClickHouse refused it for good (`permanent` True: PERMANENT_CODES)
+        ├── DiskFull         the database's disk is full (`permanent` True: NOT_ENOUGH_SPACE, ENOSPC)
         └── DatabaseBusy     the embedded chDB directory is held by another process
 
 The ClickHouse client's own errors never leave this package: `warehouse.connection`
@@ -50,6 +51,32 @@ class StatementRefused(DatabaseError):
     grants must change first."""
 
     permanent = True
+
+
+class DiskFull(DatabaseError):
+    """Raised when ClickHouse could not write because its disk is full: error code 243
+    NOT_ENOUGH_SPACE (a part's space could not be reserved: what chDB 26.x and a server say
+    first), or the operating system's ENOSPC in the text ("No space left on device", under
+    CANNOT_WRITE_TO_FILE_DESCRIPTOR and its kin). `path`: where space must be freed — the
+    embedded database's directory, the file a server's message names, or the server's DSN;
+    `detail`: what failed, in ClickHouse's words.
+
+    `permanent` True: a retry seconds later passes only if a merge happened to free a little,
+    and then the next batch fills it again; minutes of retries would only hide the cause. A
+    person frees space (or gives the database a larger disk) and runs the command again."""
+
+    permanent = True
+
+    def __init__(self, message: str, *, code: int | None = None, path: str = "", detail: str = "") -> None:
+        super().__init__(message, code=code)
+        self.path = path
+        self.detail = detail or message  # what failed, as ClickHouse said it (one line)
+
+
+NOT_ENOUGH_SPACE = 243
+# The operating system's "disk full" as ClickHouse words it when a write itself failed (errno 28),
+# whatever code it wraps it in (CANNOT_WRITE_TO_FILE_DESCRIPTOR, CANNOT_FSYNC, STD_EXCEPTION …).
+ENOSPC_TEXTS = ("No space left on device", "ENOSPC", "errno: 28,")
 
 
 class DatabaseBusy(DatabaseError):

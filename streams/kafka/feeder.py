@@ -40,6 +40,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from streams.kafka import record_sets as records
+from streams.kafka.positions import Positions
 from streams.kafka.record_sets import RecordSet
 from streams.kafka.settings import committed_only
 
@@ -61,11 +62,14 @@ class Batch:
     done: asyncio.Future
     # (topic, partition) → the offset after the last message: what may be committed once done.
     positions: dict[tuple[str, int], int] = field(init=False)
+    # The offsets the batch spans, kept after `take`: what names its inserts (streams/sink.py).
+    source: Positions = field(init=False)
 
     def __post_init__(self) -> None:
         self.positions = {}
         for m in self.messages:
             self.positions[(m.topic, m.partition)] = m.next_offset if isinstance(m, RecordSet) else m.offset + 1
+        self.source = Positions.of(self.messages)
 
     def take(self) -> list:
         """The messages, once: the batch lets go of them (megabytes of fetched records) as

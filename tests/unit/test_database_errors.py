@@ -142,7 +142,7 @@ def test_a_transient_failure_is_retried_until_clickhouse_answers(db, tmp_path, m
 
 def test_a_transient_failure_past_max_wait_is_raised_as_transient(sleeps):
     class Down:
-        def insert(self, *_):
+        def insert(self, *_, **__):
             raise DatabaseError("ClickHouse unavailable (failpoint clickhouse-down)")
 
     sink = ClickHouseSink(Down(), max_wait_s=1.0)

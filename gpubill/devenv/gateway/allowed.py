@@ -208,12 +208,13 @@ TRANSPORT_SETTINGS = frozenset({"database_replicated_enforce_synchronous_setting
                                 "input_format_native_decode_types_in_binary_format",
                                 "input_format_null_as_default", "insert_null_as_default",
                                 "cast_string_to_dynamic_use_inference"})
-# what gpubill's own statements set (optimize_on_insert: the sink; join_use_nulls: rollups and the
-# audit; mutations_sync: retention and tests; the Parquet codec: archives), and harmless
-# knobs of a statement's own work
+# what gpubill's own statements set (optimize_on_insert, insert_deduplication_token, the block sizes:
+# the sink; join_use_nulls: rollups and the audit; mutations_sync: retention and tests; the Parquet
+# codec: archives), and harmless knobs of a statement's own work
 WRITER_SETTINGS = TRANSPORT_SETTINGS | {"optimize_on_insert", "join_use_nulls", "mutations_sync", "alter_sync",
                                         "output_format_parquet_compression_method", "max_threads",
-                                        "insert_deduplicate", "final", "async_insert", "wait_for_async_insert",
+                                        "insert_deduplicate", "insert_deduplication_token", "final", "async_insert",
+                                        "wait_for_async_insert",
                                         "max_block_size", "max_insert_block_size", "min_insert_block_size_rows",
                                         "min_insert_block_size_bytes", "use_query_cache", "lightweight_deletes_sync",
                                         "select_sequential_consistency"}
@@ -226,7 +227,7 @@ HARMLESS_SETTING_VALUES = {"extremes": frozenset({"0"})}
 # table-level settings of CREATE TABLE … ENGINE = *MergeTree SETTINGS (never `disk`)
 STORAGE_SETTINGS = frozenset({"index_granularity", "index_granularity_bytes", "min_bytes_for_wide_part",
                               "ttl_only_drop_parts", "merge_with_ttl_timeout", "allow_nullable_key",
-                              "merge_selector_base"})
+                              "merge_selector_base", "non_replicated_deduplication_window"})
 
 # ------------------------------------------------------------------------- formats
 
