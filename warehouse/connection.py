@@ -227,8 +227,8 @@ def open_database(dsn: str, *, migrate: bool = True, follow: bool = True, wait_s
     `cluster` (default: GPUBILL_CLICKHOUSE_CLUSTER, `cluster_setting()`; empty: a single server)
     names the ClickHouse cluster the server belongs to. Then nothing is migrated here: a pending
     migration applied in its single-server form would create a plain table where the cluster
-    needs a replicated one; SchemaNotReady names the pending ones and `gpubill db migrate
-    --cluster`. Without one, a server whose schema is a cluster's (schema_migrations replicated)
+    needs a replicated one; SchemaNotReady says how many are pending and to run `gpubill db
+    migrate --cluster` first. Without one, a server whose schema is a cluster's (schema_migrations replicated)
     is refused the same way (`check_schema_form`). `migrate=False` skips the migrations, never
     that check.
 
