@@ -47,6 +47,7 @@ from billing_rules import IssuedInvoice
 from billing_rules.money import round_fen
 from schemas.books import CreditNoteIssued, CreditNoteLineRow, CreditNoteRow, InvoiceFact
 from usage.failpoints import pause_at
+from warehouse.cluster import mutation_target
 
 __all__ = [
     "REASONS", "CreditNote", "CreditNoteLine", "CreditNoteRefused", "Creditable", "create_credit_note",
@@ -303,7 +304,8 @@ def delete_stray_credit_note_lines(db: Any) -> list[str]:
     stray = [row[0] for row in db.query(
         "SELECT DISTINCT number FROM credit_note_lines WHERE number NOT IN (SELECT number FROM credit_notes)")]
     if stray:
-        db.command("DELETE FROM credit_note_lines WHERE number NOT IN (SELECT number FROM credit_notes)")
+        db.command(f"DELETE FROM {mutation_target('credit_note_lines', db.cluster)} "
+                   "WHERE number NOT IN (SELECT number FROM credit_notes)")
     return stray
 
 

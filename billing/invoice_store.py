@@ -27,6 +27,7 @@ import orjson
 from billing.errors import NotFound
 from billing_rules import InvoiceDraft, InvoiceLine, IssuedInvoice
 from schemas.books import InvoiceHeaderRow, InvoiceLineRow, Party
+from warehouse.cluster import mutation_target
 
 __all__ = [
     "CURRENCY", "HEADER_COLUMNS", "LINE_FIELDS", "charged", "current", "delete_stray_lines", "find", "headers", "line_of_row",
@@ -191,8 +192,8 @@ def delete_stray_lines(db: Any) -> list[tuple[str, int, str, str]]:
     to write their header."""
     stray = [tuple(row) for row in db.query(_STRAY_SQL)]
     if stray:  # a DELETE is a mutation of the table: only when there is something to delete
-        db.command("DELETE FROM invoice_lines WHERE (id, revision, tenant, period) NOT IN "
-                   "(SELECT id, revision, tenant, period FROM invoices FINAL)")
+        db.command(f"DELETE FROM {mutation_target('invoice_lines', db.cluster)} WHERE (id, revision, tenant, period) "
+                   "NOT IN (SELECT id, revision, tenant, period FROM invoices FINAL)")
     return stray
 
 

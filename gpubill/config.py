@@ -51,6 +51,10 @@ class Settings(BaseSettings):
 
     kafka: str = Field("localhost:9092", description="Kafka bootstrap servers")
     clickhouse: str = Field(default_factory=_default_clickhouse, description="clickhouse-connect DSN")
+    clickhouse_cluster: str = Field("", pattern=r"^([A-Za-z_][A-Za-z0-9_]*)?$", description="the ClickHouse cluster "
+                                    "(remote_servers) the server of GPUBILL_CLICKHOUSE belongs to, its schema made by "
+                                    "`gpubill db migrate --cluster NAME`; empty: a single server. Set: no process "
+                                    "applies migrations at its start, and deletes go to the shards' local tables")
     rules: str = Field(default_factory=_default_rules, description="rules directory")
     home: str = Field("var", description="state directory: local broker, pid files")
     out: str = Field("out", description="where demo and reports write their files")

@@ -60,6 +60,7 @@ from reports.audit import rollup_differences
 from reports.errors import ReportsError
 from usage.rated import coverage, retained_periods, second_range
 from usage.rollup import roll_up
+from warehouse.cluster import mutation_target
 
 log = logging.getLogger("gpubill.retention")
 
@@ -127,7 +128,7 @@ def apply_retention(db: Any, rules: Any, period: str, *, now: datetime | None = 
     try:
         _check_database(db, rules, manifest)
     except RetentionRefused:
-        db.command("DELETE FROM retention_runs WHERE period = {p:String}", {"p": period})
+        db.command(f"DELETE FROM {mutation_target('retention_runs', db.cluster)} WHERE period = {{p:String}}", {"p": period})
         raise
     for table in TABLES:
         _drop(db, table, period, lo, hi)
@@ -198,13 +199,14 @@ def _check_database(db: Any, rules: Any, manifest: dict) -> None:
 def _drop(db: Any, table: str, period: str, lo: int, hi: int) -> None:
     """Delete `table`'s rows of the period: whole partitions where they lie inside it, else a DELETE."""
     if table == "rated_seconds":  # PARTITION BY period; `period` is a checked YYYY-MM
-        db.command(f"ALTER TABLE rated_seconds DROP PARTITION '{period}'")
+        db.command(f"ALTER TABLE {mutation_target('rated_seconds', db.cluster)} DROP PARTITION '{period}'")
         return
     for month, (start, end) in _utc_months(lo, hi):  # PARTITION BY toYYYYMM(second), in UTC
         if lo <= start and end <= hi:
-            db.command(f"ALTER TABLE {table} DROP PARTITION {month}")
+            db.command(f"ALTER TABLE {mutation_target(table, db.cluster)} DROP PARTITION {month}")
         else:
-            db.command(f"ALTER TABLE {table} DELETE IN PARTITION {month} WHERE {second_range(lo, hi)} "
+            db.command(f"ALTER TABLE {mutation_target(table, db.cluster)} DELETE IN PARTITION {month} "
+                       f"WHERE {second_range(lo, hi)} "
                        "SETTINGS mutations_sync = 2")
 
 

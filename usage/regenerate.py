@@ -52,6 +52,7 @@ from usage.failpoints import pause_at
 from usage.rated import QUANTITY_NAMES, _GRAIN_NAMES, coverage, grouped_sql, hours_range, rated_source, retained_periods
 from usage.rerating import drop_run, rate_corrected
 from usage.rollup import drop_superseded, roll_up_hour
+from warehouse.cluster import mutation_target
 from warehouse.writes import stamp_hours
 
 log = logging.getLogger("gpubill.rerate")
@@ -155,7 +156,7 @@ def plan(db: Any, rules: Any, period: str) -> Plan:
 
 
 def drop_terms(db: Any, run: int) -> None:
-    db.command("DELETE FROM rerate_terms WHERE run = {run:UInt64}", {"run": run})
+    db.command(f"DELETE FROM {mutation_target('rerate_terms', db.cluster)} WHERE run = {{run:UInt64}}", {"run": run})
     drop_run(db, run)
 
 
@@ -507,7 +508,7 @@ def _rewrite_seconds(db: Any, rules: Any, p: Plan, params: dict, *, prices: bool
             f"(stream, gpu_uuid, second) NOT IN (SELECT stream, gpu_uuid, second FROM ({target}))")
     deleted = int(db.query(f"SELECT count() FROM rated_seconds FINAL WHERE {gone}", params)[0][0])
     if deleted:
-        db.command(f"DELETE FROM rated_seconds WHERE {gone}", params)
+        db.command(f"DELETE FROM {mutation_target('rated_seconds', db.cluster)} WHERE {gone}", params)
     return written + fresh, deleted
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from billing_rules.counters import MAX_GAP_S, Sample, card_energy, rank
 from billing_rules.errors import BillingRulesError
+from warehouse.cluster import mutation_target
 
 __all__ = ["SCRATCH_COLUMNS", "drop_run", "rate_corrected"]
 
@@ -90,7 +91,7 @@ def rate_corrected(db: Any, rules: Any, period: str, run: int, intervals: list[t
 
 
 def drop_run(db: Any, run: int) -> None:
-    db.command("DELETE FROM rerate_seconds WHERE run = {run:UInt64}", {"run": run})
+    db.command(f"DELETE FROM {mutation_target('rerate_seconds', db.cluster)} WHERE run = {{run:UInt64}}", {"run": run})
 
 
 def _corrected(found: tuple | None, reattr: int, tenant: str, has_instance: int, instance: str) -> tuple | None:

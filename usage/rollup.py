@@ -31,6 +31,7 @@ from typing import Any, Callable
 from usage.failpoints import pause_at
 from usage.rated import grouped_sql, hour_range, retained_periods
 from warehouse import writes
+from warehouse.cluster import mutation_target
 
 log = logging.getLogger("gpubill.rollup")
 
@@ -115,7 +116,8 @@ def drop_superseded(db: Any, periods: list[str]) -> None:
     """Delete the rows of `periods` whose generation is older than their hour's published one
     (never read again). Rows of newer, unpublished generations are a rollup in flight: kept."""
     db.command(
-        "DELETE FROM rated_hours WHERE period IN {periods:Array(String)} AND (period, hour, generation) IN ("
+        f"DELETE FROM {mutation_target('rated_hours', db.cluster)} "
+        "WHERE period IN {periods:Array(String)} AND (period, hour, generation) IN ("
         " SELECT h.period, h.hour, h.generation FROM (SELECT DISTINCT period, hour, generation FROM rated_hours"
         "  WHERE period IN {periods:Array(String)}) AS h"
         " INNER JOIN (SELECT period, hour, max(generation) AS published FROM rollup_runs"

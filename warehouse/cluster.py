@@ -26,6 +26,14 @@ shard, where they meet. `_check_sharding` refuses any other.
 Every statement is classified (`_STATEMENTS`); one this module does not know is refused with
 ClusterSchemaError naming the migration and the statement, never passed through: a future
 migration cannot be rendered wrong in silence.
+
+The application's own mutations (a lightweight DELETE, `ALTER TABLE … DROP PARTITION | DELETE`)
+name their table through `mutation_target(table, cluster)`: ClickHouse refuses them on a
+Distributed table, so on a cluster a sharded table's go to `<name>_local ON CLUSTER <cluster>`
+(one replica of every shard runs it; Keeper replicates it to the others), and a whole table's to
+the table itself, on the one server the client talks to (Keeper replicates it to every server;
+ON CLUSTER would queue the same mutation once per shard on the one replicated table).
+tests/unit/test_cluster_app.py holds every DELETE FROM / ALTER TABLE the application writes to it.
 """
 
 from __future__ import annotations
@@ -148,6 +156,18 @@ def check_cluster_name(cluster: str) -> str:
         raise ClusterSchemaError(f"--cluster {cluster!r}: a cluster name is letters, digits and '_' "
                                  "(the name under remote_servers in the servers' config)")
     return cluster
+
+
+def mutation_target(table: str, cluster: str) -> str:
+    """Where the application's mutation of `table` goes (`DELETE FROM <it> WHERE …`,
+    `ALTER TABLE <it> DROP PARTITION …`): `table` itself on a single server (`cluster` empty) and
+    for a table held whole on every server; `<table>_local ON CLUSTER <cluster>` for a sharded one.
+    Raises ClusterSchemaError for a table the catalogue does not name (a typo fails on one server too)."""
+    if table not in SHARDED and table not in WHOLE:
+        raise ClusterSchemaError(f"mutation of {table}: a table in neither SHARDED nor WHOLE of warehouse/cluster.py")
+    if not cluster or table in WHOLE:
+        return table
+    return f"{table}_local ON CLUSTER {check_cluster_name(cluster)}"
 
 
 def render_migrations(cluster: str, shipped: list[tuple[int, str, str]] | None = None) -> list[tuple[int, str, list[str]]]:

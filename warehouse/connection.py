@@ -28,8 +28,9 @@ import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError, DataError, ProgrammingError
 
 from warehouse import migrations, served
+from warehouse.cluster import check_cluster_name
 from warehouse.errors import (ENOSPC_TEXTS, NOT_ENOUGH_SPACE, PERMANENT_CODES, DatabaseBusy, DatabaseError, DiskFull,
-                              DsnInvalid, StatementRefused)
+                              DsnInvalid, SchemaNotReady, StatementRefused)
 
 
 def normalize_dsn(dsn: str) -> str:
@@ -118,10 +119,13 @@ class Turns:
 class Database:
     """An open ClickHouse client plus, for chDB, the lock that keeps other processes out.
     Its statements go one at a time, whichever thread sends them; a thread inside
-    `yielding()` lets the others' go first (`Turns`)."""
+    `yielding()` lets the others' go first (`Turns`). `cluster`: the ClickHouse cluster whose
+    schema it reads and writes (GPUBILL_CLICKHOUSE_CLUSTER; empty: a single server) — the
+    application's mutations name their table through `warehouse.cluster.mutation_target`."""
 
     dsn: str
     client: Any
+    cluster: str = ""
     _lock_fd: int | None = field(default=None, repr=False)
     _turns: Turns = field(default_factory=Turns, repr=False, compare=False)
 
@@ -197,7 +201,10 @@ class Database:
             raise refused(exc, f"ClickHouse refused an insert into {table}: {_first_line(exc)}", where=self.location) from exc
 
     def migrate(self) -> list[str]:
-        """Apply the shipped migrations not yet recorded; idempotent. Returns the names applied."""
+        """Apply the shipped migrations not yet recorded, in this database's form (ON CLUSTER
+        `cluster` when it has one); idempotent. Returns the names applied."""
+        if self.cluster:
+            return migrations.apply_cluster(self, self.cluster)
         return migrations.apply(self)
 
     def yielding(self):
@@ -243,16 +250,35 @@ def insert_settings(token: str | None) -> dict[str, Any]:
     return {"insert_deduplicate": 1, "insert_deduplication_token": token, **BLOCKING}
 
 
-def open_database(dsn: str, *, migrate: bool = True, follow: bool = True, wait_s: float | None = None) -> Database:
+def open_database(dsn: str, *, migrate: bool = True, follow: bool = True, wait_s: float | None = None,
+                  cluster: str | None = None) -> Database:
     """Open ClickHouse at `dsn` and bring its schema up to date.
 
     An embedded database held by a process that serves it (its record, warehouse/served.py)
     is opened through that server (`follow`; the returned Database's dsn is the server's);
     one held by a process that does not is waited for `wait_s` (default `lock_wait_s()`).
+
+    `cluster` (default: GPUBILL_CLICKHOUSE_CLUSTER, `cluster_setting()`; empty: a single server)
+    names the ClickHouse cluster the server belongs to. Then nothing is migrated here: a pending
+    migration applied in its single-server form would create a plain table where the cluster
+    needs a replicated one; SchemaNotReady says how many are pending and to run `gpubill db
+    migrate --cluster` first. Without one, a server whose schema is a cluster's (schema_migrations replicated)
+    is refused the same way (`check_schema_form`). `migrate=False` skips the migrations, never
+    that check.
+
     Raises DatabaseBusy when another process holds the embedded database, DatabaseError
-    when the server cannot be reached or refuses us, DsnInvalid for a malformed DSN.
+    when the server cannot be reached or refuses us, DsnInvalid for a malformed DSN,
+    SchemaNotReady (above), ClusterSchemaError for a cluster name that is no identifier.
     """
     dsn = normalize_dsn(dsn)
+    cluster = cluster_setting() if cluster is None else cluster.strip()
+    if cluster:
+        check_cluster_name(cluster)
+        if dsn.startswith("chdb:"):
+            raise DsnInvalid(f"GPUBILL_CLICKHOUSE_CLUSTER={cluster}: the embedded database (chDB) has no cluster; "
+                             "point GPUBILL_CLICKHOUSE at one of the cluster's servers "
+                             "(http://user:pass@host:8123/gpubill), or unset GPUBILL_CLICKHOUSE_CLUSTER")
+    embedded = dsn.startswith("chdb:")  # also when opened through the process serving it (no cluster there)
     lock_fd = None
     if dsn.startswith("chdb:"):
         path = Path(dsn[len("chdb://") :])
@@ -262,7 +288,7 @@ def open_database(dsn: str, *, migrate: bool = True, follow: bool = True, wait_s
             dsn = through
     try:
         client = clickhouse_connect.get_client(dsn=dsn, **({} if lock_fd is not None else {"connect_timeout": 5}))
-        database = Database(dsn=dsn, client=client, _lock_fd=lock_fd)
+        database = Database(dsn=dsn, client=client, cluster=cluster, _lock_fd=lock_fd)
         database.command("SELECT 1")
     except ClickHouseError as exc:
         if lock_fd is not None:
@@ -273,9 +299,52 @@ def open_database(dsn: str, *, migrate: bool = True, follow: bool = True, wait_s
         if lock_fd is not None:
             os.close(lock_fd)
         raise
-    if migrate:
-        database.migrate()
+    try:
+        if not embedded:
+            check_schema_form(database)
+        if migrate and cluster:
+            check_nothing_pending(database)
+        elif migrate:
+            database.migrate()
+    except BaseException:
+        database.close()
+        raise
     return database
+
+
+def cluster_setting() -> str:
+    """GPUBILL_CLICKHOUSE_CLUSTER, stripped: the ClickHouse cluster of the server (empty: none)."""
+    return os.environ.get("GPUBILL_CLICKHOUSE_CLUSTER", "").strip()
+
+
+def check_schema_form(database: Database) -> None:
+    """Refuse (SchemaNotReady) a server whose schema is a cluster's while `database.cluster` is
+    empty, or a single server's while it is set: the form shows in schema_migrations' engine
+    (Replicated… on a cluster, warehouse/cluster.py). No schema yet fits either."""
+    rows = database.query("SELECT engine FROM system.tables WHERE database = currentDatabase() "
+                          "AND name = 'schema_migrations'")
+    if not rows:
+        return
+    engine = str(rows[0][0])
+    replicated = engine.startswith("Replicated")
+    if replicated and not database.cluster:
+        raise SchemaNotReady(f"the schema at {redact(database.dsn)} is a ClickHouse cluster's (schema_migrations is "
+                             f"{engine}): set GPUBILL_CLICKHOUSE_CLUSTER to the cluster's name (the one given to "
+                             "`gpubill db migrate --cluster`) for every gpubill process")
+    if database.cluster and not replicated:
+        raise SchemaNotReady(f"GPUBILL_CLICKHOUSE_CLUSTER={database.cluster}, but the schema at {redact(database.dsn)} "
+                             f"is a single server's (schema_migrations is {engine}): unset GPUBILL_CLICKHOUSE_CLUSTER, "
+                             "or point GPUBILL_CLICKHOUSE at a server of that cluster")
+
+
+def check_nothing_pending(database: Database) -> None:
+    """Refuse (SchemaNotReady) a cluster's database with migrations pending: they are applied
+    ON CLUSTER by `gpubill db migrate --cluster NAME` alone, never by a process at its start."""
+    waiting = migrations.pending(database)
+    if waiting:
+        count = f"{len(waiting)} migration{'s are' if len(waiting) != 1 else ' is'}"
+        raise SchemaNotReady(f"{count} pending on the cluster {database.cluster}: run "
+                             f"`gpubill db migrate --cluster {database.cluster}` first")
 
 
 LOCK_WAIT_S = 5.0  # how long a command waits for the embedded database (GPUBILL_DB_LOCK_WAIT_S)

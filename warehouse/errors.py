@@ -3,6 +3,9 @@
     WarehouseError           base; the CLI prints str(exc) and exits 1
     ├── DsnInvalid           GPUBILL_CLICKHOUSE is not a DSN we can open (scheme, host, path)
     ├── ClusterSchemaError   the schema cannot be rendered for a cluster (warehouse/cluster.py)
+    ├── SchemaNotReady       the server's schema is not the form this process runs against (a cluster's
+    │                        with GPUBILL_CLICKHOUSE_CLUSTER unset, or the reverse), or a cluster's has
+    │                        migrations pending: `open_database` applies none there
     └── DatabaseError        ClickHouse refused a statement or could not be reached (`permanent` False:
         │                    a retry may succeed — connection refused, timeout, too many parts, memory)
         ├── StatementRefused ClickHouse refused it for good (`permanent` True: PERMANENT_CODES)
@@ -28,6 +31,12 @@ class DsnInvalid(WarehouseError):
 class ClusterSchemaError(WarehouseError):
     """Raised by warehouse/cluster.py for a cluster name it cannot use, or a migration statement it
     does not know how to render for a cluster (named, with the migration): never rendered wrong."""
+
+
+class SchemaNotReady(WarehouseError):
+    """Raised by `open_database` when the server's schema does not fit this process's setting
+    GPUBILL_CLICKHOUSE_CLUSTER (a cluster's schema without it, a single server's with it), or when,
+    on a cluster, migrations are pending: only `gpubill db migrate --cluster NAME` applies them."""
 
 
 class DatabaseError(WarehouseError):

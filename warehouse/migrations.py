@@ -2,7 +2,9 @@
 
 Applied versions are recorded in `schema_migrations`; applying is idempotent, so every
 process may call `apply` at start-up and `gpubill db migrate` is the explicit way (compose
-runs it once before the workers start).
+runs it once before the workers start). On a cluster (GPUBILL_CLICKHOUSE_CLUSTER) only
+`gpubill db migrate --cluster NAME` applies them (`apply_cluster`); every other process checks
+that none is `pending` (warehouse/connection.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,15 @@ def split_statements(sql: str) -> list[str]:
     """Split a migration file into statements (no semicolons inside our DDL strings)."""
     lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
     return [stmt.strip() for stmt in "\n".join(lines).split(";") if stmt.strip()]
+
+
+def pending(database: Any) -> list[str]:
+    """The names of the shipped migrations `database` has not recorded, oldest first; changes
+    nothing (all of them where schema_migrations does not exist yet)."""
+    if not int(database.query("EXISTS TABLE schema_migrations")[0][0]):
+        return [name for _version, name, _sql in migrations()]
+    done = {row[0] for row in database.query("SELECT version FROM schema_migrations FINAL")}
+    return [name for version, name, _sql in migrations() if version not in done]
 
 
 def apply(database: Any) -> list[str]:

@@ -56,10 +56,11 @@ def read_rules(settings: Settings, directory: Optional[Path] = None) -> RuleSet:
 
 
 def connect(settings: Settings) -> Database:
-    """Open GPUBILL_CLICKHOUSE and apply any pending schema migrations first."""
+    """Open GPUBILL_CLICKHOUSE and apply any pending schema migrations first (on a cluster,
+    GPUBILL_CLICKHOUSE_CLUSTER: refuse while any is pending, warehouse/connection.py)."""
     from warehouse.connection import open_database
 
-    return open_database(settings.clickhouse)
+    return open_database(settings.clickhouse, cluster=settings.clickhouse_cluster)
 
 
 OFFLINE_HELP = ("Do not read the log of corrections (gpu.corrections.v1) first: plan with the corrections already "

@@ -42,8 +42,12 @@ def db_migrate(
 
     With --cluster NAME the server is one of the cluster NAME's: every statement runs ON
     CLUSTER NAME, so every server gets the schema (docs/deployment.md, "A ClickHouse cluster").
-    Add --print to review the statements first.
+    Add --print to review the statements first. Without --cluster, GPUBILL_CLICKHOUSE_CLUSTER
+    names the cluster when it is set; on a cluster this is the only command that migrates.
     """
+    if cluster is None:
+        settings = load_settings()
+        cluster = settings.clickhouse_cluster or None
     if cluster is not None:
         _migrate_cluster(cluster, print_ddl)
         return
@@ -53,8 +57,7 @@ def db_migrate(
     from warehouse.connection import open_database, redact
     from warehouse.migrations import migrations
 
-    settings = load_settings()
-    with open_database(settings.clickhouse, migrate=False) as database:
+    with open_database(settings.clickhouse, migrate=False, cluster="") as database:
         applied = database.migrate()
         where = redact(database.dsn)
     if applied:
@@ -84,7 +87,7 @@ def _migrate_cluster(cluster: str, print_ddl: bool) -> None:
     if settings.clickhouse.startswith("chdb:"):
         raise ClusterSchemaError(f"--cluster {cluster}: the embedded database (chDB) has no cluster; point "
                              "GPUBILL_CLICKHOUSE at one of the cluster's servers (http://user:pass@host:8123/gpubill)")
-    with open_database(settings.clickhouse, migrate=False) as database:
+    with open_database(settings.clickhouse, migrate=False, cluster=cluster) as database:
         applied = apply_cluster(database, cluster)
         where = redact(database.dsn)
     if applied:

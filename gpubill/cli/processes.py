@@ -89,7 +89,7 @@ def _tracker_arguments(settings: Settings, rules_now, database, metrics, reload_
     # must not hold batches up), through a client of its own for a server DSN (an HTTP
     # client's session takes one query at a time: the rating thread's look-ups share the
     # pipeline's); chDB's embedded client serializes its callers and is shared.
-    reads = database if database.embedded else open_database(settings.clickhouse, migrate=False)
+    reads = database if database.embedded else open_database(settings.clickhouse, migrate=False, cluster=settings.clickhouse_cluster)
     events = EmittedEvents(settings.kafka, TOPIC_BILLING_EVENTS, client_options(settings, client="aiokafka"),
                            settings.partitions)
     tracker = SpendTracker(partitions=settings.partitions, policy=policy, events=events, produce=None,
@@ -505,7 +505,7 @@ def _side_client(settings: Settings, database):
         return database
     from warehouse.connection import open_database
 
-    return open_database(settings.clickhouse, migrate=False)
+    return open_database(settings.clickhouse, migrate=False, cluster=settings.clickhouse_cluster)
 
 
 def _webhook_target():

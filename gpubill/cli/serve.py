@@ -36,7 +36,7 @@ def open_reads(settings: Settings, database=None):
     databases = [first]
     try:
         for _ in range(settings.api_db_connections - 1):
-            databases.append(open_database(settings.clickhouse, migrate=False))
+            databases.append(open_database(settings.clickhouse, migrate=False, cluster=settings.clickhouse_cluster))
     except BaseException:
         for database in databases:
             database.close()
