@@ -33,6 +33,7 @@ idempotent producer, acks=all, one at a time.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -48,6 +49,13 @@ from streams.kafka.admin import ensure_topics
 from streams.kafka.settings import TIMEOUT_MS, KafkaSettings, client_options, consumer_options
 from usage.failpoints import pause_at
 from warehouse.errors import WarehouseError
+
+log = logging.getLogger("gpubill.books")
+
+# How long the numbered writer waits for an acknowledgement before its transaction fails (and is
+# tried again once, see KafkaBooks.record): at least the request timeout and a retry, far below
+# kafka-python's 120 s — which a writer whose transaction coordinator died waits in full.
+DELIVERY_TIMEOUT_MS = 2 * TIMEOUT_MS
 
 __all__ = ["BOOKS_TOPIC_CONFIG", "KafkaBooks", "NUMBERED_WRITER", "ensure_books_topic", "read_books"]
 
@@ -142,15 +150,24 @@ class KafkaBooks:
             with contextlib.suppress(Exception):
                 self._txn.close(timeout=5)
             self._txn = None
+        self._start_writer()
+        self.catch_up(db)
+
+    def _start_writer(self) -> None:
+        """A transactional writer started afresh: `init_transactions` finds the transaction
+        coordinator, settles any transaction an earlier writer of this id left open (commits one
+        the coordinator already prepared, aborts the rest) and fences that writer."""
         # A writer killed inside a transaction holds the partition's stable offset back until the
         # coordinator aborts it: at most this long (or at once, when the next writer opens).
-        options = {**self._producer_options(), "transactional_id": self.writer_id, "transaction_timeout_ms": 30_000}
+        # A record not acknowledged within DELIVERY_TIMEOUT_MS fails (kafka-python's default, 120 s,
+        # is how long a writer whose coordinator died waits: see `record`).
+        options = {**self._producer_options(), "transactional_id": self.writer_id, "transaction_timeout_ms": 30_000,
+                   "delivery_timeout_ms": DELIVERY_TIMEOUT_MS}
         try:
             self._txn = KafkaProducer(**options)
             self._txn.init_transactions()
         except KafkaError as exc:
             raise KafkaUnreachable(self.settings.kafka, f"the numbered series' writer cannot start: {exc}") from exc
-        self.catch_up(db)
 
     def _producer_options(self) -> dict:
         return dict(bootstrap_servers=self.settings.kafka.split(","), acks="all", linger_ms=0,
@@ -176,11 +193,18 @@ class KafkaBooks:
 
     # --------------------------------------------------------------------------- writing
 
-    def record(self, db: Any, events: list[BooksEvent]) -> None:
+    def record(self, db: Any, events: list[BooksEvent], *, again: bool = True) -> None:
         """Append `events` (all or none: one transaction once `numbering` started the numbered writer),
         wait for every replica, then project. Before the append fails: nothing happened
         (KafkaUnreachable, BooksFenced). After it: the facts are the books; a projection that fails
-        says so (ProjectionPending)."""
+        says so (ProjectionPending).
+
+        A transaction that fails for want of its coordinator (its broker died: kafka-python's
+        writer keeps asking the dead node and never looks the coordinator up again, until its
+        records expire) is tried `again` once, with a writer started afresh — which settles the
+        failed transaction first — provided the books took nothing meanwhile: then the numbers
+        the change carries are still the next ones (tests/e2e/test_cluster_faults_e2e.py kills
+        the books' leader under a numbering host)."""
         if self._consumer is None:
             raise RuntimeError("KafkaBooks.record before open")
         transactional = self._txn is not None
@@ -206,6 +230,11 @@ class KafkaBooks:
             # commit whose outcome the coordinator decides — kafka-python reports a fence in several
             # forms): the log says which, and "nothing was recorded" is said only when it is so.
             written = self._found(events)
+            if written is None and transactional and not _fenced(exc) and again:
+                written = self._settled_again(db, events, exc)
+                if written is None:
+                    log.warning("the books' transaction failed (%s); appended again by a writer started afresh", exc)
+                    return self.record(db, events, again=False)
             if written is None:
                 if transactional and _fenced(exc):
                     raise BooksFenced(f"another writer of the numbered series opened the books after this one "
@@ -222,6 +251,24 @@ class KafkaBooks:
             raise ProjectionPending(f"recorded on the books ({TOPIC_BOOKS} offset {offsets[-1]}), but ClickHouse did "
                                     f"not take it yet ({exc}); the next command or worker projects it") from exc
         self._marker_after = transactional
+
+    def _settled_again(self, db: Any, events: list[BooksEvent], failure: KafkaError) -> list | None:
+        """After a failed transaction: start the writer afresh, which settles it at the coordinator.
+        The positions of `events` when it was committed after all; None when it was not and the
+        books took nothing else meanwhile (the change may be appended again); KafkaUnreachable when
+        they did (its numbers may be taken: the command is run again)."""
+        with contextlib.suppress(Exception):
+            self._txn.close(timeout=1)
+        self._txn = None
+        self._start_writer()
+        written = self._found(events)
+        if written is not None:
+            return written
+        if self.catch_up(db):
+            raise KafkaUnreachable(self.settings.kafka, f"the books did not take the change ({failure}), and took "
+                                                        "another meanwhile: nothing of this change was recorded; "
+                                                        "run the command again") from failure
+        return None
 
     def _found(self, events: list[BooksEvent], wait_s: float = 3.0) -> list | None:
         """The positions of `events` on the log when a transaction holding them was committed after
