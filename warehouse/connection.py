@@ -140,6 +140,11 @@ class Database:
         return self.dsn[len("chdb://"):] if self.embedded else redact(self.dsn)
 
     def command(self, sql: str, parameters: dict | None = None, settings: dict | None = None) -> Any:
+        """Run a statement. An INSERT … SELECT (re-rating, regeneration, migrations) is never
+        deduplicated (`insert_settings(None)`): rows deleted and written again identically — a
+        correction undone — must be stored, whatever the table's window of recent inserts."""
+        if sql.lstrip()[:6].upper() == "INSERT":
+            settings = {**insert_settings(None), **(settings or {})}
         try:
             with self._turns:
                 return self.client.command(sql, parameters=parameters, settings=settings)
