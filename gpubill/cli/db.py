@@ -60,13 +60,18 @@ def db_migrate(
     with open_database(settings.clickhouse, migrate=False, cluster="") as database:
         applied = database.migrate()
         where = redact(database.dsn)
+    shipped = [name for _version, name, _sql in migrations()]
+    _report(applied, f"to {where}", f"at {where}", shipped)
+
+
+def _report(applied: list[str], to: str, at: str, shipped: list[str]) -> None:
+    """Each migration applied, or that the schema is up to date (`shipped`: every migration's name)."""
     if applied:
-        _say(f"applied {len(applied)} migration{'s' if len(applied) != 1 else ''} to {where}:")
+        _say(f"applied {len(applied)} migration{'s' if len(applied) != 1 else ''} {to}:")
         for name in applied:
             _say(f"  {name}")
         return
-    shipped = [name for _version, name, _sql in migrations()]
-    _say(f"schema up to date at {where}: all {len(shipped)} migrations applied, the latest {shipped[-1]}")
+    _say(f"schema up to date {at}: all {len(shipped)} migrations applied, the latest {shipped[-1]}")
 
 
 def _migrate_cluster(cluster: str, print_ddl: bool) -> None:
@@ -90,13 +95,8 @@ def _migrate_cluster(cluster: str, print_ddl: bool) -> None:
     with open_database(settings.clickhouse, migrate=False, cluster=cluster) as database:
         applied = apply_cluster(database, cluster)
         where = redact(database.dsn)
-    if applied:
-        _say(f"applied {len(applied)} migration{'s' if len(applied) != 1 else ''} on cluster {cluster} via {where}:")
-        for name in applied:
-            _say(f"  {name}")
-        return
-    _say(f"schema up to date on cluster {cluster} via {where}: all {len(rendered) - 1} migrations applied, "
-         f"the latest {rendered[-1][1]}")
+    _report(applied, f"on cluster {cluster} via {where}", f"on cluster {cluster} via {where}",
+            [name for _version, name, _statements in rendered[1:]])
 
 
 def _say(line: str) -> None:

@@ -168,14 +168,20 @@ sys.stdout.write(json.dumps(results))
 
 @pytest.fixture
 def gpubill(tmp_path, broker) -> Gpubill:
-    env = {
+    return Gpubill(env=e2e_env(tmp_path, broker.bootstrap, broker.group), cwd=tmp_path)
+
+
+def e2e_env(tmp_path: Path, bootstrap: str, group: str) -> dict[str, str]:
+    """The environment of a test's `gpubill` commands: its brokers, a database, rules, home and
+    consumer group of its own, and nothing listening that another test could collide with."""
+    return {
         **os.environ,
-        "GPUBILL_KAFKA": broker.bootstrap,
+        "GPUBILL_KAFKA": bootstrap,
         "GPUBILL_CLICKHOUSE": f"chdb://{tmp_path / 'clickhouse'}",
         "GPUBILL_RULES": str(TEST_RULES),
         "GPUBILL_HOME": str(tmp_path / "var"),
         "GPUBILL_OUT": str(tmp_path / "out"),
-        "GPUBILL_GROUP": broker.group,
+        "GPUBILL_GROUP": group,
         "GPUBILL_PARTITIONS": "4",
         # hours are rolled up as soon as they are written (not a minute later), so that the
         # invoice runs and reports of every e2e test read rollups (usage/rated.py)
@@ -189,4 +195,3 @@ def gpubill(tmp_path, broker) -> Gpubill:
         "NO_COLOR": "1",
         "COLUMNS": "200",
     }
-    return Gpubill(env=env, cwd=tmp_path)

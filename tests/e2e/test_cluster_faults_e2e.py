@@ -32,7 +32,7 @@ import pytest
 
 from schemas.topics import TOPIC_POWER, TOPIC_USAGE
 from tests.e2e.cluster_helpers import Progress, _groups, leaders, start_cluster, wait_in_sync
-from tests.e2e.conftest import TEST_RULES, Gpubill, empty_topics
+from tests.e2e.conftest import Gpubill, e2e_env, empty_topics
 from tests.e2e.faults_helpers import (
     PERIOD,
     count_rows,
@@ -69,22 +69,8 @@ def on_cluster(cluster, tmp_path) -> Gpubill:
             cluster.start_node(node.quorum.node_id)
     empty_topics(cluster.bootstrap)
     print(f"GPUBILL_FAULTS_SEED={SEED}")
-    env = {
-        **os.environ,
-        "GPUBILL_KAFKA": cluster.bootstrap,
-        "GPUBILL_CLICKHOUSE": f"chdb://{tmp_path / 'clickhouse'}",
-        "GPUBILL_RULES": str(TEST_RULES),
-        "GPUBILL_HOME": str(tmp_path / "var"),
-        "GPUBILL_OUT": str(tmp_path / "out"),
-        "GPUBILL_GROUP": f"e2e-cluster-{next(_groups)}",
-        "GPUBILL_PARTITIONS": "4",
-        "GPUBILL_ROLLUP_MARGIN_S": "0",
-        "GPUBILL_HTTP_PORT": "0",
-        "GPUBILL_GATEWAY_PORT": "0",
-        "GPUBILL_METRICS_PORT": "0",
-        "NO_COLOR": "1",
-        "COLUMNS": "200",
-    }
+    env = e2e_env(tmp_path, cluster.bootstrap, f"e2e-cluster-{next(_groups)}")
+    env["GPUBILL_METRICS_PORT"] = "0"  # the long-running workers serve no metrics
     return Gpubill(env=env, cwd=tmp_path)
 
 
