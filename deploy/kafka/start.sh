@@ -73,6 +73,10 @@ share.coordinator.state.topic.min.isr=2
 default.replication.factor=3
 min.insync.replicas=2
 unclean.leader.election.enable=false
+# How long a silent broker keeps its leaderships (the stall when one dies; docs/deployment.md):
+# Kafka's defaults unless the environment shortens them.
+broker.session.timeout.ms=${KAFKA_BROKER_SESSION_TIMEOUT_MS:-9000}
+broker.heartbeat.interval.ms=${KAFKA_BROKER_HEARTBEAT_INTERVAL_MS:-2000}
 group.initial.rebalance.delay.ms=0
 num.partitions=8
 # Only kafka-init (admin) creates topics.
