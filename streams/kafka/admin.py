@@ -159,7 +159,12 @@ def ensure_topics(bootstrap: str, topics: dict[str, int], timeout_s: float = 15.
         while True:
             absent = sorted(set(topics) - set(admin.list_topics()))
             if not absent:
-                return _partition_counts(admin, sorted(topics))
+                counts = _partition_counts(admin, sorted(topics))
+                # On a cluster a broker may list a topic just made before it knows its partitions:
+                # none is not a count, it is "not yet".
+                absent = [topic for topic, count in counts.items() if count == 0]
+                if not absent:
+                    return counts
             if time.monotonic() >= deadline:
                 raise TopicsNotCreated(
                     f"topics {', '.join(absent)} did not appear at {bootstrap} within {timeout_s:.0f} s"

@@ -261,6 +261,10 @@ class KafkaBooks:
             self._txn.close(timeout=1)
         self._txn = None
         self._start_writer()
+        # and a reader afresh: kafka-python's may still ask the broker that died
+        with contextlib.suppress(Exception):
+            self._consumer.close()
+        self._consumer = _consumer(self.settings)
         written = self._found(events)
         if written is not None:
             return written
@@ -273,7 +277,8 @@ class KafkaBooks:
     def _found(self, events: list[BooksEvent], wait_s: float = 3.0) -> list | None:
         """The positions of `events` on the log when a transaction holding them was committed after
         all (their exact bytes after this process's last known position, read committed), else None.
-        Waits up to `wait_s` for a commit the coordinator is still completing."""
+        Waits up to `wait_s` for a commit the coordinator is still completing. KafkaUnreachable when
+        the log cannot be read: then nobody can say the change is not on it."""
         consumer, start = self._consumer, self._next.get(0)
         if consumer is None or start is None:
             return None
@@ -295,8 +300,10 @@ class KafkaBooks:
                 if time.monotonic() > deadline:
                     return None
                 time.sleep(0.2)
-        except KafkaError:
-            return None
+        except KafkaError as exc:  # not "not there": it cannot be told now
+            raise KafkaUnreachable(self.settings.kafka, f"the books' append failed and whether it was recorded "
+                                                        f"cannot be read now ({exc}); run the command again: it "
+                                                        "takes what the books hold first") from exc
 
     def _project_own(self, db: Any, events: list[BooksEvent], written: list) -> bool:
         """Project `events` as appended, without reading them back, when nothing else is on the log

@@ -366,6 +366,8 @@ def test_spend_tracker_and_books_writer_through_a_leader_change(cluster, on_clus
     cluster.start_node(node)
     _, err = host.communicate(timeout=240)
     assert host.returncode == 0, err
+    print("books writer:", "a transaction failed and was appended again by a writer started afresh"
+          if "appended again" in err else "rode through the leader change without a failed transaction")
     on_log = issued_on_log(on_the_log(on_cluster))
     assert on_log == [(n, f"w-{i}") for i, n in enumerate(series("GB", 30))]  # once each, gap-free
     assert caught_up(on_cluster, dsn) == [(n, t, Decimal("10.60")) for n, t in on_log]
