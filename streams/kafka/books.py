@@ -229,12 +229,14 @@ class KafkaBooks:
             # An append that failed may still have happened (a timeout after the broker took it; a
             # commit whose outcome the coordinator decides — kafka-python reports a fence in several
             # forms): the log says which, and "nothing was recorded" is said only when it is so.
-            written = self._found(events)
-            if written is None and transactional and not _fenced(exc) and again:
+            if transactional and not _fenced(exc) and again:
+                # a writer and a reader afresh: this process's may both still ask a broker that died
                 written = self._settled_again(db, events, exc)
                 if written is None:
                     log.warning("the books' transaction failed (%s); appended again by a writer started afresh", exc)
                     return self.record(db, events, again=False)
+            else:
+                written = self._found(events)
             if written is None:
                 if transactional and _fenced(exc):
                     raise BooksFenced(f"another writer of the numbered series opened the books after this one "
@@ -274,19 +276,21 @@ class KafkaBooks:
                                                         "run the command again") from failure
         return None
 
-    def _found(self, events: list[BooksEvent], wait_s: float = 3.0) -> list | None:
+    def _found(self, events: list[BooksEvent], wait_s: float = 3.0, read_s: float = 30.0) -> list | None:
         """The positions of `events` on the log when a transaction holding them was committed after
         all (their exact bytes after this process's last known position, read committed), else None.
-        Waits up to `wait_s` for a commit the coordinator is still completing. KafkaUnreachable when
-        the log cannot be read: then nobody can say the change is not on it."""
+        Waits up to `wait_s` for a commit the coordinator is still completing, and up to `read_s` for a
+        log that cannot be read (a leader moving); KafkaUnreachable when it still cannot: then nobody
+        can say the change is not on it."""
         consumer, start = self._consumer, self._next.get(0)
         if consumer is None or start is None:
             return None
         wanted = [encode_event(event) for event in events]
         tp = TopicPartition(TOPIC_BOOKS, 0)
-        deadline = time.monotonic() + wait_s
-        try:
-            while True:
+        began = time.monotonic()
+        deadline = began + wait_s
+        while True:
+            try:
                 consumer.assign([tp])
                 consumer.seek(tp, start)
                 end = consumer.end_offsets([tp])[tp]
@@ -295,15 +299,19 @@ class KafkaBooks:
                     for record in consumer.poll(timeout_ms=1000).get(tp, []):
                         if record.offset < end and record.value in wanted:
                             seen[record.value] = _Written(tp.partition, record.offset)
-                if all(value in seen for value in wanted):
-                    return [seen[value] for value in wanted]
-                if time.monotonic() > deadline:
-                    return None
-                time.sleep(0.2)
-        except KafkaError as exc:  # not "not there": it cannot be told now
-            raise KafkaUnreachable(self.settings.kafka, f"the books' append failed and whether it was recorded "
-                                                        f"cannot be read now ({exc}); run the command again: it "
-                                                        "takes what the books hold first") from exc
+            except KafkaError as exc:  # not "not there": it cannot be told yet (a leader moving)
+                if time.monotonic() - began > read_s:
+                    raise KafkaUnreachable(self.settings.kafka, f"the books' append failed and whether it was "
+                                                                f"recorded cannot be read now ({exc}); run the command "
+                                                                "again: it takes what the books hold first") from exc
+                deadline = time.monotonic() + wait_s
+                time.sleep(1.0)
+                continue
+            if all(value in seen for value in wanted):
+                return [seen[value] for value in wanted]
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.2)
 
     def _project_own(self, db: Any, events: list[BooksEvent], written: list) -> bool:
         """Project `events` as appended, without reading them back, when nothing else is on the log
