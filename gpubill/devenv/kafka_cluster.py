@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpubill.devenv.kafka_broker import BrokerStartFailed, LocalBroker, _pid_alive
+from gpubill.devenv.kafka_broker import BrokerStartFailed, LocalBroker, _wait_gone
 from gpubill.devenv.kafka_config import Quorum, new_cluster_id
 from schemas.topics import replication_for
 from gpubill.devenv.kafka_probe import split_bootstrap
@@ -160,9 +160,7 @@ class LocalCluster:
             return None
         os.kill(pid, sig)
         if sig == signal.SIGKILL:
-            deadline = time.monotonic() + 10.0
-            while _pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            _wait_gone(pid, 10.0)
         return pid
 
     def stop_node(self, node_id: int, wait_s: float = 30.0) -> bool:

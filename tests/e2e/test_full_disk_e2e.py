@@ -32,16 +32,12 @@ from tests.e2e.faults_helpers import (
     write_ndjson,
 )
 from tests.e2e.test_faults import assert_billed_exactly
+from tests.tmpfs import tmpfs
 
 pytestmark = pytest.mark.e2e
 
 FREE_KIB = 3072  # less than a batch of 120,000 readings reserves (see the module docstring)
 TABLES = ("rated_seconds", "readings_usage", "readings_power", "conflicts", "deadletters")
-
-
-def mount_tmpfs(path: Path, size: str) -> None:
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True,
-                   capture_output=True)
 
 
 def remount(path: Path, size_kib: int) -> None:
@@ -56,18 +52,8 @@ def used_kib(path: Path) -> int:
 @pytest.fixture
 def small_disk(tmp_path):
     """A tmpfs at tmp_path/db (64 MiB until the test shrinks it), unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "db"
-    disk.mkdir()
-    try:
-        mount_tmpfs(disk, "64m")
-    except subprocess.CalledProcessError as exc:
-        pytest.skip(f"cannot mount a tmpfs here: {exc.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "db", "64m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def test_a_disk_that_fills_during_a_drain(gpubill, broker, small_disk, tmp_path):

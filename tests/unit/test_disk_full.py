@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 from datetime import UTC, datetime
 
 import clickhouse_connect.driver.exceptions as ch
@@ -20,6 +19,7 @@ from streams.rating.protocol import EncodedOutcome
 from streams.rating.reference_batch import PythonRater
 from streams.sink import ClickHouseSink
 from warehouse.connection import open_database, refused
+from tests.tmpfs import tmpfs
 from warehouse.errors import DatabaseError, DiskFull
 
 NOW = datetime(2026, 3, 1, 1, 0, tzinfo=UTC)
@@ -51,18 +51,8 @@ def test_other_errors_are_not_disk_full():
 
 @pytest.fixture
 def small_disk(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "small"
-    disk.mkdir()
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(disk)], check=True, capture_output=True)
-    except subprocess.CalledProcessError as exc:
-        pytest.skip(f"cannot mount a tmpfs here: {exc.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "small", "24m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
 def test_chdb_on_a_full_tmpfs_raises_disk_full_at_once_and_the_worker_stops_naming_it(small_disk, monkeypatch):
